@@ -1,0 +1,80 @@
+# flax_xalign developer targets.
+#
+#   make demo    create .venv (python3.11) if missing, install '.[test]', run the demo
+#   make test    install if needed, run the default (not slow) tests with xdist
+#   make bench   install '.[bench]' if needed, run bench/train_throughput.py
+#   make lint    shellcheck tpu_launch.sh and .ci/run
+#
+# Variables: PYTHON (interpreter for a new venv, default python3.11), VENV,
+# PYTEST_WORKERS (xdist workers, 0 or 1 = no xdist), PYTEST_ARGS (extra pytest
+# args, e.g. PYTEST_ARGS='-m slow' or PYTEST_ARGS='tests/ops -k sinkhorn'),
+# DEMO_ARGS, BENCH_ARGS, PYTEST_RC_FILE (if set, `make test` writes pytest's
+# own exit status there; make itself only ever exits 2 on failure).
+#
+# Installs are skipped while a stamp inside the venv matches the current
+# contents of setup.py + pyproject.toml; editing either reinstalls.
+
+SHELL := /bin/bash
+
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+PACKAGING_HASH := $(shell cat setup.py pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
+STAMP_TEST := $(VENV)/.installed-test-$(PACKAGING_HASH)
+STAMP_BENCH := $(VENV)/.installed-bench-$(PACKAGING_HASH)
+
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?=
+PYTEST_RC_FILE ?=
+DEMO_ARGS ?=
+BENCH_ARGS ?=
+# --dist loadfile keeps a test file on one worker, so module-scoped fixtures
+# (trained vocabularies, compiled steps) are built once per file.
+XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+
+.PHONY: help demo test bench lint install install-bench clean distclean
+
+help:
+	@sed -n '2,16s/^# \{0,1\}//p' Makefile
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install CPython 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "error: $(PYTHON) is not CPython 3.11 (setup.py requires >=3.11,<3.12)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP_TEST): | $(PY)
+	$(PIP) install -e '.[test]'
+	@rm -f $(VENV)/.installed-test-*
+	@touch $@
+
+$(STAMP_BENCH): | $(PY)
+	$(PIP) install -e '.[bench]'
+	@rm -f $(VENV)/.installed-bench-*
+	@touch $@
+
+install: $(STAMP_TEST)
+
+install-bench: $(STAMP_BENCH)
+
+demo: $(STAMP_TEST)
+	$(PY) -m flax_xalign.demo $(DEMO_ARGS)
+
+test: $(STAMP_TEST)
+	@echo "$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)"
+	@rc=0; $(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS) || rc=$$?; \
+	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
+	exit "$$rc"
+
+bench: $(STAMP_BENCH)
+	$(PY) bench/train_throughput.py $(BENCH_ARGS)
+
+lint:
+	shellcheck tpu_launch.sh .ci/run
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV)

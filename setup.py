@@ -1,0 +1,144 @@
+"""Packaging for flax_xalign.
+
+Layout quirks (see ARCHITECTURE.md, "Layout"):
+
+* ``tasks/`` stays a top-level folder in the repository but is installed as the
+  package ``flax_xalign.tasks`` (``package_dir``), so nothing named plain
+  ``tasks`` lands in site-packages.
+* ``gin_configs/`` is shipped inside the package as ``flax_xalign/gin_configs``
+  (data only, ``*.gin``), so an installed wheel carries its configs. In a source
+  checkout (plain or ``pip install -e``) the same files sit at
+  ``<repo>/gin_configs``; entry points look in both places, i.e.
+  ``Path(flax_xalign.__file__).parent / "gin_configs"`` and then
+  ``Path(flax_xalign.__file__).parent.parent / "gin_configs"``.
+
+Python: ``>=3.11,<3.12`` because the pins below are the set verified to install
+and run together, and that verification (CI, the CPU torch wheel for the bench
+extra, the libtpu wheel for the tpu extra) is on CPython 3.11 only. Wheels of
+the pinned packages exist for 3.12/3.13 as well; widen the range once CI runs
+there.
+"""
+
+import pathlib
+import re
+
+import setuptools
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _version() -> str:
+  # Read, not import: importing the package would import jax.
+  text = (HERE / "flax_xalign" / "__init__.py").read_text(encoding="utf-8")
+  match = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
+  if not match:
+    raise RuntimeError("flax_xalign/__init__.py defines no __version__")
+  return match.group(1)
+
+
+def _mapped_packages(prefix: str, folder: str, *, data_only: bool) -> list[str]:
+  """Dotted names `prefix[.sub...]` for `folder` and its sub-folders.
+
+  Code folders count only where they hold an __init__.py (the top one is always
+  listed, so the mapping exists even before its first module is written); data
+  folders count wherever they hold a file.
+  """
+  root = HERE / folder
+  names = [prefix]
+  if not root.is_dir():
+    return names
+  for path in sorted(p for p in root.rglob("*") if p.is_dir()):
+    rel = path.relative_to(root)
+    if any(part.startswith((".", "_")) for part in rel.parts):
+      continue  # __pycache__, hidden folders
+    if data_only:
+      keep = any(child.is_file() for child in path.iterdir())
+    else:
+      keep = (path / "__init__.py").is_file()
+    if keep:
+      names.append(".".join((prefix, *rel.parts)))
+  return names
+
+
+_TASK_PACKAGES = _mapped_packages("flax_xalign.tasks", "tasks", data_only=False)
+_GIN_PACKAGES = _mapped_packages(
+    "flax_xalign.gin_configs", "gin_configs", data_only=True
+)
+
+PACKAGES = (
+    setuptools.find_packages(include=["flax_xalign", "flax_xalign.*"])
+    + _TASK_PACKAGES
+    + _GIN_PACKAGES
+)
+
+# One package_dir entry per mapped package keeps setuptools' editable finder
+# (PEP 660) and build_py in agreement about where each one lives.
+PACKAGE_DIR = {
+    name: "/".join([top, *name.split(".")[2:]])
+    for names, top in ((_TASK_PACKAGES, "tasks"), (_GIN_PACKAGES, "gin_configs"))
+    for name in names
+}
+
+INSTALL_REQUIRES = [
+    # The stack known to install together on CPython 3.11 (jax 0.10.2 era).
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "seqio==0.0.20",
+    "tensorflow==2.21.*",
+    "tensorflow-text==2.21.*",
+    "sentencepiece>=0.2.0",
+    "gin-config==0.5.0",
+    "clu>=0.0.12",
+    # clu.metric_writers.SummaryWriter imports tensorboard, which
+    # tensorflow 2.21 no longer pulls in.
+    "tensorboard>=2.21,<2.22",
+    "absl-py>=2.1",
+    "numpy>=2.0",
+]
+
+EXTRAS_REQUIRE = {
+    "test": [
+        "pytest>=8",
+        "pytest-xdist>=3.5",
+    ],
+    # Benchmarks against the PyTorch/Hugging Face peer. torch 2.13.0 resolves
+    # to the CPU wheel where pip's find-links hold it (this workplace:
+    # /opt/wheels); elsewhere PyPI's default (CUDA) build is used.
+    "bench": [
+        "torch==2.13.0",
+        "transformers==5.23.0",
+    ],
+    # TPU VMs: jax[tpu] pins libtpu==0.0.42.* (0.0.42.1 has a cp311 wheel).
+    "tpu": [
+        "jax[tpu]==0.10.2",
+        "libtpu==0.0.42.*",
+    ],
+}
+
+setuptools.setup(
+    name="flax_xalign",
+    version=_version(),
+    description=(
+        "JAX/Flax pretraining of cross-lingual Transformer encoders with"
+        " explicit alignment objectives"
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8")
+    if (HERE / "README.md").is_file()
+    else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11,<3.12",
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
+    package_data={name: ["*.gin"] for name in _GIN_PACKAGES},
+    include_package_data=False,
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    zip_safe=False,
+    classifiers=[
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
