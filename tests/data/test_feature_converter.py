@@ -1,0 +1,125 @@
+"""Tests for XAlignFeatureConverter on hand-made examples."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from flax_xalign import errors
+from flax_xalign.data import feature_converter as fc
+
+S, E = 3, 1  # <s>, </s>
+
+
+def _dataset(examples):
+  columns = {
+      "tokens": tf.ragged.constant([e[0] for e in examples], tf.int32,
+                                   row_splits_dtype=tf.int64),
+      "tokens_b": tf.ragged.constant([e[1] for e in examples], tf.int32,
+                                     ragged_rank=1, row_splits_dtype=tf.int64),
+      "lang": tf.constant([e[2] for e in examples]),
+      "lang_b": tf.constant([e[3] for e in examples]),
+  }
+  ds = tf.data.Dataset.from_tensor_slices(columns)
+  return ds.map(lambda ex: {k: v if k.startswith("lang") else
+                            tf.cast(v, tf.int32) for k, v in ex.items()})
+
+
+def _convert(examples, length, pack=True, languages=("en", "grc")):
+  converter = fc.XAlignFeatureConverter(list(languages), pack=pack)
+  ds = converter(_dataset(examples), task_feature_lengths={"tokens": length})
+  return list(ds.as_numpy_iterator())
+
+
+MONO = ([10, 11, 12], [], "en", "")
+PAIR = ([20, 21], [30, 31, 32], "grc", "en")
+
+
+def test_monolingual_and_pair_layout_unpacked():
+  rows = _convert([MONO, PAIR], 13, pack=False)
+  assert len(rows) == 2
+  mono, pair = rows
+  np.testing.assert_array_equal(mono["tokens"], [S, 10, 11, 12, E] + [0] * 8)
+  np.testing.assert_array_equal(mono["positions"], [0, 1, 2, 3, 4] + [0] * 8)
+  np.testing.assert_array_equal(mono["lang_ids"], [1] * 5 + [0] * 8)
+  np.testing.assert_array_equal(mono["pair_side"], [0] * 13)
+  np.testing.assert_array_equal(mono["segment_ids"], [1] * 5 + [0] * 8)
+  np.testing.assert_array_equal(
+      pair["tokens"], [S, 20, 21, E, S, 30, 31, 32, E] + [0] * 4)
+  np.testing.assert_array_equal(
+      pair["positions"], [0, 1, 2, 3, 0, 1, 2, 3, 4] + [0] * 4)
+  np.testing.assert_array_equal(pair["pair_side"], [1] * 4 + [2] * 5 + [0] * 4)
+  np.testing.assert_array_equal(pair["lang_ids"], [2] * 4 + [1] * 5 + [0] * 4)
+  for row in rows:
+    assert set(row) == set(fc.MODEL_FEATURE_KEYS)
+    assert all(v.dtype == np.int32 and v.shape == (13,) for v in row.values())
+
+
+def test_packing_keeps_positions_and_segments():
+  rows = _convert([MONO, PAIR, ([40], [], "grc", "")], 15)
+  assert len(rows) == 2  # The third example does not fit: greedy, next row.
+  np.testing.assert_array_equal(rows[1]["tokens"], [S, 40, E] + [0] * 12)
+  np.testing.assert_array_equal(rows[1]["segment_ids"], [1] * 3 + [0] * 12)
+  np.testing.assert_array_equal(rows[1]["lang_ids"], [2] * 3 + [0] * 12)
+  row = rows[0]
+  np.testing.assert_array_equal(
+      row["tokens"], [S, 10, 11, 12, E, S, 20, 21, E, S, 30, 31, 32, E, 0])
+  np.testing.assert_array_equal(
+      row["segment_ids"], [1] * 5 + [2] * 9 + [0])
+  np.testing.assert_array_equal(
+      row["positions"], [0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2, 3, 4, 0])
+  np.testing.assert_array_equal(row["pair_side"], [0] * 5 + [1] * 4 + [2] * 5
+                                + [0])
+  np.testing.assert_array_equal(row["lang_ids"], [1] * 5 + [2] * 4 + [1] * 5
+                                + [0])
+  rows = _convert([MONO, PAIR, ([40], [], "grc", "")], 18)
+  np.testing.assert_array_equal(rows[0]["segment_ids"],
+                                [1] * 5 + [2] * 9 + [3] * 3 + [0])
+  np.testing.assert_array_equal(rows[0]["positions"][14:], [0, 1, 2, 0])
+
+
+def test_trimming_fits_the_row():
+  long_mono = (list(range(10, 40)), [], "en", "")
+  row = _convert([long_mono], 9, pack=False)[0]
+  np.testing.assert_array_equal(row["tokens"], [S] + list(range(10, 17)) + [E])
+  # Pair budget L - 4 = 7: a long side gets the rest of a short side's share.
+  short_long = ([50, 51], list(range(60, 80)), "grc", "en")
+  row = _convert([short_long], 11, pack=False)[0]
+  np.testing.assert_array_equal(
+      row["tokens"], [S, 50, 51, E, S, 60, 61, 62, 63, 64, E])
+  both_long = (list(range(50, 70)), list(range(80, 100)), "grc", "en")
+  row = _convert([both_long], 11, pack=False)[0]
+  np.testing.assert_array_equal(
+      row["tokens"], [S, 50, 51, 52, E, S, 80, 81, 82, 83, E])
+  np.testing.assert_array_equal(row["positions"],
+                                [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5])
+
+
+def test_pair_budget_split():
+  keep = lambda a, b, n: tuple(int(x) for x in fc.pair_budget(
+      tf.constant(a), tf.constant(b), n))
+  assert keep(10, 3, 8) == (5, 3)
+  assert keep(3, 10, 8) == (3, 5)
+  assert keep(10, 10, 7) == (3, 4)
+  assert keep(2, 2, 8) == (2, 2)
+
+
+def test_empty_examples_are_dropped():
+  rows = _convert([([], [], "en", ""), MONO], 7, pack=False)
+  assert len(rows) == 1
+
+
+def test_unknown_language_fails_with_its_name():
+  with pytest.raises(tf.errors.InvalidArgumentError, match="Unknown language"):
+    _convert([([5, 6], [], "de", "")], 9, languages=("en",))
+
+
+def test_bad_configuration_is_a_user_error():
+  with pytest.raises(errors.UserError, match="list of language codes"):
+    fc.XAlignFeatureConverter("en")
+  with pytest.raises(errors.UserError, match="too short"):
+    _convert([MONO], 5)
+  ds = _dataset([MONO]).map(lambda ex: {"tokens": ex["tokens"]})
+  with pytest.raises(errors.UserError, match="'tokens_b'"):
+    fc.XAlignFeatureConverter(["en"])(ds, {"tokens": 9})
+  assert fc.XAlignFeatureConverter(["grc", "en", "en"]).languages == (
+      "en", "grc")

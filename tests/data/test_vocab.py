@@ -1,0 +1,122 @@
+"""Tests for flax_xalign.data.vocab (SentencePiece training and caching)."""
+
+import json
+
+import pytest
+import sentencepiece as spm
+
+from flax_xalign import errors
+from flax_xalign.data import vocab
+from tests.conftest import tiny_sentences
+
+
+def test_special_ids_and_vocab_size(toy_corpus):
+  _, model = toy_corpus
+  v = vocab.load_vocabulary(model)
+  assert v.vocab_size == 61 and v.extra_ids == 0
+  assert (v.pad_id, v.eos_id, v.unk_id, v.bos_id) == (0, 1, 2, 3)
+  pieces = [v.tokenizer.id_to_piece(i) for i in range(vocab.NUM_SPECIAL_TOKENS)]
+  assert pieces == ["<pad>", "</s>", "<unk>", "<s>", "<mask>"]
+  ids = v.encode("the cat <mask> sat")
+  assert vocab.MASK_ID in ids and min(ids) > 0
+  assert v.decode(v.encode("the cat sat")) == "the cat sat"
+
+
+def test_training_is_deterministic(tmp_path, toy_corpus):
+  _, model = toy_corpus
+  again = vocab.train_sentencepiece(
+      tiny_sentences("en", 300, 1) + tiny_sentences("de", 200, 2),
+      vocab_size=61, model_path=tmp_path / "again.model")
+  assert again.read_bytes() == model.read_bytes()
+
+
+def test_foreign_model_is_rejected(tmp_path):
+  prefix = tmp_path / "plain"
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(tiny_sentences("en", 100)), model_prefix=prefix,
+      vocab_size=40, minloglevel=2)  # SentencePiece defaults: unk=0, bos=1.
+  with pytest.raises(errors.UserError, match="special ids"):
+    vocab.load_vocabulary(f"{prefix}.model")
+  with pytest.raises(errors.UserError, match="does not exist"):
+    vocab.load_vocabulary(tmp_path / "missing.model")
+  (tmp_path / "junk.model").write_bytes(b"not a model")
+  with pytest.raises(errors.UserError, match="not a readable"):
+    vocab.load_vocabulary(tmp_path / "junk.model")
+
+
+def test_bad_training_requests(tmp_path):
+  with pytest.raises(errors.UserError, match="empty corpus"):
+    vocab.train_sentencepiece(["", "  "], vocab_size=61,
+                              model_path=tmp_path / "x.model")
+  with pytest.raises(errors.UserError, match="smaller vocab_size"):
+    vocab.train_sentencepiece(["a b"], vocab_size=500,
+                              model_path=tmp_path / "x.model")
+
+
+def test_cli(tmp_path, capsys):
+  text = tmp_path / "in.txt"
+  text.write_text("\n".join(tiny_sentences("en", 200)), encoding="utf-8")
+  status = vocab.main([f"--input={text}", "--vocab_size=45",
+                       f"--output={tmp_path / 'cli'}", "--model_type=bpe"])
+  assert status == 0 and vocab.load_vocabulary(tmp_path / "cli.model")
+  assert vocab.main([f"--input={tmp_path / 'nope.txt'}", "--vocab_size=45",
+                     f"--output={tmp_path / 'cli'}"]) == 2
+  assert "nope.txt does not exist" in capsys.readouterr().err
+
+
+def test_lazy_vocabulary_resolves_on_first_use(toy_corpus):
+  _, model = toy_corpus
+  calls = []
+
+  def resolve():
+    calls.append(1)
+    return model
+
+  lazy = vocab.LazyVocabulary(resolve)
+  assert not calls
+  assert lazy.vocab_size == 61 and len(calls) == 1
+  assert lazy.sentencepiece_model_file == str(model) and len(calls) == 1
+  assert vocab.LazyVocabulary(vocab.FixedPath("a")) == vocab.LazyVocabulary(
+      vocab.FixedPath("a"))
+  bad = vocab.LazyVocabulary(vocab.FixedPath("/nonexistent/x.model"))
+  with pytest.raises(errors.UserError, match="does not exist"):
+    _ = bad.vocab_size
+
+
+def test_bible_vocabulary_cache_and_rebuild(bible_data_dir, tmp_path,
+                                            monkeypatch):
+  wheel = tmp_path / "bible_alignments"
+  wheel.mkdir()
+  name = vocab.bible.WHEEL_NAME
+  (wheel / name).symlink_to(bible_data_dir / "bible_alignments" / name)
+  built = []
+  real_train = vocab.train_sentencepiece
+
+  def counting_train(*args, **kwargs):
+    built.append(kwargs["model_path"])
+    return real_train(*args, **kwargs)
+
+  monkeypatch.setattr(vocab, "train_sentencepiece", counting_train)
+  # The real text is covered by tests/tasks; a toy text keeps this fast.
+  monkeypatch.setattr(vocab, "bible_training_text", lambda root: (
+      tiny_sentences("en", 200), {"en": 1, "grc": 2}))
+  path = vocab.bible_vocabulary(50, tmp_path)
+  assert path.name == "bible_grc_en_bpe50.model" and len(built) == 1
+  manifest = json.loads(path.with_suffix(".json").read_text())
+  assert manifest["inputs"]["split"]["test"] == [41, 50, 59]
+  corpus = manifest["inputs"]["corpus"]
+  assert corpus["wheel_sha256"] == vocab.bible.WHEEL_SHA256
+  assert manifest["built"]["repeats"] == {"en": 1, "grc": 2}
+  assert vocab.load_vocabulary(path).vocab_size == 50
+
+  assert vocab.bible_vocabulary(50, tmp_path) == path and len(built) == 1
+  vocab.bible_vocabulary(50, tmp_path, seed=7)  # Changed input: rebuild.
+  assert len(built) == 2
+  monkeypatch.setattr(vocab, "BIBLE_RECIPE_VERSION", 99)
+  vocab.bible_vocabulary(50, tmp_path)
+  assert len(built) == 3
+  vocab.bible_vocabulary(50, tmp_path)
+  assert len(built) == 3
+  monkeypatch.setattr(vocab.bible, "TEST_BOOKS", frozenset({41}))
+  vocab.bible_vocabulary(50, tmp_path)  # Changed split definition.
+  assert len(built) == 4
