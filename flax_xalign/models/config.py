@@ -1,0 +1,175 @@
+"""`EncoderConfig`: the sizes and numerics of the encoder, plus named presets.
+
+The config is a frozen dataclass so it can be hashed into jit caches and bound
+from gin by the entry points (`train.py` registers it as `EncoderConfig`); this
+module itself knows nothing of gin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+_DTYPES = ("float32", "bfloat16", "float16")
+REMAT_POLICIES = ("none", "full", "dots")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EncoderConfig:
+  """Hyperparameters of an XLM-R/BERT-style Transformer encoder.
+
+  Attributes:
+    vocab_size: rows of the token embedding (tied with the MLM output). Usually
+      left None in presets and filled in by the trainer from the vocabulary;
+      the encoder refuses to build while it is None.
+    num_layers: number of Transformer layers.
+    embed_dim: width of the residual stream (`embed`).
+    num_heads: attention heads (`heads`).
+    head_dim: width of one head (`kv`); need not equal embed_dim / num_heads.
+    mlp_dim: hidden width of the feed-forward block (`mlp`).
+    max_positions: rows of the learned absolute position table; positions must
+      lie in [0, max_positions). 514 matches XLM-R's table.
+    num_languages: languages with a learned language embedding (XLM-style);
+      0 disables them. The table has num_languages + 1 rows because language
+      id 0 marks padding.
+    dropout_rate: dropout on the embeddings and on each sublayer output.
+    attention_dropout_rate: dropout on attention probabilities.
+    pre_layer_norm: False for post-LN (BERT/XLM-R: LayerNorm after each
+      residual add, and on the embeddings); True for pre-LN (LayerNorm before
+      each sublayer and a final LayerNorm, no embedding LayerNorm).
+    layer_norm_epsilon: epsilon of every LayerNorm.
+    initializer_std: standard deviation of the normal init of kernels and
+      embedding tables.
+    dtype: compute dtype of matmuls and the residual stream ("float32", or
+      "bfloat16" on accelerators). LayerNorm, softmax and logits stay float32.
+    param_dtype: storage dtype of parameters.
+    scan_layers: stack the layers under one `layers` module with a leading
+      `layers` axis and run them with `nn.scan`, so compile time does not grow
+      with depth.
+    remat_policy: rematerialisation of each layer in the backward pass:
+      "none" (keep all activations), "full" (recompute everything), "dots"
+      (keep only weight matmul outputs, recompute attention and elementwise).
+  """
+
+  vocab_size: int | None = None
+  num_layers: int
+  embed_dim: int
+  num_heads: int
+  head_dim: int
+  mlp_dim: int
+  max_positions: int = 514
+  num_languages: int = 0
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  pre_layer_norm: bool = False
+  layer_norm_epsilon: float = 1e-5
+  initializer_std: float = 0.02
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+  scan_layers: bool = True
+  remat_policy: str = "none"
+
+  def __post_init__(self):
+    if self.vocab_size is not None:
+      _check_positive_int("vocab_size", self.vocab_size)
+    for name in ("num_layers", "embed_dim", "num_heads", "head_dim", "mlp_dim",
+                 "max_positions"):
+      _check_positive_int(name, getattr(self, name))
+    if not isinstance(self.num_languages, int) or self.num_languages < 0:
+      raise ValueError(
+          f"EncoderConfig.num_languages must be an int >= 0 (0 disables "
+          f"language embeddings), got {self.num_languages!r}.")
+    for name in ("dropout_rate", "attention_dropout_rate"):
+      rate = getattr(self, name)
+      if not 0.0 <= rate < 1.0:
+        raise ValueError(
+            f"EncoderConfig.{name} must be in [0, 1), got {rate!r}.")
+    for name in ("layer_norm_epsilon", "initializer_std"):
+      if not getattr(self, name) > 0:
+        raise ValueError(
+            f"EncoderConfig.{name} must be > 0, got {getattr(self, name)!r}.")
+    for name in ("dtype", "param_dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(
+            f"EncoderConfig.{name} must be one of {_DTYPES}, got "
+            f"{getattr(self, name)!r}.")
+    if self.remat_policy not in REMAT_POLICIES:
+      raise ValueError(
+          f"EncoderConfig.remat_policy must be one of {REMAT_POLICIES}, got "
+          f"{self.remat_policy!r}.")
+
+  def replace(self, **changes: Any) -> EncoderConfig:
+    """Returns a copy with `changes` applied (and validated again)."""
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def compute_dtype(self) -> jnp.dtype:
+    return jnp.dtype(self.dtype)
+
+  @property
+  def params_dtype(self) -> jnp.dtype:
+    return jnp.dtype(self.param_dtype)
+
+  @property
+  def attention_dim(self) -> int:
+    """Total width of the attention projections, heads * head_dim."""
+    return self.num_heads * self.head_dim
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ValueError(
+        f"EncoderConfig.{name} must be a positive int, got {value!r}.")
+
+
+# Size presets. vocab_size stays None: the trainer takes it from the vocabulary.
+# `small` mirrors the HF XLMRobertaForMaskedLM config used by the benchmark.
+TINY = EncoderConfig(num_layers=4, embed_dim=128, num_heads=4, head_dim=32,
+                     mlp_dim=512)
+SMALL = EncoderConfig(num_layers=6, embed_dim=512, num_heads=8, head_dim=64,
+                      mlp_dim=2048)
+BASE = EncoderConfig(num_layers=12, embed_dim=768, num_heads=12, head_dim=64,
+                     mlp_dim=3072)
+LARGE = EncoderConfig(num_layers=24, embed_dim=1024, num_heads=16, head_dim=64,
+                      mlp_dim=4096)
+
+PRESETS: dict[str, EncoderConfig] = {
+    "tiny": TINY,
+    "small": SMALL,
+    "base": BASE,
+    "large": LARGE,
+}
+
+
+def tiny(**overrides: Any) -> EncoderConfig:
+  """4 layers, embed 128, 4 heads x 32, mlp 512 (the CPU demo)."""
+  return TINY.replace(**overrides)
+
+
+def small(**overrides: Any) -> EncoderConfig:
+  """6 layers, embed 512, 8 heads x 64, mlp 2048."""
+  return SMALL.replace(**overrides)
+
+
+def base(**overrides: Any) -> EncoderConfig:
+  """XLM-R base: 12 layers, embed 768, 12 heads x 64, mlp 3072."""
+  return BASE.replace(**overrides)
+
+
+def large(**overrides: Any) -> EncoderConfig:
+  """XLM-R large: 24 layers, embed 1024, 16 heads x 64, mlp 4096."""
+  return LARGE.replace(**overrides)
+
+
+def preset(name: str, **overrides: Any) -> EncoderConfig:
+  """Returns the named preset with `overrides` applied.
+
+  Raises:
+    ValueError: if `name` is not one of PRESETS.
+  """
+  if name not in PRESETS:
+    raise ValueError(
+        f"Unknown encoder size {name!r}; choose one of {sorted(PRESETS)}.")
+  return PRESETS[name].replace(**overrides)

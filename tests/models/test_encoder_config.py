@@ -1,0 +1,87 @@
+"""EncoderConfig validation, presets and the model gin files."""
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from flax_xalign.models import config as config_lib
+from flax_xalign.models.config import EncoderConfig
+from flax_xalign.models.encoder import Encoder
+
+_GIN_DIR = pathlib.Path(__file__).resolve().parents[2] / "gin_configs/models"
+_SIZES = dict(num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_layers", 0),
+    ("embed_dim", -1),
+    ("head_dim", 2.5),
+    ("vocab_size", 0),
+    ("num_languages", -1),
+    ("dropout_rate", 1.0),
+    ("attention_dropout_rate", -0.1),
+    ("layer_norm_epsilon", 0.0),
+    ("dtype", "float8"),
+    ("param_dtype", "int32"),
+    ("remat_policy", "some"),
+])
+def test_invalid_values_name_the_field(field, value):
+  with pytest.raises(ValueError, match=field):
+    EncoderConfig(**{**_SIZES, field: value})
+
+
+def test_replace_validates_and_keeps_frozen():
+  config = EncoderConfig(**_SIZES)
+  assert config.replace(vocab_size=61).vocab_size == 61
+  with pytest.raises(ValueError, match="num_heads"):
+    config.replace(num_heads=0)
+  with pytest.raises(AttributeError):
+    config.num_layers = 3  # pytype: disable=not-writable
+  assert hash(config) == hash(EncoderConfig(**_SIZES))
+
+
+def test_defaults_are_xlmr_like():
+  config = EncoderConfig(**_SIZES)
+  assert config.vocab_size is None
+  assert config.max_positions == 514
+  assert not config.pre_layer_norm
+  assert config.layer_norm_epsilon == 1e-5
+  assert config.scan_layers
+  assert config.compute_dtype == jnp.float32
+
+
+@pytest.mark.parametrize("name,sizes", [
+    ("tiny", (4, 128, 4, 32, 512)),
+    ("small", (6, 512, 8, 64, 2048)),
+    ("base", (12, 768, 12, 64, 3072)),
+    ("large", (24, 1024, 16, 64, 4096)),
+])
+def test_presets_and_gin_files_agree(name, sizes):
+  preset = config_lib.preset(name)
+  assert preset == getattr(config_lib, name)()
+  assert (preset.num_layers, preset.embed_dim, preset.num_heads,
+          preset.head_dim, preset.mlp_dim) == sizes
+  assert preset.vocab_size is None
+  # Parse without registering: train.py owns the `EncoderConfig` registration.
+  parser = pytest.importorskip("gin.config_parser")
+  gin_config = pytest.importorskip("gin.config")
+  text = (_GIN_DIR / f"{name}.gin").read_text()
+  bindings = {}
+  for statement in parser.ConfigParser(
+      text, gin_config.ParserDelegate(skip_unknown=True)):
+    assert statement.selector == "EncoderConfig"
+    bindings[statement.arg_name] = statement.value
+  assert EncoderConfig(**bindings) == preset
+
+
+def test_unknown_preset():
+  with pytest.raises(ValueError, match="huge"):
+    config_lib.preset("huge")
+
+
+def test_encoder_needs_vocab_size():
+  encoder = Encoder(EncoderConfig(**_SIZES))
+  with pytest.raises(ValueError, match="vocab_size"):
+    encoder.init_variables(jax.random.key(0), (1, 5))
