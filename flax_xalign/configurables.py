@@ -1,0 +1,37 @@
+"""The gin edge: every name a gin file may bind, registered in one place.
+
+Library modules never import gin. `train.py` and `eval.py` import this module,
+which registers the library's dataclasses and entry functions under short,
+stable names (`EncoderConfig`, `OptimizerConfig`, `train`, `evaluate`, ...).
+The registrations live in a library module, not in `__main__`, because gin 0.5
+resolves configurables by module and `python -m` renames the entry module.
+"""
+
+from __future__ import annotations
+
+import importlib.util  # noqa: F401  (gin 0.5 needs importlib.util loaded before --gin_file)
+
+import gin
+
+from flax_xalign.evaluation import mlm_eval
+from flax_xalign.models.config import EncoderConfig
+from flax_xalign.objectives.pretraining import MaskingConfig
+from flax_xalign.tasks import user as user_tasks
+from flax_xalign.training.checkpoints import CheckpointConfig
+from flax_xalign.training.optimizer import OptimizerConfig
+from flax_xalign.training.pretrain import pretrain
+
+_REGISTERED = False
+
+
+def register() -> None:
+  """Registers the configurables once per process."""
+  global _REGISTERED
+  if _REGISTERED:
+    return
+  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig,
+              user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture):
+    gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
+  gin.external_configurable(pretrain, name="train", module="flax_xalign")
+  gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")
+  _REGISTERED = True

@@ -1,0 +1,169 @@
+"""t5x-style flags shared by the entry points.
+
+`--gin_file=F` (repeatable), `--gin_search_paths=a,b`, `--gin.NAME=VALUE`
+(a binding, e.g. `--gin.MODEL_DIR=\\"runs/demo\\"`) and `--gin_bindings=...`.
+Gin's own errors (unknown names, syntax) become one `UserError` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+from typing import Sequence
+
+import gin
+
+from flax_xalign.errors import UserError
+
+PACKAGE_GIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs")
+REPO_GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin_configs")
+
+
+def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
+  bindings = []
+  rest = []
+  for arg in argv:
+    match = re.match(r"^--gin\.([^=]+)=(.*)$", arg, re.S)
+    if match:
+      bindings.append(f"{match.group(1)} = {match.group(2)}")
+    else:
+      rest.append(arg)
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument("--gin_file", action="append", default=[], help="gin file (repeatable)")
+  parser.add_argument("--gin_bindings", action="append", default=[], help="gin binding (repeatable)")
+  parser.add_argument("--gin_search_paths", default="", help="comma-separated folders for gin files")
+  args = parser.parse_args(rest)
+  args.gin_bindings = list(args.gin_bindings) + bindings
+  return args
+
+
+def search_paths(extra: str) -> list[str]:
+  paths = [p for p in extra.split(",") if p]
+  for default in (os.getcwd(), REPO_GIN_DIR, PACKAGE_GIN_DIR):
+    if os.path.isdir(default) and default not in paths:
+      paths.append(default)
+  return paths
+
+
+def _resolve(path: str, paths: Sequence[str]) -> str:
+  if os.path.exists(path):
+    return path
+  for folder in paths:
+    for candidate in (os.path.join(folder, path), os.path.join(folder, path.removeprefix("gin_configs/"))):
+      if os.path.exists(candidate):
+        return candidate
+  raise UserError(f"gin file {path!r} not found (searched: {', '.join(paths)}); check the path or "
+                  "add its folder with --gin_search_paths.")
+
+
+def parse_gin(args: argparse.Namespace) -> None:
+  paths = search_paths(args.gin_search_paths)
+  for folder in paths:
+    gin.add_config_file_search_path(folder)
+  files = [_resolve(f, paths) for f in args.gin_file]
+  try:
+    gin.parse_config_files_and_bindings(files, args.gin_bindings, finalize_config=True)
+  except (ValueError, KeyError, SyntaxError, IOError) as e:
+    message = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+    name = re.search(r"'([^']+)'", message)
+    hint = ""
+    if name:
+      known = [c for c in _known_names()]
+      close = difflib.get_close_matches(name.group(1), known, n=3)
+      if close:
+        hint = f" Did you mean {', '.join(close)}?"
+    raise UserError(f"gin configuration error: {message}.{hint}") from e
+
+
+def _known_names() -> list[str]:
+  from gin import config as gin_config
+
+  names = set()
+  for selector in gin_config._REGISTRY.get_all_matches(""):  # noqa: SLF001
+    names.add(selector.split(".")[-1])
+    configurable = gin_config._REGISTRY[selector]  # noqa: SLF001
+    for param in getattr(configurable, "valid_params", None) or ():
+      names.add(f"{selector.split('.')[-1]}.{param}")
+  return sorted(names)
+
+
+def write_operative_config(model_dir: str, filename: str = "config.gin") -> None:
+  """Writes gin's operative config atomically into `model_dir`."""
+  os.makedirs(model_dir, exist_ok=True)
+  path = os.path.join(model_dir, filename)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(gin.operative_config_str())
+  os.replace(tmp, path)
+
+
+def required_binding_error(e: RuntimeError) -> UserError | None:
+  """Turns gin's 'Required bindings ... not provided' into a flag hint."""
+  text = str(e)
+  if "Required bindings" not in text:
+    return None
+  missing = re.findall(r"'([^']+)'", text)
+  return UserError(f"missing required setting(s) {', '.join(missing) or text}: pass them as "
+                   "--gin.MACRO=VALUE (e.g. --gin.MODEL_DIR=\\\"runs/demo\\\") or in a gin file.")
+
+
+class _DropKnownNoise:
+  """Drops log lines that are expected and say nothing to a user.
+
+  gin logs an ERROR for every search-path miss before it finds an included
+  file, and seqio warns on every uncached in-memory source (ours are shuffled
+  over the whole split in-graph, so its concern does not apply).
+  """
+
+  PREFIXES = ("Path not found:", "Using an uncached FunctionDataset")
+
+  def filter(self, record) -> bool:
+    return not str(record.msg).startswith(self.PREFIXES)
+
+
+def quiet_known_noise() -> None:
+  import logging
+
+  noise = _DropKnownNoise()
+  for name in ("", "absl"):
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _DropKnownNoise) for f in logger.filters):
+      logger.addFilter(noise)
+
+
+def run(argv: Sequence[str], *, description: str, configurable: str,
+        default_gin_files: Sequence[str] = (), **call_kwargs):
+  """Parses flags and gin, then calls the gin configurable `configurable`.
+
+  Returns (exit_code, result): 2 with a one-line message on stderr for bad
+  input, else 0 and whatever the configurable returned.
+  """
+  import sys
+
+  from flax_xalign import configurables
+
+  quiet_known_noise()
+  try:
+    args = parse_args(argv, description=description)
+    if not args.gin_file:
+      args.gin_file = list(default_gin_files)
+    configurables.register()
+    parse_gin(args)
+    fn = gin.get_configurable(f"flax_xalign.{configurable}")
+    try:
+      return 0, fn(**call_kwargs)
+    except RuntimeError as e:
+      hint = required_binding_error(e)
+      if hint is None:
+        raise
+      raise hint from e
+    except TypeError as e:
+      if "EncoderConfig" in str(e) and "missing" in str(e):
+        raise UserError("no model size given: add a model gin file, e.g. "
+                        "--gin_file=gin_configs/models/tiny.gin") from e
+      raise
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2, None

@@ -1,0 +1,134 @@
+"""Where metrics go: `metrics.jsonl`, TensorBoard events and a progress line.
+
+`metrics.jsonl` holds one JSON object per logged step (`step`, `loss`, one key
+per loss term, `learning_rate`, `tokens_per_sec`, ...). On resume, lines from
+steps after the restored checkpoint are dropped (they belong to the part of the
+interrupted run that is about to be redone), so the file reads as one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from clu import metric_writers
+
+# Peak dense matmul FLOP/s per chip for the compute dtypes we use (vendor
+# figures); MFU is reported only where the peak is known or configured.
+PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
+    "TPU v3": 123e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "NVIDIA H100 80GB HBM3": 989e12,
+    "NVIDIA H200": 989e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+}
+
+
+def peak_flops_per_device(override: float | None = None) -> float | None:
+  if override:
+    return override
+  kind = jax.devices()[0].device_kind
+  for name, flops in PEAK_FLOPS_BY_DEVICE_KIND.items():
+    if kind.startswith(name):
+      return flops
+  return None
+
+
+def _to_python(value: Any) -> Any:
+  if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+    value = np.asarray(value).item()
+  if isinstance(value, float):
+    return round(value, 6)
+  return value
+
+
+class MetricsLogger:
+  """Writes metrics on the chief process; prints a progress line."""
+
+  def __init__(self, model_dir: str, *, resume_step: int = 0, total_steps: int | None = None):
+    self.is_chief = jax.process_index() == 0
+    self.path = os.path.join(model_dir, "metrics.jsonl")
+    self.total_steps = total_steps
+    self._writer = metric_writers.create_default_writer(
+        os.path.join(model_dir, "tensorboard"), just_logging=not self.is_chief, asynchronous=False
+    )
+    if self.is_chief:
+      self._truncate_after(resume_step)
+
+  def _truncate_after(self, step: int) -> None:
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      f.writelines(kept)
+    os.replace(tmp, self.path)
+
+  def write(self, step: int, scalars: Mapping[str, Any], *, prefix: str = "") -> dict[str, Any]:
+    row = {"step": int(step), **{f"{prefix}{k}": _to_python(v) for k, v in scalars.items()}}
+    if self.is_chief:
+      with open(self.path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+      self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
+    return row
+
+  def progress(self, row: Mapping[str, Any], terms: tuple[str, ...]) -> None:
+    if not self.is_chief:
+      return
+    total = f"/{self.total_steps}" if self.total_steps else ""
+    parts = [f"step {row['step']}{total}", f"loss {row['loss']:.4f}"]
+    parts += [f"{t} {row[t]:.4f}" for t in terms if t in row]
+    if "tokens_per_sec" in row:
+      parts.append(f"{row['tokens_per_sec']:,.0f} tok/s")
+    if row.get("mfu") is not None:
+      parts.append(f"MFU {100 * row['mfu']:.1f}%")
+    print("  ".join(parts), file=sys.stdout, flush=True)
+
+  def flush(self) -> None:
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
+
+
+class Throughput:
+  """Tokens/s and model FLOP utilisation over a logging interval."""
+
+  def __init__(self, *, flops_per_step: float, peak_flops: float | None, num_devices: int):
+    self.flops_per_step = flops_per_step
+    self.peak = peak_flops * num_devices if peak_flops else None
+    self.reset()
+
+  def reset(self) -> None:
+    self._start = time.perf_counter()
+    self._steps = 0
+    self._tokens = 0.0
+
+  def add(self, tokens: float) -> None:
+    self._steps += 1
+    self._tokens += tokens
+
+  def summary(self) -> dict[str, Any]:
+    """Rates since the last reset; empty when no step was timed."""
+    if not self._steps:
+      return {}
+    elapsed = max(time.perf_counter() - self._start, 1e-9)
+    flops = self.flops_per_step * self._steps / elapsed
+    out = {
+        "tokens_per_sec": self._tokens / elapsed,
+        "steps_per_sec": self._steps / elapsed,
+        "model_tflops_per_sec": flops / 1e12,
+    }
+    if self.peak:
+      out["mfu"] = flops / self.peak
+    return out

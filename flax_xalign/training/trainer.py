@@ -1,0 +1,301 @@
+"""The train loop: sharded state, jitted step, checkpoints, evaluation, signals.
+
+`train()` receives its collaborators (model, partitioner, data, checkpointer,
+logger) so tests can pass small ones. Determinism: the step RNG is
+`fold_in(key(seed), step)` and the data iterator's state is checkpointed, so a
+resumed run reproduces the losses of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import signal
+import sys
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from flax_xalign.errors import UserError
+from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.training.checkpoints import Checkpointer
+from flax_xalign.training.metrics import MetricsLogger, Throughput
+from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
+from flax_xalign.training.partitioning import Partitioner
+
+HostBatch = Mapping[str, np.ndarray]
+
+
+class TrainState(flax.struct.PyTreeNode):
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+class NonFiniteLossError(UserError):
+  """The loss became NaN/inf; the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """What the loop does and how often."""
+
+  train_steps: int
+  batch_size: int
+  length: int
+  seed: int = 0
+  log_every: int = 10
+  eval_every: int = 0
+  checkpoint_every: int = 100
+  eval_batches: int = 20
+  peak_flops_per_device: float | None = None
+
+
+@dataclasses.dataclass
+class TrainResult:
+  state: TrainState
+  last_step: int
+  interrupted: bool
+  stop_signal: int | None
+  history: list[dict[str, Any]]
+
+
+class _StopRequest:
+  """Turns SIGTERM/SIGINT into a flag the loop checks after each step."""
+
+  def __init__(self):
+    self.signal: int | None = None
+    self._previous: dict[int, Any] = {}
+
+  def __enter__(self) -> "_StopRequest":
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def _handle(self, signum: int, frame: Any) -> None:
+    if self.signal is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt  # A second Ctrl-C stops at once.
+    self.signal = signum
+    print(f"\nreceived {signal.Signals(signum).name}: saving a checkpoint after this step "
+          "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
+
+  def __exit__(self, *exc: Any) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def _to_host(batch: Any) -> dict[str, np.ndarray]:
+  return {k: np.asarray(v) for k, v in batch.items()}
+
+
+class Trainer:
+  """Builds the sharded state and the jitted train/eval steps for one model."""
+
+  def __init__(self, *, model: PretrainingModel, optimizer: OptimizerConfig,
+               partitioner: Partitioner, loop: LoopConfig):
+    self.model = model
+    self.partitioner = partitioner
+    self.loop = loop
+    partitioner.check_batch_size(loop.batch_size)
+    self.tx, self.schedule = make_optimizer(optimizer, loop.train_steps)
+    self.base_rng = jax.random.key(loop.seed)
+    init_rng = jax.random.fold_in(self.base_rng, -1 & 0x7FFFFFFF)
+
+    def init_boxed(rng: jax.Array) -> TrainState:
+      params = model.init(rng, batch=1, length=loop.length)
+      return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self.tx.init(params))
+
+    # Initialisation runs without the mesh in context: parameter shardings come
+    # from the logical boxes, and flax's DenseGeneral would otherwise apply its
+    # n-d logical constraint to the flat kernel it initialises.
+    abstract_boxed = jax.eval_shape(init_boxed, init_rng)
+    self.state_shardings = partitioner.shardings_for(abstract_boxed)
+    self.abstract_state = jax.tree.map(
+        lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+        nn.meta.unbox(abstract_boxed), self.state_shardings)
+    self._init = jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=self.state_shardings)
+    self._init_rng = init_rng
+    with self.mesh_context():
+      batch_sharding = partitioner.data_sharding(2)
+      replicated = partitioner.replicated()
+      self.train_step = jax.jit(
+          self._train_step,
+          in_shardings=(self.state_shardings, batch_sharding, replicated),
+          out_shardings=(self.state_shardings, replicated),
+          donate_argnums=(0,),
+      )
+      self.eval_step = jax.jit(
+          self._eval_step,
+          in_shardings=(self.state_shardings.params, batch_sharding, replicated),
+          out_shardings=replicated,
+      )
+
+  def mesh_context(self):
+    """Mesh and logical rules in scope, so activation constraints resolve."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.set_mesh(self.partitioner.mesh))
+    stack.enter_context(nn.logical_axis_rules(self.partitioner.rules))
+    return stack
+
+  def init_state(self) -> TrainState:
+    return self._init(self._init_rng)
+
+  def _train_step(self, state: TrainState, batch: Any, base_rng: jax.Array):
+    rng = jax.random.fold_in(base_rng, state.step)
+    grad_fn = jax.value_and_grad(self.model.loss_fn, has_aux=True)
+    (_, metrics), grads = grad_fn(state.params, batch, rng, train=True)
+    updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(metrics, learning_rate=self.schedule(state.step), grad_norm=optax.tree.norm(grads))
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  def _eval_step(self, params: Any, batch: Any, rng: jax.Array):
+    _, metrics = self.model.loss_fn(params, batch, rng, train=False)
+    return metrics
+
+  def shard(self, host_batch: HostBatch) -> dict[str, jax.Array]:
+    return self.partitioner.shard_batch(dict(host_batch))
+
+  def evaluate(self, params: Any, batches: Iterable[HostBatch], *, max_batches: int) -> dict[str, float]:
+    """Mean metrics over up to `max_batches` batches with fixed masking RNGs."""
+    eval_rng = jax.random.fold_in(self.base_rng, 0x5EED)
+    sums: dict[str, float] = {}
+    count = 0
+    with self.mesh_context():
+      for i, batch in enumerate(batches):
+        if max_batches and i >= max_batches:
+          break
+        metrics = jax.device_get(self.eval_step(params, self.shard(batch), jax.random.fold_in(eval_rng, i)))
+        for k, v in metrics.items():
+          sums[k] = sums.get(k, 0.0) + float(v)
+        count += 1
+    if not count:
+      raise UserError("The evaluation split produced no full batch; lower BATCH_SIZE or add data.")
+    return {k: v / count for k, v in sums.items()}
+
+
+def _check_finite(losses: list[tuple[int, jax.Array]]) -> None:
+  for step, loss in losses:
+    value = float(jax.device_get(loss))
+    if not math.isfinite(value):
+      raise NonFiniteLossError(
+          f"The loss became {value} at step {step}. Training stopped; the last checkpoint "
+          "written before it is intact. Lower the learning rate (OptimizerConfig.learning_rate), "
+          "raise warmup, or check the data, then rerun the same command to resume."
+      )
+
+
+def train(
+    *,
+    trainer: Trainer,
+    train_iterator: Iterator[Any],
+    eval_batches: Callable[[], Iterable[HostBatch]] | None,
+    checkpointer: Checkpointer,
+    logger: MetricsLogger,
+    meta: Mapping[str, Any],
+    flops_per_step: float,
+    on_resume: Callable[[int], None] | None = None,
+    step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None = None,
+) -> TrainResult:
+  """Runs (or resumes) training to `trainer.loop.train_steps`.
+
+  Args:
+    trainer: model, optimiser and sharded steps.
+    train_iterator: a checkpointable iterator of host batches (tf.data).
+    eval_batches: returns a fresh iterable of held-out host batches.
+    checkpointer: where state, iterator and `meta` are saved.
+    logger: metrics sink.
+    meta: run metadata saved with every checkpoint and checked on resume.
+    flops_per_step: model FLOPs of one train step (for MFU).
+    on_resume: called with the restored step before training continues.
+    step_callback: called as `(step, metrics)` after every step (progress bars,
+      notebooks, tests); metrics are device arrays, fetching them syncs.
+  """
+  loop = trainer.loop
+  latest = checkpointer.latest_step()
+  if latest is not None:
+    # The caller has already refused incompatible checkpoints (`check_compatible`)
+    # before writing anything into MODEL_DIR.
+    with trainer.mesh_context():
+      state = checkpointer.restore(latest, trainer.abstract_state, train_iterator)
+    print(f"resumed from {checkpointer.directory}/{latest}", flush=True)
+    if on_resume:
+      on_resume(latest)
+  else:
+    state = trainer.init_state()
+  start = int(jax.device_get(state.step))
+  terms = tuple(trainer.model.objectives)
+  throughput = Throughput(flops_per_step=flops_per_step, peak_flops=loop.peak_flops_per_device,
+                          num_devices=jax.device_count())
+  history: list[dict[str, Any]] = []
+  unchecked: list[tuple[int, jax.Array]] = []
+  interval: list[dict[str, jax.Array]] = []
+  interrupted = False
+  step = start
+
+  with _StopRequest() as stop, trainer.mesh_context():
+    for step in range(start + 1, loop.train_steps + 1):
+      try:
+        host_batch = _to_host(next(train_iterator))
+      except StopIteration:
+        raise UserError("The training data ran out; use a repeating dataset (num_epochs=None).")
+      state, metrics = trainer.train_step(state, trainer.shard(host_batch), trainer.base_rng)
+      unchecked.append((step, metrics["loss"]))
+      if step_callback is not None:
+        step_callback(step, metrics)
+      interval.append(metrics)
+      throughput.add(float((host_batch["segment_ids"] > 0).sum()) * jax.process_count())
+      if step == start + 1:
+        jax.block_until_ready(metrics["loss"])
+        throughput.reset()  # Keep compilation out of tokens/s.
+
+      last = step == loop.train_steps
+      if (step % loop.log_every == 0 or last) and interval:
+        _check_finite(unchecked)
+        unchecked.clear()
+        means = {k: float(np.mean([jax.device_get(m[k]) for m in interval])) for k in interval[0]}
+        row = logger.write(step, {**means, **throughput.summary()})
+        logger.progress(row, terms)
+        history.append(row)
+        interval.clear()
+        throughput.reset()
+      if eval_batches is not None and loop.eval_every and (step % loop.eval_every == 0 or last):
+        eval_metrics = trainer.evaluate(state.params, eval_batches(), max_batches=loop.eval_batches)
+        row = logger.write(step, eval_metrics, prefix="eval_")
+        print("  eval: " + "  ".join(f"{k} {row['eval_' + k]:.4f}" for k in ("loss", *terms)), flush=True)
+        throughput.reset()
+      preempted = jax.process_count() > 1 and _reached_preemption(step)
+      if step % loop.checkpoint_every == 0 or last or stop.signal is not None or preempted:
+        _check_finite(unchecked)
+        unchecked.clear()
+        checkpointer.save(step, state, train_iterator, meta, force=True)
+        throughput.reset()  # Keep the synchronous part of saving out of tokens/s.
+      if stop.signal is not None or preempted:
+        interrupted = True
+        print(f"stopped at step {step}; checkpoint saved. Rerun the same command to resume.", flush=True)
+        break
+  checkpointer.wait()
+  logger.flush()
+  return TrainResult(state=state, last_step=step, interrupted=interrupted,
+                     stop_signal=stop.signal, history=history)
+
+
+def _reached_preemption(step: int) -> bool:
+  try:
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.reached_preemption_sync_point(step))
+  except Exception:  # Preemption service not configured: nothing to sync.
+    return False

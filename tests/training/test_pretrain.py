@@ -1,0 +1,110 @@
+"""End-to-end trainer behaviour on a tiny corpus: resume, bad input, NaN."""
+
+import json
+import os
+import signal
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flax_xalign.errors import UserError
+from flax_xalign.objectives import base as objectives_base
+from flax_xalign.training.checkpoints import CheckpointConfig
+from flax_xalign.training.optimizer import OptimizerConfig
+from flax_xalign.training.pretrain import pretrain
+from flax_xalign.training.trainer import NonFiniteLossError
+
+from .conftest import tree_snapshot
+
+LENGTHS = {"tokens": 19}
+
+
+def _run(model_dir, encoder, *, steps, task="tiny_mix", objectives=None, callback=None, every=3, **kw):
+  return pretrain(
+      model_dir=str(model_dir), mixture_or_task_name=task, task_feature_lengths=LENGTHS,
+      batch_size=6, train_steps=steps, encoder=encoder,
+      objectives=objectives or {"mlm": 1.0, "tlm": 1.0},
+      optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=2),
+      checkpoint=CheckpointConfig(every_steps=every, keep=2, async_save=True),
+      log_every=1, seed=3, step_callback=callback, **kw)
+
+
+def _losses(model_dir):
+  rows = [json.loads(l) for l in open(os.path.join(model_dir, "metrics.jsonl"))]
+  return {r["step"]: r for r in rows if "loss" in r}
+
+
+def test_sigterm_then_resume_matches_uninterrupted(tmp_path, tiny_corpus, tiny_encoder):
+  full = tmp_path / "full"
+  _run(full, tiny_encoder, steps=7)
+
+  def stop_at_4(step, metrics):
+    if step == 4:
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  resumed = tmp_path / "resumed"
+  first = _run(resumed, tiny_encoder, steps=7, callback=stop_at_4)
+  assert first.interrupted and first.last_step == 4
+  assert sorted(os.listdir(resumed / "checkpoints")) == ["3", "4"]
+  second = _run(resumed, tiny_encoder, steps=7)
+  assert not second.interrupted and second.last_step == 7
+
+  a, b = _losses(full), _losses(resumed)
+  assert sorted(b) == list(range(1, 8)), "metrics.jsonl should read as one run"
+  for step in range(1, 8):
+    for key in ("loss", "mlm", "tlm", "learning_rate"):
+      np.testing.assert_allclose(b[step][key], a[step][key], rtol=1e-5, err_msg=f"{key} at step {step}")
+  assert os.path.isdir(resumed / "tensorboard") and os.listdir(resumed / "tensorboard")
+
+
+def test_checkpoint_with_other_model_size_is_refused_and_dir_untouched(tmp_path, tiny_corpus, tiny_encoder):
+  model_dir = tmp_path / "run"
+  _run(model_dir, tiny_encoder, steps=3)
+  before = tree_snapshot(model_dir)
+  bigger = tiny_encoder.replace(mlp_dim=44)
+  with pytest.raises(UserError, match="different model"):
+    _run(model_dir, bigger, steps=6)
+  assert tree_snapshot(model_dir) == before
+
+
+def test_checkpoint_with_other_vocabulary_is_refused(tmp_path, tiny_corpus, tiny_encoder):
+  from flax_xalign.data import vocab
+  from flax_xalign.tasks import user
+
+  model_dir = tmp_path / "run"
+  _run(model_dir, tiny_encoder, steps=3, task="tiny_en")
+  other = vocab.train_sentencepiece(
+      open(tiny_corpus["files"][("en", "train")], encoding="utf-8"), vocab_size=37,
+      model_path=tmp_path / "other.model")
+  user.TextTask(name="tiny_en_other_vocab", files={"train": tiny_corpus["files"][("en", "train")]},
+                lang="en", vocabulary_path=str(other)).register()
+  before = tree_snapshot(model_dir)
+  with pytest.raises(UserError, match="different vocabulary"):
+    _run(model_dir, tiny_encoder, steps=6, task="tiny_en_other_vocab")
+  assert tree_snapshot(model_dir) == before
+
+
+@objectives_base.register("test_nan")
+class _NanObjective:
+  needs_all_hidden = False
+
+  def __call__(self, ctx):
+    return objectives_base.LossTerm(loss=jnp.float32(jnp.nan) * ctx.logits.mean(), metrics={})
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_corpus, tiny_encoder):
+  model_dir = tmp_path / "run"
+  _run(model_dir, tiny_encoder, steps=3)
+  with pytest.raises(NonFiniteLossError, match="step 4"):
+    _run(model_dir, tiny_encoder, steps=6, objectives={"mlm": 1.0, "test_nan": 1.0})
+  assert sorted(os.listdir(model_dir / "checkpoints")) == ["3"]
+  # The good checkpoint still resumes.
+  result = _run(model_dir, tiny_encoder, steps=4)
+  assert result.last_step == 4
+
+
+def test_unknown_task_is_a_clear_error(tmp_path, tiny_corpus, tiny_encoder):
+  with pytest.raises(UserError, match="tiny_mix"):
+    _run(tmp_path / "x", tiny_encoder, steps=2, task="tiny_mixx")
+  assert not (tmp_path / "x").exists()
