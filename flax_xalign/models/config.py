@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 _DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots")
+POSITION_INITS = ("normal", "sinusoidal")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,11 @@ class EncoderConfig:
       residual add, and on the embeddings); True for pre-LN (LayerNorm before
       each sublayer and a final LayerNorm, no embedding LayerNorm).
     layer_norm_epsilon: epsilon of every LayerNorm.
+    position_init: how the learned position table starts: "normal" (BERT and
+      XLM-R) or "sinusoidal" (the Transformer's sin/cos table scaled to
+      initializer_std; still trained). Sinusoids make relative offsets a
+      linear map from the start, which shortens the early plateau where a
+      small model predicts unigram frequencies (see README, demo).
     initializer_std: standard deviation of the normal init of kernels and
       embedding tables.
     dtype: compute dtype of matmuls and the residual stream ("float32", or
@@ -66,6 +72,7 @@ class EncoderConfig:
   pre_layer_norm: bool = False
   layer_norm_epsilon: float = 1e-5
   initializer_std: float = 0.02
+  position_init: str = "normal"
   dtype: str = "float32"
   param_dtype: str = "float32"
   scan_layers: bool = True
@@ -95,6 +102,10 @@ class EncoderConfig:
         raise ValueError(
             f"EncoderConfig.{name} must be one of {_DTYPES}, got "
             f"{getattr(self, name)!r}.")
+    if self.position_init not in POSITION_INITS:
+      raise ValueError(
+          f"EncoderConfig.position_init must be one of {POSITION_INITS}, got "
+          f"{self.position_init!r}.")
     if self.remat_policy not in REMAT_POLICIES:
       raise ValueError(
           f"EncoderConfig.remat_policy must be one of {REMAT_POLICIES}, got "

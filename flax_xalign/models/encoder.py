@@ -138,17 +138,41 @@ def attention_mask(segment_ids: Array) -> Array:
   return (same & real_key)[:, None, :, :]
 
 
+def sinusoidal_init(std: float) -> Any:
+  """Initialiser of a [positions, embed] table with sin/cos columns.
+
+  Column pairs (2i, 2i+1) hold sin/cos(p / 10000^(2i/embed)), as in Vaswani et
+  al. 2017, scaled so the entries have standard deviation `std`.
+  """
+
+  def init(key: Array, shape: tuple[int, int], dtype: Any = jnp.float32) -> Array:
+    del key
+    rows, dim = shape
+    positions = jnp.arange(rows, dtype=jnp.float32)[:, None]
+    freqs = jnp.exp(-jnp.log(10000.0) * jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+    angles = positions * freqs[None, :]
+    table = jnp.zeros((rows, dim), jnp.float32)
+    table = table.at[:, 0::2].set(jnp.sin(angles))
+    table = table.at[:, 1::2].set(jnp.cos(angles[:, : dim // 2]))
+    return (table * std * jnp.sqrt(2.0)).astype(dtype)
+
+  return init
+
+
 class Embedding(nn.Module):
   """A learned table [num_rows, embed] looked up by integer ids."""
 
   config: EncoderConfig
   num_rows: int
   row_axis: str
+  sinusoidal: bool = False
 
   def setup(self):
+    cfg = self.config
+    init = (_init(sinusoidal_init(cfg.initializer_std), (self.row_axis, axes.EMBED))
+            if self.sinusoidal else _kernel_init(cfg, (self.row_axis, axes.EMBED)))
     self.embedding = self.param(
-        "embedding", _kernel_init(self.config, (self.row_axis, axes.EMBED)),
-        (self.num_rows, self.config.embed_dim), self.config.params_dtype)
+        "embedding", init, (self.num_rows, cfg.embed_dim), cfg.params_dtype)
 
   def __call__(self, ids: Array) -> Array:
     """ids [...] int -> [..., embed] in config.dtype.
@@ -298,7 +322,8 @@ class Encoder(nn.Module):
           "config.replace(vocab_size=vocabulary.vocab_size), before building "
           "the Encoder.")
     self.token_embed = Embedding(cfg, cfg.vocab_size, axes.VOCAB)
-    self.position_embed = Embedding(cfg, cfg.max_positions, axes.POSITIONS)
+    self.position_embed = Embedding(cfg, cfg.max_positions, axes.POSITIONS,
+                                    sinusoidal=cfg.position_init == "sinusoidal")
     self.language_embed = (
         Embedding(cfg, cfg.num_languages + 1, axes.LANGUAGES)
         if cfg.num_languages else None)

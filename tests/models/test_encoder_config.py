@@ -85,3 +85,30 @@ def test_encoder_needs_vocab_size():
   encoder = Encoder(EncoderConfig(**_SIZES))
   with pytest.raises(ValueError, match="vocab_size"):
     encoder.init_variables(jax.random.key(0), (1, 5))
+
+
+def test_sinusoidal_position_init_matches_formula_and_scale():
+  import jax
+  import numpy as np
+
+  from flax_xalign.models.encoder import sinusoidal_init
+
+  table = np.asarray(sinusoidal_init(0.02)(jax.random.key(0), (17, 24)))
+  assert table.shape == (17, 24)
+  # Over many positions each sin/cos column has standard deviation 1/sqrt(2).
+  long = np.asarray(sinusoidal_init(0.02)(jax.random.key(0), (4096, 24)))
+  np.testing.assert_allclose(long[:, :8].std(), 0.02, rtol=0.1)
+  scale = 0.02 * np.sqrt(2.0)
+  p, i = 5, 3  # column pair (6, 7) uses frequency 10000 ** (-6 / 24)
+  angle = p * 10000.0 ** (-2 * i / 24)
+  np.testing.assert_allclose(table[p, 2 * i], scale * np.sin(angle), rtol=1e-5)
+  np.testing.assert_allclose(table[p, 2 * i + 1], scale * np.cos(angle), rtol=1e-5)
+
+
+def test_position_init_is_validated():
+  import pytest
+
+  from flax_xalign.models.config import tiny
+
+  with pytest.raises(ValueError, match="position_init"):
+    tiny(position_init="rope")
