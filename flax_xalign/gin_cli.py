@@ -58,10 +58,40 @@ def _resolve(path: str, paths: Sequence[str]) -> str:
                   "add its folder with --gin_search_paths.")
 
 
+def _harden_gin_file_lookup(paths: Sequence[str]) -> None:
+  """Works around two gin 0.5 file-lookup flaws (gin-config is pinned to 0.5.0).
+
+  1. Includes are tried relative to the cwd first; so search our gin folders
+     before the cwd, so `include 'runs/pretrain.gin'` finds ours.
+  2. Its package-path reader crashes (TypeError) when the cwd holds a plain
+     folder named like the include's first component (e.g. `runs/`, the usual
+     MODEL_DIR parent); treat that as "not found" instead.
+  """
+  from gin import config as gin_config
+  from gin import resource_reader
+
+  prefixes = gin_config._LOCATION_PREFIXES  # noqa: SLF001
+  for folder in reversed(list(paths)):
+    if folder in prefixes:
+      prefixes.remove(folder)
+    prefixes.insert(0, folder)
+
+  def safe_exists(path: str) -> bool:
+    try:
+      return resource_reader.system_path_file_exists(path)
+    except TypeError:
+      return False
+
+  readers = gin_config._FILE_READERS  # noqa: SLF001
+  for i, (reader, exists) in enumerate(readers):
+    if exists is resource_reader.system_path_file_exists:
+      readers[i] = (reader, safe_exists)
+
+
 def parse_gin(args: argparse.Namespace) -> None:
+  gin.clear_config()  # One configuration per call (notebooks and tests call main twice).
   paths = search_paths(args.gin_search_paths)
-  for folder in paths:
-    gin.add_config_file_search_path(folder)
+  _harden_gin_file_lookup(paths)
   files = [_resolve(f, paths) for f in args.gin_file]
   try:
     gin.parse_config_files_and_bindings(files, args.gin_bindings, finalize_config=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from typing import Any, Mapping
 
 import jax
@@ -79,7 +80,7 @@ class Checkpointer:
   """A CheckpointManager under `<model_dir>/checkpoints` with our three items."""
 
   def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig()):
-    self.directory = epath.Path(model_dir) / "checkpoints"
+    self.directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"  # Orbax wants absolute.
     self.config = config
     self._manager = ocp.CheckpointManager(
         self.directory,
@@ -157,7 +158,7 @@ def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | Non
     abstract_params: ShapeDtypeStructs (with shardings) of the target params.
     step: which step; the latest by default.
   """
-  directory = epath.Path(checkpoint_dir)
+  directory = epath.Path(os.path.abspath(checkpoint_dir))
   if (directory / "checkpoints").exists():
     directory = directory / "checkpoints"
   if not directory.exists():

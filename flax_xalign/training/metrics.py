@@ -18,29 +18,11 @@ import jax
 import numpy as np
 from clu import metric_writers
 
-# Peak dense matmul FLOP/s per chip for the compute dtypes we use (vendor
-# figures); MFU is reported only where the peak is known or configured.
-PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
-    "TPU v3": 123e12,
-    "TPU v4": 275e12,
-    "TPU v5 lite": 197e12,
-    "TPU v5e": 197e12,
-    "TPU v5p": 459e12,
-    "NVIDIA H100 80GB HBM3": 989e12,
-    "NVIDIA H200": 989e12,
-    "NVIDIA A100-SXM4-40GB": 312e12,
-    "NVIDIA A100-SXM4-80GB": 312e12,
-}
-
+from flax_xalign.models import flops
 
 def peak_flops_per_device(override: float | None = None) -> float | None:
-  if override:
-    return override
-  kind = jax.devices()[0].device_kind
-  for name, flops in PEAK_FLOPS_BY_DEVICE_KIND.items():
-    if kind.startswith(name):
-      return flops
-  return None
+  """The configured peak, else the known bf16 peak of this device kind (None on CPU)."""
+  return override or flops.peak_flops_per_device(jax.devices()[0])
 
 
 def _to_python(value: Any) -> Any:
@@ -82,9 +64,25 @@ class MetricsLogger:
       self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
     return row
 
+  def tick(self, step: int, seconds_per_step: float | None) -> None:
+    """Rewrites a one-line step counter with an ETA (terminals only).
+
+    Reads nothing from the device, so it never stalls the step pipeline.
+    """
+    if not (self.is_chief and sys.stdout.isatty()):
+      return
+    eta = ""
+    if seconds_per_step and self.total_steps:
+      left = int(seconds_per_step * (self.total_steps - step))
+      eta = f"  ETA {left // 60}m{left % 60:02d}s"
+    total = f"/{self.total_steps}" if self.total_steps else ""
+    print(f"\r  step {step}{total}{eta}   ", end="", flush=True)
+
   def progress(self, row: Mapping[str, Any], terms: tuple[str, ...]) -> None:
     if not self.is_chief:
       return
+    if sys.stdout.isatty():
+      print("\r", end="")
     total = f"/{self.total_steps}" if self.total_steps else ""
     parts = [f"step {row['step']}{total}", f"loss {row['loss']:.4f}"]
     parts += [f"{t} {row[t]:.4f}" for t in terms if t in row]

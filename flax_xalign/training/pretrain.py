@@ -149,7 +149,7 @@ def pretrain(
   step_flops = flops_lib.train_flops_per_step(
       encoder, batch=batch_size, length=length,
       num_predictions=max_predictions_for(length, masking.mask_rate))
-  n_params = sum(x.size for x in jax.tree.leaves(trainer.abstract_state.params))
+  n_params = flops_lib.count_params(trainer.abstract_state.params)
   print(f"model: {n_params / 1e6:.2f}M parameters, {encoder.num_layers} layers, embed {encoder.embed_dim}; "
         f"mesh {dict(partitioner.mesh.shape)}; languages {list(languages)}; "
         f"objectives {dict(objectives)}", flush=True)

@@ -9,7 +9,6 @@ resumed run reproduces the losses of an uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import signal
 import sys
@@ -260,6 +259,10 @@ def train(
       if step == start + 1:
         jax.block_until_ready(metrics["loss"])
         throughput.reset()  # Keep compilation out of tokens/s.
+        timed_from = (time.perf_counter(), step)
+      else:
+        elapsed, steps = time.perf_counter() - timed_from[0], step - timed_from[1]
+        logger.tick(step, elapsed / steps if steps else None)
 
       last = step == loop.train_steps
       if (step % loop.log_every == 0 or last) and interval:

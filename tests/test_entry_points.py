@@ -1,0 +1,161 @@
+"""The real entry points, in-process: a smoke run, resume, eval and bad input.
+
+Each bad input must end with exit status 2, one `error:` line naming the
+problem, and an untouched (or never created) MODEL_DIR.
+"""
+
+import json
+import os
+
+
+from flax_xalign import eval as eval_main
+from flax_xalign import train as train_main
+
+from tests.testlib import tree_snapshot
+
+TINY_MODEL = """
+EncoderConfig.num_layers = 2
+EncoderConfig.embed_dim = 24
+EncoderConfig.num_heads = 3
+EncoderConfig.head_dim = 8
+EncoderConfig.mlp_dim = 40
+EncoderConfig.max_positions = 32
+EncoderConfig.num_languages = 3
+EncoderConfig.attention_dropout_rate = 0.0
+"""
+
+
+def _gin_file(tmp_path, corpus, *, en_files=None, tsv_files=None, extra=""):
+  # Task names are global in a process and a name cannot be redefined, so
+  # each test gets its own names.
+  tag = tmp_path.name.replace("-", "_")
+  files = corpus["files"]
+  en = en_files or {"train": files[("en", "train")], "validation": files[("en", "validation")]}
+  tsv = tsv_files or {"train": files[("de_en", "train")], "validation": files[("de_en", "validation")]}
+  text = f"""
+include 'runs/pretrain.gin'
+{TINY_MODEL}
+cli_en/TextTask.name = '{tag}_en'
+cli_en/TextTask.files = {json.dumps(en)}
+cli_en/TextTask.lang = 'en'
+cli_en/TextTask.vocabulary_path = '{corpus["vocab"]}'
+cli_pairs/TsvBitextTask.name = '{tag}_de_en'
+cli_pairs/TsvBitextTask.files = {json.dumps(tsv)}
+cli_pairs/TsvBitextTask.lang_a = 'de'
+cli_pairs/TsvBitextTask.lang_b = 'en'
+cli_pairs/TsvBitextTask.vocabulary_path = '{corpus["vocab"]}'
+AlphaMixture.name = '{tag}_mix'
+AlphaMixture.tasks = ['{tag}_en', '{tag}_de_en']
+train.user_tasks = [@cli_en/TextTask(), @cli_pairs/TsvBitextTask(), @AlphaMixture()]
+MIXTURE_OR_TASK_NAME = '{tag}_mix'
+TASK_FEATURE_LENGTHS = {{'tokens': 19}}
+BATCH_SIZE = 6
+LOG_EVERY = 2
+CHECKPOINT_EVERY = 2
+EVAL_EVERY = 4
+train.eval_batches = 2
+{extra}
+"""
+  path = tmp_path / "run.gin"
+  path.write_text(text)
+  return str(path)
+
+
+def _train(gin_file, model_dir, *extra):
+  return train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", *extra])
+
+
+def test_train_then_eval_smoke(tmp_path, tiny_corpus, capsys):
+  gin_file = _gin_file(tmp_path, tiny_corpus)
+  model_dir = tmp_path / "model"
+  assert _train(gin_file, model_dir, "--gin.TRAIN_STEPS=4") == 0
+  out = capsys.readouterr().out
+  assert "step 4/4" in out and "tok/s" in out
+  for name in ("config.gin", "metrics.jsonl", "tensorboard", "checkpoints"):
+    assert (model_dir / name).exists(), name
+  assert sorted(os.listdir(model_dir / "checkpoints")) == ["2", "4"]
+  config = (model_dir / "config.gin").read_text()
+  assert "TRAIN_STEPS = 4" in config and "EncoderConfig.embed_dim = 24" in config
+  rows = [json.loads(l) for l in open(model_dir / "metrics.jsonl")]
+  train_rows = [r for r in rows if "loss" in r]
+  assert [r["step"] for r in train_rows] == [2, 4]
+  for key in ("loss", "mlm", "tlm", "learning_rate", "tokens_per_sec", "mlm_accuracy"):
+    assert key in train_rows[-1], key
+  assert any("eval_loss" in r for r in rows)
+
+  # Same command, more steps: resumes from step 4.
+  assert _train(gin_file, model_dir, "--gin.TRAIN_STEPS=6") == 0
+  assert "resumed from" in capsys.readouterr().out
+  assert sorted(os.listdir(model_dir / "checkpoints"))[-1] == "6"
+
+  assert eval_main.main([f"--gin.MODEL_DIR='{model_dir}'", "--gin.SPLIT='validation'",
+                         "--gin.BATCH_SIZE=6", "--gin.evaluate.baseline_batches=5"]) == 0
+  results = json.loads((model_dir / "eval.json").read_text())
+  assert results["step"] == 6 and set(results["languages"]) == {"de", "en"}
+  for stats in results["languages"].values():
+    assert 0.0 <= stats["accuracy"] <= 1.0 and stats["predictions"] > 0
+  assert "held-out masked-token accuracy" in capsys.readouterr().out
+
+
+def _expect_error(capsys, code, *needles):
+  assert code == 2
+  err = capsys.readouterr().err
+  lines = [l for l in err.splitlines() if l.startswith("error:")]
+  assert lines, err[-2000:]
+  assert "Traceback" not in err
+  for needle in needles:
+    assert needle in err, (needle, err[-2000:])
+
+
+def test_gin_typo(tmp_path, tiny_corpus, capsys):
+  code = _train(_gin_file(tmp_path, tiny_corpus), tmp_path / "m", "--gin.train.batch_sise=3")
+  _expect_error(capsys, code, "batch_sise")
+  assert not (tmp_path / "m").exists()
+
+
+def test_missing_gin_file(tmp_path, capsys):
+  code = train_main.main(["--gin_file=no/such.gin", "--gin.MODEL_DIR='x'"])
+  _expect_error(capsys, code, "no/such.gin")
+
+
+def test_missing_model_dir(tmp_path, tiny_corpus, capsys):
+  code = train_main.main([f"--gin_file={_gin_file(tmp_path, tiny_corpus)}"])
+  _expect_error(capsys, code, "MODEL_DIR")
+
+
+def test_unknown_task(tmp_path, tiny_corpus, capsys):
+  tag = tmp_path.name.replace("-", "_")
+  code = _train(_gin_file(tmp_path, tiny_corpus), tmp_path / "m", f"--gin.MIXTURE_OR_TASK_NAME='{tag}_mixx'")
+  _expect_error(capsys, code, f"{tag}_mixx", f"'{tag}_mix'")
+  assert not (tmp_path / "m").exists()
+
+
+def test_missing_corpus_file(tmp_path, tiny_corpus, capsys):
+  gin_file = _gin_file(tmp_path, tiny_corpus, en_files={"train": str(tmp_path / "nope.txt")})
+  _expect_error(capsys, _train(gin_file, tmp_path / "m"), "nope.txt")
+  assert not (tmp_path / "m").exists()
+
+
+def test_empty_corpus_file(tmp_path, tiny_corpus, capsys):
+  empty = tmp_path / "empty.txt"
+  empty.write_text("\n\n")
+  gin_file = _gin_file(tmp_path, tiny_corpus, en_files={"train": str(empty)})
+  _expect_error(capsys, _train(gin_file, tmp_path / "m"), "empty.txt")
+
+
+def test_malformed_tsv_row_names_the_line(tmp_path, tiny_corpus, capsys):
+  bad = tmp_path / "bad.tsv"
+  bad.write_text("ein haus\ta house\nder hund\tthe dog\textra column\n")
+  gin_file = _gin_file(tmp_path, tiny_corpus, tsv_files={"train": str(bad)})
+  _expect_error(capsys, _train(gin_file, tmp_path / "m"), "bad.tsv:2")
+
+
+def test_existing_dir_with_other_model_size_is_untouched(tmp_path, tiny_corpus, capsys):
+  gin_file = _gin_file(tmp_path, tiny_corpus)
+  model_dir = tmp_path / "model"
+  assert _train(gin_file, model_dir, "--gin.TRAIN_STEPS=2") == 0
+  before = tree_snapshot(model_dir)
+  capsys.readouterr()
+  code = _train(gin_file, model_dir, "--gin.TRAIN_STEPS=4", "--gin.EncoderConfig.mlp_dim=48")
+  _expect_error(capsys, code, "different model", "mlp_dim")
+  assert tree_snapshot(model_dir) == before
