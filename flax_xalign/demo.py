@@ -1,6 +1,6 @@
 """`make demo`: pretrain a tiny encoder on the embedded Bible corpus, then score it.
 
-  python -m flax_xalign.demo [--model_dir=runs/demo] [--steps=300] [--fresh]
+  python -m flax_xalign.demo [--model_dir=runs/demo] [--steps=N] [--fresh]
 
 Runs the real entry points: `flax_xalign.train` with
 gin_configs/experiments/demo.gin (MLM + TLM on bible_grc_en_mlm_tlm), then
@@ -44,7 +44,7 @@ def _summarise(model_dir: str, results: dict, seconds: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default="runs/demo")
-  parser.add_argument("--steps", type=int, default=300)
+  parser.add_argument("--steps", type=int, default=None, help="override TRAIN_STEPS of demo.gin")
   parser.add_argument("--fresh", action="store_true", help="delete model_dir first")
   args = parser.parse_args(argv)
   if args.fresh and os.path.isdir(args.model_dir):
@@ -56,11 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   start = time.time()
   print(f"flax_xalign demo: MLM + TLM on Greek (SBLGNT) + English (BSB), model_dir={args.model_dir}",
         flush=True)
-  code = train_main.main([
-      "--gin_file=experiments/demo.gin",
-      f"--gin.MODEL_DIR='{args.model_dir}'",
-      f"--gin.TRAIN_STEPS={args.steps}",
-  ])
+  flags = ["--gin_file=experiments/demo.gin", f"--gin.MODEL_DIR='{args.model_dir}'"]
+  if args.steps:
+    flags.append(f"--gin.TRAIN_STEPS={args.steps}")
+  code = train_main.main(flags)
   if code != 0:
     return code
   print("\nevaluating on the held-out test books ...", flush=True)
