@@ -159,3 +159,9 @@ def test_existing_dir_with_other_model_size_is_untouched(tmp_path, tiny_corpus, 
   code = _train(gin_file, model_dir, "--gin.TRAIN_STEPS=4", "--gin.EncoderConfig.mlp_dim=48")
   _expect_error(capsys, code, "different model", "mlp_dim")
   assert tree_snapshot(model_dir) == before
+
+
+def test_eval_of_missing_model_dir_creates_nothing(tmp_path, capsys):
+  missing = tmp_path / "typo"
+  _expect_error(capsys, eval_main.main([f"--gin.MODEL_DIR='{missing}'"]), "no checkpoint")
+  assert not missing.exists()

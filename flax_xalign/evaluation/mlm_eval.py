@@ -27,8 +27,11 @@ from flax_xalign.training.checkpoints import Checkpointer, CheckpointConfig, res
 
 def load_model(model_dir: str, *, num_partitions: int = 1):
   """(model, params, meta, step) from the latest checkpoint in `model_dir`."""
-  checkpointer = Checkpointer(model_dir, CheckpointConfig(async_save=False))
-  step = checkpointer.latest_step()
+  # Checked first: the manager would create checkpoints/ in a mistyped path.
+  step = None
+  if os.path.isdir(os.path.join(model_dir, "checkpoints")):
+    checkpointer = Checkpointer(model_dir, CheckpointConfig(async_save=False))
+    step = checkpointer.latest_step()
   if step is None:
     raise UserError(f"{model_dir} has no checkpoint to evaluate; train first (python -m flax_xalign.train).")
   meta = checkpointer.read_meta(step)

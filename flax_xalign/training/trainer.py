@@ -186,8 +186,9 @@ class Trainer:
 
 
 def _check_finite(losses: list[tuple[int, jax.Array]]) -> None:
-  for step, loss in losses:
-    value = float(jax.device_get(loss))
+  values = jax.device_get([loss for _, loss in losses])  # One transfer for all steps.
+  for (step, _), value in zip(losses, values):
+    value = float(value)
     if not math.isfinite(value):
       raise NonFiniteLossError(
           f"The loss became {value} at step {step}. Training stopped; the last checkpoint "
@@ -268,7 +269,8 @@ def train(
       if (step % loop.log_every == 0 or last) and interval:
         _check_finite(unchecked)
         unchecked.clear()
-        means = {k: float(np.mean([jax.device_get(m[k]) for m in interval])) for k in interval[0]}
+        fetched = jax.device_get(interval)  # One transfer, not one per metric and step.
+        means = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
         row = logger.write(step, {**means, **throughput.summary()})
         logger.progress(row, terms)
         history.append(row)
