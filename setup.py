@@ -97,12 +97,17 @@ INSTALL_REQUIRES = [
     "tensorboard>=2.21,<2.22",
     "absl-py>=2.1",
     "numpy>=2.0",
+    "scipy>=1.11",
+    # Alignment-error and per-layer plots written by the evaluation tools.
+    "matplotlib>=3.8",
 ]
 
 EXTRAS_REQUIRE = {
     "test": [
         "pytest>=8",
         "pytest-xdist>=3.5",
+        # Slow references for the Sinkhorn kernel (POT's ot.sinkhorn).
+        "pot>=0.9.4",
     ],
     # Benchmarks against the PyTorch/Hugging Face peer. torch 2.13.0 resolves
     # to the CPU wheel where pip's find-links hold it (this workplace:
@@ -110,6 +115,9 @@ EXTRAS_REQUIRE = {
     "bench": [
         "torch==2.13.0",
         "transformers==5.23.0",
+        # Optimal-transport peers of bench/sinkhorn.py.
+        "pot>=0.9.4",
+        "ott-jax==0.6.0",
     ],
     # TPU VMs: jax[tpu] pins libtpu==0.0.42.* (0.0.42.1 has a cp311 wheel).
     "tpu": [
