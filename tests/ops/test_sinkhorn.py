@@ -1,0 +1,242 @@
+"""Masked log-domain Sinkhorn: POT at convergence, exact 2-step semantics, edges."""
+
+import functools
+import os
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from flax_xalign.ops import sinkhorn as ops_sinkhorn
+from flax_xalign.ops import uniform_marginals
+
+
+def _import_pot():
+  """POT with its numpy backend only.
+
+  POT imports every array library it finds (TensorFlow, PyTorch) to register
+  backends, ~10 s here; these tests only use numpy.
+  """
+  os.environ.setdefault("POT_BACKEND_DISABLE_TENSORFLOW", "1")
+  os.environ.setdefault("POT_BACKEND_DISABLE_PYTORCH", "1")
+  import ot  # pylint: disable=g-import-not-at-top
+  return ot
+
+
+ot = _import_pot()
+
+_STATIC = ("mu", "num_iters", "kernel", "clamp_epsilon")
+solve = jax.jit(ops_sinkhorn, static_argnames=_STATIC)
+marginals = jax.jit(uniform_marginals)
+LOG_ZERO = -1e30
+N, M = 5, 7
+
+
+def _ragged_mask(rows, cols, n=N, m=M):
+  mask = np.zeros((n, m), bool)
+  mask[:rows, :cols] = True
+  return mask
+
+
+def _pot_plan(sim, mu, solver):
+  """Converged POT plan with uniform marginals, in float64."""
+  sim = np.asarray(sim, np.float64)
+  a = np.full(sim.shape[0], 1.0 / sim.shape[0])
+  b = np.full(sim.shape[1], 1.0 / sim.shape[1])
+  return solver(a, b, -sim, mu, numItermax=20000, stopThr=1e-13)
+
+
+def _numpy_entropic(sim, mu, iters):
+  """Paper Eq. 6 with uniform marginals: v = 1; u = a / Kv; v = b / K^T u."""
+  k = np.exp(np.asarray(sim, np.float64) / mu)
+  a = np.full(k.shape[0], 1.0 / k.shape[0])
+  b = np.full(k.shape[1], 1.0 / k.shape[1])
+  v = np.ones(k.shape[1])
+  for _ in range(iters):
+    u = a / (k @ v)
+    v = b / (k.T @ u)
+  return u[:, None] * k * v[None, :]
+
+
+def _numpy_clamped(sim, iters, eps=1e-6):
+  """The released XLM-Align loop: clamp, then columns-then-rows normalisation."""
+  plan = np.maximum(np.asarray(sim, np.float64), eps)
+  for _ in range(iters):
+    plan = plan / plan.sum(axis=0, keepdims=True)
+    plan = plan / plan.sum(axis=1, keepdims=True)
+  return plan
+
+
+@pytest.mark.parametrize("solver", [ot.sinkhorn, ot.bregman.sinkhorn_log],
+                         ids=["sinkhorn", "sinkhorn_log"])
+def test_entropic_converges_to_pot_including_ragged_masks(solver):
+  rng = np.random.default_rng(0)
+  sims = rng.normal(size=(3, N, M)).astype(np.float32)
+  shapes = [(N, M), (3, 6), (4, 2)]
+  masks = np.stack([_ragged_mask(r, c) for r, c in shapes])
+  result = solve(sims, masks, mu=0.5, num_iters=500)
+  plan = np.asarray(result.plan)
+  for k, (rows, cols) in enumerate(shapes):
+    expected = _pot_plan(sims[k, :rows, :cols], 0.5, solver)
+    np.testing.assert_allclose(plan[k, :rows, :cols], expected, atol=2e-7, rtol=2e-5)
+    assert np.all(plan[k][~masks[k]] == 0.0)
+  np.testing.assert_allclose(np.exp(result.log_plan), plan, atol=1e-9, rtol=1e-5)
+
+
+def test_two_entropic_iterations_follow_paper_eq6_and_pot_on_the_transpose():
+  rng = np.random.default_rng(1)
+  sim = rng.normal(size=(N, M)).astype(np.float32)
+  mask = _ragged_mask(4, 6)
+  plan = np.asarray(solve(sim, mask, mu=0.3, num_iters=2).plan)
+  expected = _numpy_entropic(sim[:4, :6], 0.3, 2)
+  np.testing.assert_allclose(plan[:4, :6], expected, rtol=2e-5, atol=1e-8)
+  # POT updates the column scaling first; on the transposed problem its first
+  # step is our row step, so two of its iterations are exactly ours.
+  with warnings.catch_warnings():  # "did not converge": two steps on purpose
+    warnings.simplefilter("ignore", UserWarning)
+    pot = ot.sinkhorn(np.full(6, 1 / 6), np.full(4, 1 / 4), -sim[:4, :6].T.astype(np.float64),
+                      0.3, method="sinkhorn", numItermax=2, stopThr=0.0)
+  np.testing.assert_allclose(plan[:4, :6], pot.T, rtol=2e-5, atol=1e-8)
+  # The last step is a column step: columns carry b exactly.
+  np.testing.assert_allclose(plan[:4, :6].sum(0), np.full(6, 1 / 6), rtol=1e-5)
+
+
+def test_two_clamped_iterations_follow_the_released_code():
+  rng = np.random.default_rng(2)
+  sim = rng.normal(size=(N, M)).astype(np.float32)  # about half <= 0: clamped
+  mask = _ragged_mask(4, 6)
+  result = solve(sim, mask, num_iters=2, kernel="clamped")
+  expected = _numpy_clamped(sim[:4, :6], 2)
+  np.testing.assert_allclose(np.asarray(result.plan)[:4, :6], expected, rtol=2e-5, atol=1e-12)
+  np.testing.assert_allclose(np.asarray(result.plan).sum(1), [1, 1, 1, 1, 0], rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(result.log_plan)[:4, :6], np.log(expected), rtol=2e-5)
+
+
+def test_small_mu_recovers_the_optimal_assignment():
+  rng = np.random.default_rng(3)
+  size, batch = 9, 4
+  sims = np.stack([np.eye(size)[rng.permutation(size)] for _ in range(batch)])
+  sims = (sims + 0.6 * rng.uniform(size=sims.shape)).astype(np.float32)
+  plans = np.asarray(solve(sims, np.ones_like(sims, bool), mu=0.01, num_iters=300).plan)
+  for sim, plan in zip(sims, plans):
+    rows, cols = linear_sum_assignment(-sim)
+    np.testing.assert_array_equal(plan.argmax(1)[rows], cols)
+    np.testing.assert_allclose(plan[rows, cols], 1 / size, rtol=1e-3)
+
+
+@pytest.mark.parametrize("kernel", ["entropic", "clamped"])
+def test_padding_is_exactly_zero_and_log_plan_finite(kernel):
+  rng = np.random.default_rng(4)
+  sims = rng.normal(size=(6, N, M)).astype(np.float32)
+  masks = rng.uniform(size=(6, N, M)) < 0.6
+  masks[0] = False  # all masked
+  masks[1, 2] = False  # an empty row
+  masks[1, :, 3] = False  # an empty column
+  result = solve(sims, masks, mu=0.1, num_iters=3, kernel=kernel)
+  plan, log_plan = np.asarray(result.plan), np.asarray(result.log_plan)
+  assert np.all(np.isfinite(plan)) and np.all(np.isfinite(log_plan))
+  assert np.all(plan[~masks] == 0.0) and np.all(log_plan[~masks] == LOG_ZERO)
+  assert np.all(plan[masks] > 0.0)
+  assert np.all(plan[0] == 0.0)
+
+
+def test_length_one_sides():
+  sim = np.arange(N * M, dtype=np.float32).reshape(N, M) / 10
+  shapes = [(1, M), (N, 1), (1, 1), (1, 3)]
+  masks = np.stack([_ragged_mask(r, c) for r, c in shapes])
+  sims = np.broadcast_to(sim, masks.shape)
+  entropic = np.asarray(solve(sims, masks, mu=0.5, num_iters=2).plan)
+  clamped = np.asarray(solve(sims, masks, num_iters=2, kernel="clamped").plan)
+  # One row: it gets all of b (uniform); one column: it gets all of a.
+  np.testing.assert_allclose(entropic[0, 0], np.full(M, 1 / M), rtol=1e-6)
+  np.testing.assert_allclose(entropic[1, :, 0], np.full(N, 1 / N), rtol=1e-6)
+  assert entropic[2, 0, 0] == pytest.approx(1.0)
+  np.testing.assert_allclose(clamped[0, 0], np.full(M, 1 / M), rtol=1e-6)
+  np.testing.assert_allclose(clamped[1, :, 0], np.ones(N), rtol=1e-6)
+  assert clamped[2, 0, 0] == pytest.approx(1.0)
+  for k, (rows, cols) in enumerate(shapes):
+    assert np.all(entropic[k][~masks[k]] == 0) and np.all(clamped[k][~masks[k]] == 0)
+    np.testing.assert_allclose(entropic[k].sum(), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mu", [1.0, 0.01])
+def test_large_similarities_stay_finite(mu):
+  rng = np.random.default_rng(5)
+  sims = (500 * rng.normal(size=(2, N, M))).astype(np.float32)
+  masks = np.stack([_ragged_mask(N, M), _ragged_mask(3, 4)])
+  for kernel in ("entropic", "clamped"):
+    result = solve(sims, masks, mu=mu, num_iters=2, kernel=kernel)
+    assert np.all(np.isfinite(result.plan)) and np.all(np.isfinite(result.log_plan))
+  plan = np.asarray(solve(sims, masks, mu=mu, num_iters=2).plan)
+  np.testing.assert_allclose(plan[0].sum(0), np.full(M, 1 / M), rtol=1e-5)
+  np.testing.assert_allclose(plan[1, :3, :4].sum(0), np.full(4, 1 / 4), rtol=1e-5)
+
+
+def test_bfloat16_input_is_computed_in_float32():
+  sim = np.random.default_rng(6).normal(size=(N, M)).astype(np.float32)
+  mask = np.ones((N, M), bool)
+  low = solve(jnp.asarray(sim, jnp.bfloat16), mask, mu=0.5, num_iters=2).plan
+  assert low.dtype == jnp.float32
+  full = solve(np.asarray(jnp.asarray(sim, jnp.bfloat16), np.float32), mask, mu=0.5, num_iters=2)
+  np.testing.assert_allclose(low, full.plan, rtol=1e-6)
+
+
+def test_leading_batch_dims_and_vmap_match_single_problems():
+  rng = np.random.default_rng(7)
+  sims = rng.normal(size=(2, 3, N, M)).astype(np.float32)
+  masks = rng.uniform(size=(2, 3, N, M)) < 0.8
+  batched = solve(sims, masks, mu=0.5, num_iters=3).plan
+  one = functools.partial(ops_sinkhorn, mu=0.5, num_iters=3)
+  vmapped = jax.jit(jax.vmap(jax.vmap(lambda s, m: one(s, m).plan)))(sims, masks)
+  singles = np.stack([
+      np.stack([np.asarray(solve(sims[i, j], masks[i, j], mu=0.5, num_iters=3).plan)
+                for j in range(3)]) for i in range(2)])
+  np.testing.assert_allclose(batched, singles, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(vmapped, singles, rtol=1e-6, atol=1e-9)
+
+
+def _packed_problem(rng):
+  """Two problems (3x4 and 2x3) on the diagonal of a 6x8 matrix, then padding."""
+  row_segments = np.array([1, 1, 1, 2, 2, 0])
+  col_segments = np.array([1, 1, 1, 1, 2, 2, 2, 0])
+  mask = (row_segments[:, None] == col_segments[None, :]) & (row_segments[:, None] > 0)
+  sim = rng.normal(size=mask.shape).astype(np.float32)
+  blocks = [(slice(0, 3), slice(0, 4)), (slice(3, 5), slice(4, 7))]
+  return sim, mask, row_segments, col_segments, blocks
+
+
+def test_block_diagonal_marginals_and_plans_match_per_block_calls():
+  sim, mask, row_seg, col_seg, blocks = _packed_problem(np.random.default_rng(8))
+  a, b = marginals(mask, row_segments=row_seg, col_segments=col_seg)
+  np.testing.assert_allclose(a, [1 / 3] * 3 + [1 / 2] * 2 + [0], rtol=1e-6)
+  np.testing.assert_allclose(b, [1 / 4] * 4 + [1 / 3] * 3 + [0], rtol=1e-6)
+  packed = np.asarray(solve(sim, mask, mu=0.5, num_iters=2, row_marginal=a, col_marginal=b).plan)
+  clamped = np.asarray(solve(sim, mask, num_iters=2, kernel="clamped").plan)
+  for rows, cols in blocks:
+    block_mask = np.ones_like(sim[rows, cols], bool)
+    alone = solve(sim[rows, cols], block_mask, mu=0.5, num_iters=2).plan
+    np.testing.assert_allclose(packed[rows, cols], alone, rtol=1e-5)
+    alone = solve(sim[rows, cols], block_mask, num_iters=2, kernel="clamped").plan
+    np.testing.assert_allclose(clamped[rows, cols], alone, rtol=1e-5)
+  assert np.all(packed[~mask] == 0) and np.all(clamped[~mask] == 0)
+
+
+def test_uniform_marginals_without_segments():
+  mask = _ragged_mask(3, 6)
+  mask[1] = False  # a hole: row 1 has no valid entry
+  a, b = marginals(mask)
+  np.testing.assert_allclose(a, [0.5, 0, 0.5, 0, 0], rtol=1e-6)
+  np.testing.assert_allclose(b, [1 / 6] * 6 + [0], rtol=1e-6)
+
+
+def test_invalid_arguments_raise():
+  sim, mask = np.zeros((2, 3), np.float32), np.ones((2, 3), bool)
+  with pytest.raises(ValueError, match="kernel"):
+    ops_sinkhorn(sim, mask, kernel="sparse")
+  with pytest.raises(ValueError, match="num_iters"):
+    ops_sinkhorn(sim, mask, num_iters=0)
+  with pytest.raises(ValueError, match="clamped"):
+    ops_sinkhorn(sim, mask, kernel="clamped", row_marginal=np.ones(2))
