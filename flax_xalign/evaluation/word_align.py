@@ -1,0 +1,570 @@
+"""Word alignment from an encoder's hidden states (SimAlign / XLM-Align style).
+
+A pair of word-tokenised sentences is encoded the way the TLM task lays out a
+translation pair (`<s> a </s> <s> b </s>`, positions restarting on side b, one
+language id per side); each word is tokenised on its own, so every subword
+knows its word. For a layer ℓ the similarity of side-a subword i and side-b
+subword j is `h_i · h_j` ("dot", as XLM-Align's aligner) or their cosine;
+special tokens are left out. A method turns the similarity into subword links:
+
+* `argmax`: mutual argmax (a link where i's best j has i as its best);
+* `itermax`: SimAlign's iterative mutual argmax (alpha 0.9, 2 rounds);
+* `sinkhorn`: XLM-Align's optimal-transport aligner (Chi et al. 2021, §3.1,
+  Eq. 7): a few Sinkhorn normalisations of the similarity, then the mutual
+  argmax of the transport plan. The default kernel is the clamped one
+  XLM-Align's released aligner uses (similarities clamped to a small positive
+  value, 2 iterations); `sinkhorn_kernel="entropic"` uses exp(sim / mu).
+
+Two words align if any of their subwords do. A word that yields no subword
+can never align. Pairs longer than the budget keep a prefix of whole words per
+side (shared like the feature converter's `pair_budget`); the dropped words
+cannot align, and one warning reports how many pairs were cut.
+
+`WordAligner` encodes each batch once and derives every requested layer and
+method from the same forward pass, so a full per-layer `sweep` costs one
+encoder pass over the data. Batches are sorted by length and padded to a few
+bucketed lengths, so jit compiles few shapes.
+
+    model, params, meta, _ = mlm_eval.load_model("runs/demo")
+    aligner = WordAligner(model, params, vocabulary, languages=meta["languages"],
+                          src_lang="grc", tgt_lang="en")
+    links = aligner.align([("λόγος ἦν".split(), "was the word".split())], layer=3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax_xalign import ops
+from flax_xalign.errors import UserError
+from flax_xalign.evaluation import aer
+
+BOS_ID, EOS_ID = 3, 1  # docs/INTERFACES.md
+METHODS = ("argmax", "itermax", "sinkhorn")
+SIMILARITIES = ("dot", "cosine")
+SINKHORN_KERNELS = ("clamped", "entropic")
+Pair = tuple[Sequence[str], Sequence[str]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AlignOptions:
+  """How similarities become links.
+
+  Attributes:
+    similarity: "dot" (XLM-Align's aligner) or "cosine" (SimAlign).
+    sinkhorn_kernel: "clamped" (XLM-Align's released aligner) or "entropic".
+    sinkhorn_mu: temperature of the entropic kernel.
+    sinkhorn_iters: Sinkhorn normalisation rounds.
+    itermax_alpha: SimAlign's discount of already aligned rows/columns.
+    itermax_max_count: Itermax rounds.
+  """
+
+  similarity: str = "dot"
+  sinkhorn_kernel: str = "clamped"
+  sinkhorn_mu: float = 1.0
+  sinkhorn_iters: int = 2
+  itermax_alpha: float = 0.9
+  itermax_max_count: int = 2
+
+  def __post_init__(self):
+    if self.similarity not in SIMILARITIES:
+      raise UserError(f"unknown similarity {self.similarity!r}; use one of {', '.join(SIMILARITIES)}.")
+    if self.sinkhorn_kernel not in SINKHORN_KERNELS:
+      raise UserError(f"unknown Sinkhorn kernel {self.sinkhorn_kernel!r}; use one of "
+                      f"{', '.join(SINKHORN_KERNELS)}.")
+
+
+class EncodedPair(NamedTuple):
+  """One pair in the TLM layout (unpadded int32 arrays) and its word map.
+
+  Attributes:
+    tokens, lang_ids, positions, pair_side: the model features, [n].
+    src_words: [n_a] word index of each side-a subword.
+    tgt_words: [n_b] word index of each side-b subword.
+    truncated: words were dropped to fit the budget.
+  """
+
+  tokens: np.ndarray
+  lang_ids: np.ndarray
+  positions: np.ndarray
+  pair_side: np.ndarray
+  src_words: np.ndarray
+  tgt_words: np.ndarray
+  truncated: bool
+
+
+def _words_that_fit(counts: Sequence[int], budget: int) -> int:
+  """How many leading words (with `counts` subwords each) fit in `budget`."""
+  total = 0
+  for k, count in enumerate(counts):
+    total += count
+    if total > budget:
+      return k
+  return len(counts)
+
+
+def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequence[int]], *,
+                src_lang_id: int, tgt_lang_id: int, max_length: int, max_side: int) -> EncodedPair:
+  """Lays out one pair of per-word subword ids as `<s> a </s> <s> b </s>`.
+
+  Args:
+    src_pieces: subword ids of each source word.
+    tgt_pieces: subword ids of each target word.
+    src_lang_id, tgt_lang_id: language ids of the two sides.
+    max_length: row length; both sides together keep at most max_length - 4
+      subwords, shared like `feature_converter.pair_budget`, whole words only.
+    max_side: most subwords one side may keep (positions must stay below the
+      model's position table: max_positions - 2).
+  """
+  counts_a = [len(p) for p in src_pieces]
+  counts_b = [len(p) for p in tgt_pieces]
+  budget = max_length - 4
+  len_a, len_b = sum(counts_a), sum(counts_b)
+  keep_a = min(len_a, max(budget // 2, budget - len_b), max_side)
+  words_a = _words_that_fit(counts_a, keep_a)
+  used_a = sum(counts_a[:words_a])
+  words_b = _words_that_fit(counts_b, min(len_b, budget - used_a, max_side))
+  src = [(w, t) for w in range(words_a) for t in src_pieces[w]]
+  tgt = [(w, t) for w in range(words_b) for t in tgt_pieces[w]]
+  na, nb = len(src), len(tgt)
+  tokens = [BOS_ID] + [t for _, t in src] + [EOS_ID, BOS_ID] + [t for _, t in tgt] + [EOS_ID]
+  as_array = functools.partial(np.asarray, dtype=np.int32)
+  return EncodedPair(
+      tokens=as_array(tokens),
+      lang_ids=as_array([src_lang_id] * (na + 2) + [tgt_lang_id] * (nb + 2)),
+      positions=as_array(list(range(na + 2)) + list(range(nb + 2))),
+      pair_side=as_array([1] * (na + 2) + [2] * (nb + 2)),
+      src_words=as_array([w for w, _ in src]),
+      tgt_words=as_array([w for w, _ in tgt]),
+      truncated=used_a < len_a or sum(counts_b[:words_b]) < len_b)
+
+
+def word_links(subword_links: np.ndarray, src_words: np.ndarray, tgt_words: np.ndarray) -> frozenset:
+  """Word links from subword links: two words align if any of their subwords do.
+
+  Args:
+    subword_links: bool [n_a, n_b] links between the sides' subwords.
+    src_words: int [n_a] word index of each side-a subword.
+    tgt_words: int [n_b] word index of each side-b subword.
+  """
+  ii, jj = np.nonzero(subword_links)
+  return frozenset(zip(src_words[ii].tolist(), tgt_words[jj].tolist()))
+
+
+def _buckets(max_length: int) -> list[int]:
+  sizes = [n for n in (16, 32, 64, 128, 256, 512, 1024, 2048) if n < max_length]
+  return sizes + [max_length]
+
+
+def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any, layers: tuple[int, ...],
+                   methods: tuple[str, ...], options: AlignOptions) -> dict[str, jax.Array]:
+  """Links between the two sides' subwords for every layer and method.
+
+  Args:
+    params: encoder parameters.
+    batch: `tokens, lang_ids, positions, segment_ids` [rows, L] and
+      `tgt_start, num_src, num_tgt` [rows]; side a starts at index 1.
+    encoder: the Flax Encoder.
+    layers: hidden-state indices (0 = embeddings).
+    methods: subset of METHODS.
+    options: AlignOptions.
+
+  Returns:
+    {method: bool [len(layers), rows, L - 4, L - 4]}; only [:num_src, :num_tgt]
+    of a row can be True.
+  """
+  out = encoder.apply({"params": params}, batch["tokens"], lang_ids=batch["lang_ids"],
+                      positions=batch["positions"], segment_ids=batch["segment_ids"],
+                      deterministic=True, return_all_hidden=True)
+  hidden = jnp.stack([out.all_hidden[layer] for layer in layers]).astype(jnp.float32)  # [k, b, L, e]
+  side = hidden.shape[2] - 4
+  span = jnp.arange(side)
+  src = hidden[:, :, 1:1 + side]
+  tgt_index = jnp.minimum(batch["tgt_start"][:, None] + span, hidden.shape[2] - 1)  # [b, side]
+  tgt = jnp.take_along_axis(hidden, tgt_index[None, :, :, None], axis=2)
+  if options.similarity == "cosine":
+    src = src / jnp.maximum(jnp.linalg.norm(src, axis=-1, keepdims=True), 1e-6)
+    tgt = tgt / jnp.maximum(jnp.linalg.norm(tgt, axis=-1, keepdims=True), 1e-6)
+  similarity = jnp.einsum("kbie,kbje->kbij", src, tgt)
+  valid_src = span[None, :] < batch["num_src"][:, None]
+  valid_tgt = span[None, :] < batch["num_tgt"][:, None]
+  mask = jnp.broadcast_to((valid_src[:, :, None] & valid_tgt[:, None, :])[None], similarity.shape)
+  links = {}
+  for method in methods:
+    if method == "argmax":
+      links[method] = ops.argmax_intersection(similarity, mask)
+    elif method == "itermax":
+      links[method] = ops.itermax(similarity, mask, alpha=options.itermax_alpha,
+                                          max_count=options.itermax_max_count)
+    else:
+      plan = ops.sinkhorn(similarity, mask, mu=options.sinkhorn_mu, num_iters=options.sinkhorn_iters,
+                                   kernel=options.sinkhorn_kernel).plan
+      links[method] = ops.argmax_intersection(plan, mask)
+    links[method] = links[method] & mask
+  return links
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_links(encoder: Any, layers: tuple[int, ...], methods: tuple[str, ...], options: AlignOptions
+                  ) -> Callable:
+  """One jitted `_subword_links` per (encoder config, layers, methods, options), shared by aligners."""
+  return jax.jit(functools.partial(_subword_links, encoder=encoder, layers=layers, methods=methods,
+                                   options=options))
+
+
+class WordAligner:
+  """Aligns word-tokenised sentence pairs with an encoder checkpoint.
+
+  Args:
+    model: a `PretrainingModel` (as `mlm_eval.load_model` returns) or an Encoder.
+    params: the encoder parameters.
+    vocabulary: the SentencePiece vocabulary the model was trained with.
+    languages: the checkpoint's sorted language codes (meta["languages"]);
+      language id = index + 1.
+    src_lang, tgt_lang: codes of side a (source) and side b (target).
+    max_length: row length budget of one pair (both sides + 4 specials).
+    batch_size: pairs per forward pass.
+    options: AlignOptions (similarity, method hyperparameters).
+  """
+
+  def __init__(self, model: Any, params: Any, vocabulary: Any, *, languages: Sequence[str], src_lang: str,
+               tgt_lang: str, max_length: int = 256, batch_size: int = 32,
+               options: AlignOptions = AlignOptions()):
+    self.encoder = getattr(model, "encoder", model)
+    self.config = self.encoder.config
+    self.params = params
+    self.vocabulary = vocabulary
+    self.languages = list(languages)
+    self.src_lang, self.tgt_lang = src_lang, tgt_lang
+    self.src_lang_id, self.tgt_lang_id = (self._lang_id(src_lang), self._lang_id(tgt_lang))
+    if max_length < 6:
+      raise UserError(f"max_length={max_length} is too short: a pair needs at least 6 positions.")
+    if batch_size < 1:
+      raise UserError(f"batch_size={batch_size} must be at least 1.")
+    self.max_length = int(max_length)
+    self.batch_size = int(batch_size)
+    self.options = options
+    self.last_run: dict[str, float] = {}
+    self._pieces: dict[str, list[int]] = {}
+
+  @property
+  def num_layers(self) -> int:
+    return self.config.num_layers
+
+  def _lang_id(self, code: str) -> int:
+    if code not in self.languages:
+      raise UserError(f"language {code!r} is not one of the checkpoint's languages {self.languages}; "
+                      "pick the source and target languages from that list.")
+    return self.languages.index(code) + 1
+
+  # ---------------------------------------------------------------- encoding
+
+  def word_pieces(self, words: Sequence[str]) -> list[list[int]]:
+    """Subword ids of each word (tokenised alone; cached)."""
+    missing = [w for w in dict.fromkeys(words) if w not in self._pieces]
+    if missing:
+      processor = getattr(self.vocabulary, "tokenizer", None)
+      if processor is not None:
+        encoded = processor.encode(missing)
+      else:
+        encoded = [self.vocabulary.encode(w) for w in missing]
+      self._pieces.update((w, [int(t) for t in ids]) for w, ids in zip(missing, encoded))
+    return [self._pieces[w] for w in words]
+
+  def encode(self, pairs: Sequence[Pair]) -> list[EncodedPair]:
+    """Lays out every pair (see `layout_pair`); warns once if any was cut."""
+    max_side = self.config.max_positions - 2
+    encoded = [layout_pair(self.word_pieces(a), self.word_pieces(b), src_lang_id=self.src_lang_id,
+                           tgt_lang_id=self.tgt_lang_id, max_length=self.max_length, max_side=max_side)
+               for a, b in pairs]
+    cut = sum(e.truncated for e in encoded)
+    if cut:
+      warnings.warn(f"{cut} of {len(encoded)} sentence pairs exceed the budget of {self.max_length} "
+                    f"positions per pair ({max_side} per side); their trailing words were dropped and "
+                    "are left unaligned. Raise max_length to keep them.", stacklevel=2)
+    return encoded
+
+  def _batch(self, encoded: Sequence[EncodedPair], rows: int, length: int) -> dict[str, np.ndarray]:
+    batch = {k: np.zeros((rows, length), np.int32) for k in ("tokens", "lang_ids", "positions", "segment_ids")}
+    for k in ("tgt_start", "num_src", "num_tgt"):
+      batch[k] = np.zeros((rows,), np.int32)
+    for r, e in enumerate(encoded):
+      n = len(e.tokens)
+      batch["tokens"][r, :n] = e.tokens
+      batch["lang_ids"][r, :n] = e.lang_ids
+      batch["positions"][r, :n] = e.positions
+      batch["segment_ids"][r, :n] = 1
+      batch["num_src"][r], batch["num_tgt"][r] = len(e.src_words), len(e.tgt_words)
+      batch["tgt_start"][r] = len(e.src_words) + 3
+    return batch
+
+  # ---------------------------------------------------------------- running
+
+  def _check(self, layers: Iterable[int], methods: Iterable[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    layers, methods = tuple(int(l) for l in layers), tuple(methods)
+    for layer in layers:
+      if not 0 <= layer <= self.num_layers:
+        raise UserError(f"layer {layer} is outside 0..{self.num_layers} (0 = embeddings, "
+                        f"{self.num_layers} = last layer of this model).")
+    for method in methods:
+      if method not in METHODS:
+        raise UserError(f"unknown alignment method {method!r}; use one of {', '.join(METHODS)}.")
+    if not layers or not methods:
+      raise UserError("name at least one layer and one method.")
+    return layers, methods
+
+  def run(self, pairs: Sequence[Pair], *, layers: Iterable[int], methods: Iterable[str],
+          verbose: bool = False, progress_every: int = 10) -> dict[tuple[str, int], list[frozenset]]:
+    """Word links of every pair for each (method, layer), from one encoder pass.
+
+    Returns:
+      {(method, layer): [frozenset of (i, j) per pair, in input order]}.
+    """
+    layers, methods = self._check(layers, methods)
+    start = time.perf_counter()
+    encoded = self.encode(pairs)
+    result = {(m, l): [frozenset()] * len(pairs) for m in methods for l in layers}
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].tokens))
+    buckets = _buckets(self.max_length)
+    rows = min(self.batch_size, 1 << max(len(order) - 1, 0).bit_length())
+    fn = _jitted_links(self.encoder, layers, methods, self.options)
+    chunks = [order[i:i + rows] for i in range(0, len(order), rows)]
+    for c, chunk in enumerate(chunks):
+      longest = max(len(encoded[i].tokens) for i in chunk)
+      length = next(b for b in buckets if b >= longest)
+      links = jax.device_get(fn(self.params, self._batch([encoded[i] for i in chunk], rows, length)))
+      for r, index in enumerate(chunk):
+        e = encoded[index]
+        na, nb = len(e.src_words), len(e.tgt_words)
+        for method in methods:
+          for k, layer in enumerate(layers):
+            result[(method, layer)][index] = word_links(links[method][k, r, :na, :nb], e.src_words, e.tgt_words)
+      if verbose and ((c + 1) % progress_every == 0 or c + 1 == len(chunks)):
+        done = sum(len(x) for x in chunks[:c + 1])
+        print(f"  aligned {done}/{len(pairs)} pairs ({time.perf_counter() - start:.1f} s)", flush=True)
+    seconds = time.perf_counter() - start
+    self.last_run = {"pairs": len(pairs), "truncated": sum(e.truncated for e in encoded), "seconds": seconds,
+                     "seconds_per_1000_pairs": 1000 * seconds / max(len(pairs), 1)}
+    return result
+
+  def align(self, pairs: Sequence[Pair], *, layer: int, method: str = "sinkhorn") -> list[frozenset]:
+    """Word links `{(i, j)}` (0-indexed, source-target) of each pair."""
+    return self.run(pairs, layers=(layer,), methods=(method,))[(method, layer)]
+
+  def sweep(self, pairs: Sequence[Pair], sure: Sequence[Iterable[aer.Link]],
+            possible: Sequence[Iterable[aer.Link]] | None = None, *, layers: Iterable[int] | None = None,
+            methods: Iterable[str] = METHODS, verbose: bool = False) -> dict[tuple[str, int], aer.AlignmentScores]:
+    """Scores every (method, layer) against gold; one encoder pass per batch.
+
+    Args:
+      pairs: (source words, target words) per pair.
+      sure, possible: gold links per pair (see `aer.score`).
+      layers: hidden-state indices; default all, 0..num_layers.
+      methods: subset of METHODS.
+      verbose: print a progress line every few batches.
+
+    Returns:
+      {(method, layer): AlignmentScores}.
+    """
+    if len(sure) != len(pairs) or (possible is not None and len(possible) != len(pairs)):
+      raise UserError(f"gold alignments for {len(sure)} pairs but {len(pairs)} sentence pairs to align; "
+                      "the gold file must have one entry per input pair.")
+    layers = range(self.num_layers + 1) if layers is None else layers
+    links = self.run(pairs, layers=layers, methods=methods, verbose=verbose)
+    return {key: aer.score(predicted, sure, possible) for key, predicted in links.items()}
+
+
+# -------------------------------------------------------------- checkpoints
+
+
+def _config_gin_values(model_dir: str, name: str) -> list[str]:
+  """String values bound to `...name = '...'` in MODEL_DIR/config.gin."""
+  try:
+    with open(os.path.join(model_dir, "config.gin"), encoding="utf-8") as f:
+      text = f.read()
+  except OSError:
+    return []
+  return list(dict.fromkeys(re.findall(rf"\b{name}\s*=\s*['\"]([^'\"]+)['\"]", text)))
+
+
+def resolve_vocabulary(model_dir: str, meta: Mapping[str, Any], *, vocabulary_path: str | None = None) -> Any:
+  """The checkpoint's SentencePiece vocabulary, checked against its fingerprint.
+
+  Tried in order: `vocabulary_path`; the vocabulary of the checkpoint's task
+  (registered tasks, e.g. the embedded Bible ones); the `vocabulary_path`
+  settings in MODEL_DIR/config.gin (user tasks defined in gin).
+  """
+  import hashlib
+
+  from flax_xalign.data import vocab as vocab_lib
+
+  expected = (meta.get("vocabulary") or {}).get("sha256")
+
+  def matches(vocabulary: Any) -> bool:
+    return expected is None or hashlib.sha256(vocabulary.sp_model).hexdigest() == expected
+
+  if vocabulary_path:
+    vocabulary = vocab_lib.load_vocabulary(vocabulary_path)
+    if not matches(vocabulary):
+      raise UserError(f"{vocabulary_path} is not the vocabulary {model_dir} was trained with (sha256 "
+                      "differs); pass the SentencePiece model of that run.")
+    return vocabulary
+  from flax_xalign import tasks
+
+  task = meta.get("task")
+  if task in tasks.registered_names():
+    vocabulary = tasks.get_vocabulary(task)
+    if matches(vocabulary):
+      return vocabulary
+  for path in _config_gin_values(model_dir, "vocabulary_path"):
+    if os.path.isfile(path):
+      vocabulary = vocab_lib.load_vocabulary(path)
+      if matches(vocabulary):
+        return vocabulary
+  raise UserError(f"cannot find the vocabulary of {model_dir} (task {task!r}); pass the SentencePiece "
+                  "model it was trained with (--vocabulary=PATH.model).")
+
+
+def checkpoint_language_pair(model_dir: str, meta: Mapping[str, Any]) -> tuple[str, str] | None:
+  """(side a, side b) of the checkpoint's bitext task, or None if not unique."""
+  found = set()
+  try:
+    import seqio
+
+    from flax_xalign import tasks
+
+    if meta.get("task") in tasks.registered_names():
+      for name in tasks.registry.task_names(meta["task"]):
+        for step in seqio.TaskRegistry.get(name).preprocessors:
+          keywords = getattr(step, "keywords", {})
+          if keywords.get("lang") and keywords.get("lang_b"):
+            found.add((keywords["lang"], keywords["lang_b"]))
+  except UserError:
+    pass
+  if not found:
+    found = set(zip(_config_gin_values(model_dir, "lang_a"), _config_gin_values(model_dir, "lang_b")))
+  return found.pop() if len(found) == 1 else None
+
+
+def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str | None = None,
+                 vocabulary_path: str | None = None, **kwargs: Any) -> tuple[WordAligner, dict, int]:
+  """(WordAligner, meta, step) for the latest checkpoint in `model_dir`.
+
+  The language pair defaults to the checkpoint's bitext task (side a -> side
+  b); with two languages, naming one side picks the other. `kwargs` go to
+  WordAligner (max_length, batch_size, options).
+  """
+  from flax_xalign.evaluation import mlm_eval
+
+  model, params, meta, step = mlm_eval.load_model(model_dir)
+  languages = list(meta["languages"])
+  if src_lang is None or tgt_lang is None:
+    if (src_lang or tgt_lang) and len(languages) == 2:
+      named = src_lang or tgt_lang
+      other = [l for l in languages if l != named]
+      src_lang, tgt_lang = (named, other[-1]) if src_lang else (other[-1], named)
+    else:
+      pair = checkpoint_language_pair(model_dir, meta)
+      if pair is None:
+        raise UserError(f"cannot tell the source and target language of {model_dir} (languages "
+                        f"{languages}); pass --src_lang and --tgt_lang.")
+      src_lang, tgt_lang = pair
+  vocabulary = resolve_vocabulary(model_dir, meta, vocabulary_path=vocabulary_path)
+  aligner = WordAligner(model, params, vocabulary, languages=languages, src_lang=src_lang, tgt_lang=tgt_lang,
+                        **kwargs)
+  return aligner, meta, step
+
+
+# -------------------------------------------------------------- Bible gold
+
+
+def bible_gold(split: str = "test", *, max_pairs: int | None = None,
+               data_dir: str | None = None) -> tuple[list[Pair], list[frozenset]]:
+  """(pairs, sure links) of the embedded Greek-English gold alignments.
+
+  Greek is side a (source), English side b, as in the `bible_grc_en_tlm` task.
+  """
+  from flax_xalign.data import bible
+
+  gold = bible.gold_alignments(split, data_dir=data_dir)[:max_pairs]
+  return [(g.greek, g.english) for g in gold], [frozenset(g.sure) for g in gold]
+
+
+def _results_dict(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[dict, dict]:
+  scores: dict[str, dict[str, dict]] = {}
+  for (method, layer), s in sorted(table.items()):
+    scores.setdefault(method, {})[str(layer)] = s.as_dict()
+  best = {method: {"layer": layer, **s.as_dict()}
+          for (_, method), (layer, s) in aer.best_layers(table).items()}
+  return scores, best
+
+
+def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[int] | None = None,
+                       methods: Sequence[str] = METHODS, output_dir: str | None = None,
+                       max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
+                       options: AlignOptions = AlignOptions(), verbose: bool = True) -> dict[str, Any]:
+  """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English).
+
+  Writes `aer.json` (the returned dict), `aer.md` (markdown table) and
+  `aer_layers.png` (AER against layer) into `output_dir` (default model_dir).
+
+  Returns:
+    {"model_dir", "step", "task", "split", "pairs", "src_lang", "tgt_lang",
+     "similarity", "sinkhorn_kernel", "layers", "methods",
+     "scores": {method: {layer (str): {precision, recall, f1, aer, num_*}}},
+     "best": {method: {"layer", precision, recall, f1, aer, ...}},
+     "diagonal_baseline": scores of linking word i to word round(i * m / n),
+     "seconds", "seconds_per_1000_pairs", "truncated_pairs", "files"}.
+  """
+  aligner, meta, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
+                                     batch_size=batch_size, options=options)
+  pairs, sure = bible_gold(split, max_pairs=max_pairs)
+  if verbose:
+    print(f"word alignment: {len(pairs)} Greek-English verses ({split}), layers 0..{aligner.num_layers}, "
+          f"methods {', '.join(methods)}", flush=True)
+  table = aligner.sweep(pairs, sure, layers=layers, methods=methods, verbose=verbose)
+  scores, best = _results_dict(table)
+  # Reference point: link each source word to the target word at the same relative position.
+  diagonal = [{(i, min(len(b) - 1, round(i * len(b) / len(a)))) for i in range(len(a))} if a and b else set()
+              for a, b in pairs]
+  output_dir = output_dir or model_dir
+  files = {"json": os.path.join(output_dir, "aer.json"), "markdown": os.path.join(output_dir, "aer.md"),
+           "plot": os.path.join(output_dir, "aer_layers.png")}
+  results = {
+      "model_dir": model_dir, "step": int(step), "task": meta.get("task"), "split": split,
+      "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", "similarity": options.similarity,
+      "sinkhorn_kernel": options.sinkhorn_kernel, "layers": sorted({l for _, l in table}),
+      "methods": list(dict.fromkeys(m for m, _ in table)), "scores": scores, "best": best,
+      "diagonal_baseline": aer.score(diagonal, sure).as_dict(),
+      "seconds": aligner.last_run["seconds"], "seconds_per_1000_pairs": aligner.last_run["seconds_per_1000_pairs"],
+      "truncated_pairs": aligner.last_run["truncated"], "files": files,
+  }
+  title = f"Greek-English word alignment, {split} split, step {step}"
+  aer.write_atomically(files["markdown"], aer.format_table(table, title=title) + "\n")
+  aer.plot_layer_curve(table, files["plot"], title=title)
+  aer.write_atomically(files["json"], json.dumps(results, indent=2) + "\n")
+  return results
+
+
+def format_best(results: Mapping[str, Any]) -> str:
+  """One line per method: its best layer and scores (for the demo's summary)."""
+  lines = [(f"word alignment ({results['src_lang']}->{results['tgt_lang']}, {results['split']}, "
+            f"{results['pairs']} pairs): best layer per method")]
+  rows = [(f"{method:<9} layer {b['layer']}", b) for method, b in results["best"].items()]
+  rows.append(("diagonal baseline", results["diagonal_baseline"]))
+  for name, b in rows:
+    lines.append(f"  {name:<18} AER {100 * b['aer']:5.1f}  P {100 * b['precision']:5.1f}  "
+                 f"R {100 * b['recall']:5.1f}  F1 {100 * b['f1']:5.1f}")
+  return "\n".join(lines)

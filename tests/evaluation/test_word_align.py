@@ -1,0 +1,218 @@
+"""WordAligner: layout vs the feature converter, truncation, methods, sweep, checkpoints.
+
+Models are randomly initialised (no training): with post-LN every layer-0
+vector has norm sqrt(embed), so without language embeddings a sentence aligned
+with itself must give the diagonal at layer 0, whatever the weights.
+"""
+
+import dataclasses
+import json
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from flax_xalign.errors import UserError
+from flax_xalign.evaluation import aer, word_align
+from flax_xalign.models.config import EncoderConfig
+from flax_xalign.models.encoder import Encoder
+from flax_xalign.objectives.pretraining import PretrainingModel
+
+CONFIG = EncoderConfig(vocab_size=83, num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40,
+                       max_positions=32, num_languages=3, dropout_rate=0.0, attention_dropout_rate=0.0)
+DE = ["das", "haus", "sieht", "ein", "alt", "hund", "und", "die", "katze", "läuft", "über", "den", "grün", "fluss"]
+EN = ["the", "house", "sees", "a", "old", "dog", "and", "the", "cat", "runs", "over", "the", "green", "river"]
+
+
+def init_model(config=CONFIG, seed=0):
+  model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
+  return model, nn.meta.unbox(model.init(jax.random.key(seed), batch=1, length=8))
+
+
+def write_checkpoint(model_dir, params, vocabulary, *, task, languages, config=CONFIG, config_gin=None):
+  """A MODEL_DIR with one checkpoint, written the way the trainer writes it."""
+  import tensorflow as tf
+
+  from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer
+  from flax_xalign.training.pretrain import vocabulary_fingerprint
+
+  meta = {"model": dataclasses.asdict(config), "vocabulary": vocabulary_fingerprint(vocabulary),
+          "languages": list(languages), "task": task, "objectives": {"mlm": 1.0},
+          "task_feature_lengths": {"tokens": 19}}
+  checkpointer = Checkpointer(str(model_dir), CheckpointConfig(async_save=False))
+  checkpointer.save(1, {"params": params, "step": np.int32(1)}, iter(tf.data.Dataset.range(2)), meta, force=True)
+  checkpointer.close()
+  if config_gin is not None:
+    (model_dir / "config.gin").write_text(config_gin)
+  return model_dir
+
+
+@pytest.fixture(scope="module")
+def vocabulary(tiny_corpus):
+  from flax_xalign.data import vocab
+
+  return vocab.load_vocabulary(tiny_corpus["vocab"])
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+  return init_model()
+
+
+@pytest.fixture(scope="module")
+def aligner(tiny_model, vocabulary):
+  model, params = tiny_model
+  return word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
+                                batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def plain_aligner(vocabulary):
+  """No language embeddings: identical sentences have identical layer-0 vectors."""
+  model, params = init_model(CONFIG.replace(num_languages=0), seed=1)
+  return word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
+                                batch_size=4)
+
+
+def test_layout_matches_the_feature_converter(aligner, vocabulary):
+  import tensorflow as tf
+
+  from flax_xalign.data.feature_converter import XAlignFeatureConverter
+
+  converter = XAlignFeatureConverter(["de", "en"])
+  pairs = [(DE[:5], EN[:7]), (["\u200b"] + DE[2:4] + ["\u200b"], EN[:1]), (DE[6:], EN[7:])]
+  for (a, b), encoded in zip(pairs, aligner.encode(pairs)):
+    ex = {"tokens": tf.constant(vocabulary.encode(" ".join(a)), tf.int32),
+          "tokens_b": tf.constant(vocabulary.encode(" ".join(b)), tf.int32),
+          "lang": tf.constant("de"), "lang_b": tf.constant("en")}
+    expected = converter._layout(ex, 64)
+    for key in ("tokens", "lang_ids", "positions", "pair_side"):
+      np.testing.assert_array_equal(getattr(encoded, key), expected[key].numpy(), err_msg=key)
+    assert not encoded.truncated
+  # Word indices of the subwords; the zero-width space yields no subword.
+  encoded = aligner.encode(pairs[1:2])[0]
+  pieces = [len(aligner.word_pieces([w])[0]) for w in pairs[1][0]]
+  assert pieces[0] == pieces[-1] == 0
+  np.testing.assert_array_equal(encoded.src_words, np.repeat(np.arange(4), pieces))
+
+
+def test_word_links_from_subwords():
+  links = np.zeros((4, 3), bool)
+  links[1, 2] = links[0, 1] = links[3, 0] = True
+  src_words, tgt_words = np.array([0, 0, 1, 2]), np.array([0, 1, 1])
+  assert word_align.word_links(links, src_words, tgt_words) == {(0, 1), (2, 0)}
+  assert word_align.word_links(np.zeros((0, 3), bool), src_words[:0], tgt_words) == frozenset()
+
+
+def test_long_pairs_keep_word_prefixes_and_warn_once(aligner, tiny_model, vocabulary):
+  model, params = tiny_model
+  short = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                 tgt_lang="en", max_length=24, batch_size=4)
+  pairs = [(DE * 2, EN[:3]), (DE[:3], EN[:2]), (DE * 3, EN * 3)]
+  with pytest.warns(UserWarning, match=r"2 of 3 sentence pairs exceed") as record:
+    encoded = short.encode(pairs)
+  assert len(record) == 1
+  assert [e.truncated for e in encoded] == [True, False, True]
+  for (a, b), e in zip(pairs, encoded):
+    assert len(e.tokens) <= 24 and e.positions.max() < CONFIG.max_positions
+    for words, side in ((a, e.src_words), (b, e.tgt_words)):
+      kept = int(side.max()) + 1 if len(side) else 0
+      assert len(side) == sum(len(p) for p in short.word_pieces(words[:kept]))  # Whole words only.
+  # A short target gives its unused share to the source, as pair_budget does.
+  assert len(encoded[0].src_words) > (24 - 4) // 2
+  with pytest.warns(UserWarning):
+    links = short.align(pairs, layer=2, method="sinkhorn")
+  assert all(i <= encoded[k].src_words.max() for k, pair in enumerate(links) for i, _ in pair)
+  # The position table (32) caps each side at 30 subwords even with a large budget.
+  with pytest.warns(UserWarning, match="1 of 1"):
+    encoded = aligner.encode([(DE * 4, EN)])
+  assert len(encoded[0].src_words) <= 30 and encoded[0].positions.max() <= 31
+
+
+def test_a_sentence_aligns_with_itself_at_layer_0(plain_aligner):
+  words = EN[:6] + ["dog", "tree"]  # Distinct words.
+  pairs = [(words, words), (words[:3], words[:3])]
+  links = plain_aligner.run(pairs, layers=range(CONFIG.num_layers + 1), methods=word_align.METHODS)
+  for method in word_align.METHODS:
+    assert links[(method, 0)] == [{(i, i) for i in range(len(a))} for a, _ in pairs], method
+
+
+def test_batching_and_padding_do_not_change_links(aligner):
+  # One shape (4 rows, length 32) throughout, so one compile: each pair once
+  # among others, once with copies of itself.
+  pairs = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
+  together = aligner.align(pairs, layer=2)
+  assert together == [aligner.align([pair] * 3, layer=2)[0] for pair in pairs]
+  assert all(together)
+
+
+def test_sweep_scores_every_method_and_layer(plain_aligner):
+  words = EN[:6] + ["dog", "tree"]
+  pairs = [(words, words), (words[:3], words[:3])]
+  gold = [{(i, i) for i in range(len(a))} for a, _ in pairs]
+  table = plain_aligner.sweep(pairs, gold)
+  assert set(table) == {(m, layer) for m in word_align.METHODS for layer in range(CONFIG.num_layers + 1)}
+  assert all(isinstance(s, aer.AlignmentScores) and 0.0 <= s.aer <= 1.0 for s in table.values())
+  assert table[("argmax", 0)].aer == 0.0 and table[("argmax", 0)].num_sure == 11
+  assert plain_aligner.last_run["pairs"] == 2 and plain_aligner.last_run["seconds"] > 0
+  with pytest.raises(UserError, match="gold alignments for 1 pairs but 2"):
+    plain_aligner.sweep(pairs, gold[:1])
+
+
+def test_bad_layer_method_and_language(aligner, tiny_model, vocabulary):
+  with pytest.raises(UserError, match=r"layer 3 is outside 0\.\.2"):
+    aligner.align([(DE, EN)], layer=3)
+  with pytest.raises(UserError, match="unknown alignment method 'maxmatch'"):
+    aligner.align([(DE, EN)], layer=1, method="maxmatch")
+  model, params = tiny_model
+  with pytest.raises(UserError, match=r"'fr' is not one of the checkpoint's languages \['de', 'en'\]"):
+    word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="fr", tgt_lang="en")
+  with pytest.raises(UserError, match="unknown similarity"):
+    word_align.AlignOptions(similarity="l2")
+
+
+def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, aligner):
+  _, params = tiny_model
+  model_dir = write_checkpoint(tmp_path / "registered", params, vocabulary, task="tiny_mix",
+                               languages=["de", "en"])
+  loaded, _, step = word_align.load_aligner(str(model_dir), batch_size=4)
+  assert (loaded.src_lang, loaded.tgt_lang, step) == ("de", "en", 1)  # From tiny_de_en's side order.
+  pairs = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
+  assert loaded.align(pairs, layer=2) == aligner.align(pairs, layer=2)
+
+  # A task this process does not know: vocabulary and languages from config.gin.
+  gin = (f"pairs/TsvBitextTask.vocabulary_path = '{tiny_corpus['vocab']}'\n"
+         "pairs/TsvBitextTask.lang_a = 'en'\npairs/TsvBitextTask.lang_b = 'de'\n")
+  model_dir = write_checkpoint(tmp_path / "gin", params, vocabulary, task="gone_mix", languages=["de", "en"],
+                               config_gin=gin)
+  loaded, _, _ = word_align.load_aligner(str(model_dir))
+  assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
+  (model_dir / "config.gin").write_text("")
+  with pytest.raises(UserError, match="cannot find the vocabulary"):
+    word_align.load_aligner(str(model_dir), src_lang="de", tgt_lang="en")
+  with pytest.raises(UserError, match="pass --src_lang and --tgt_lang"):
+    word_align.load_aligner(str(model_dir), vocabulary_path=tiny_corpus["vocab"])
+  loaded, _, _ = word_align.load_aligner(str(model_dir), tgt_lang="de", vocabulary_path=tiny_corpus["vocab"])
+  assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
+
+
+def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus, tiny_model, vocabulary):
+  _, params = tiny_model
+  gin = f"x/TextTask.vocabulary_path = '{tiny_corpus['vocab']}'\n"
+  model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_bible", languages=["en", "grc"],
+                               config_gin=gin)
+  out = tmp_path / "report"
+  results = word_align.evaluate_alignment(str(model_dir), max_pairs=6, output_dir=str(out), batch_size=4,
+                                               verbose=False)
+  assert results["pairs"] == 6 and results["layers"] == [0, 1, 2] and results["step"] == 1
+  assert set(results["scores"]) == set(word_align.METHODS) == set(results["best"])
+  assert set(results["scores"]["sinkhorn"]) == {"0", "1", "2"}
+  assert results["best"]["argmax"]["layer"] in (0, 1, 2)
+  assert 0.0 < results["diagonal_baseline"]["aer"] < 1.0
+  assert json.loads((out / "aer.json").read_text())["scores"] == results["scores"]
+  assert "| sinkhorn | 2 |" in (out / "aer.md").read_text()
+  assert (out / "aer_layers.png").stat().st_size > 1000
+  assert "diagonal baseline" in word_align.format_best(results)
+  pairs, sure = word_align.bible_gold("test", max_pairs=3)
+  assert len(pairs) == len(sure) == 3 and all(len(a) and len(b) for a, b in pairs)
