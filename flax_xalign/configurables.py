@@ -15,6 +15,7 @@ import gin
 
 from flax_xalign.evaluation import mlm_eval
 from flax_xalign.models.config import EncoderConfig
+from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.objectives.pretraining import MaskingConfig
 from flax_xalign.tasks import user as user_tasks
 from flax_xalign.training.checkpoints import CheckpointConfig
@@ -29,7 +30,7 @@ def register() -> None:
   global _REGISTERED
   if _REGISTERED:
     return
-  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig,
+  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig,
               user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
   gin.external_configurable(pretrain, name="train", module="flax_xalign")

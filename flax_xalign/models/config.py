@@ -57,6 +57,9 @@ class EncoderConfig:
     remat_policy: rematerialisation of each layer in the backward pass:
       "none" (keep all activations), "full" (recompute everything), "dots"
       (keep only weight matmul outputs, recompute attention and elementwise).
+    pointer_head: add the query/key projections of XLM-Align's denoising
+      word alignment pointer network (`Encoder.pointer_projections`); set by
+      the trainer when the `dwa` objective is used.
   """
 
   vocab_size: int | None = None
@@ -77,6 +80,7 @@ class EncoderConfig:
   param_dtype: str = "float32"
   scan_layers: bool = True
   remat_policy: str = "none"
+  pointer_head: bool = False
 
   def __post_init__(self):
     if self.vocab_size is not None:

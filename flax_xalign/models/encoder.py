@@ -28,6 +28,8 @@ Parameter tree (`variables["params"]`):
   mlm_head/transform/{kernel [embed,embed_out], bias [embed_out]}
   mlm_head/norm/{scale,bias}  [embed_out]
   mlm_head/output_bias        [vocab]
+  pointer_query/{kernel [embed,embed_out], bias [embed_out]}  pointer_head only
+  pointer_key/{kernel [embed,embed_out], bias [embed_out]}    pointer_head only
 """
 
 from __future__ import annotations
@@ -344,6 +346,12 @@ class Encoder(nn.Module):
     else:
       self.layers = [layer(cfg) for _ in range(cfg.num_layers)]
     self.mlm_head = MlmHead(cfg)
+    if cfg.pointer_head:
+      self.pointer_query, self.pointer_key = (
+          _dense(cfg, cfg.embed_dim, axis=-1,
+                 kernel_axes=(axes.EMBED, axes.EMBED_OUT),
+                 bias_axes=(axes.EMBED_OUT,), name=name)
+          for name in ("pointer_query", "pointer_key"))
 
   def __call__(self, tokens: Array, *, lang_ids: Array | None,
                positions: Array, segment_ids: Array, deterministic: bool,
@@ -402,6 +410,8 @@ class Encoder(nn.Module):
     if self.is_initializing():
       # Creates the MLM head too, so plain `init` yields the complete tree.
       self.mlm_logits(x[:, :1])
+      if cfg.pointer_head:
+        self.pointer_projections(x[:, :1])
     all_hidden = (embedded,) + layer_outputs if return_all_hidden else None
     return EncoderOutput(hidden=x, all_hidden=all_hidden)
 
@@ -412,6 +422,18 @@ class Encoder(nn.Module):
     `encoder.apply(variables, h, method=Encoder.mlm_logits)`. Float32 output.
     """
     return self.mlm_head(hidden, self.token_embed.table())
+
+  def pointer_projections(self, hidden: Array) -> tuple[Array, Array]:
+    """The DWA pointer network's (queries, keys), each [batch, length, embed].
+
+    XLM-Align (Chi et al. 2021, Eq. 12-13): two linear maps of the encoder's
+    states. Needs `config.pointer_head`. Float32 output.
+    """
+    if not self.config.pointer_head:
+      raise ValueError("pointer_projections needs EncoderConfig.pointer_head=True.")
+    h = hidden.astype(self.config.dtype)
+    return (self.pointer_query(h).astype(jnp.float32),
+            self.pointer_key(h).astype(jnp.float32))
 
   @nn.nowrap
   def init_variables(self, rng: Array,

@@ -14,8 +14,10 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
+from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base
+from flax_xalign.objectives import dwa as _dwa  # noqa: F401  (registers dwa)
 from flax_xalign.objectives import mlm as _mlm  # noqa: F401  (registers mlm, tlm)
 from flax_xalign.objectives.masking import MaskedTokens, mask_tokens, max_predictions_for
 
@@ -43,7 +45,9 @@ class PretrainingModel:
     encoder: the Flax encoder module (pure network).
     objectives: objective name -> weight in the total loss.
     masking: how the shared masked copy of each batch is made.
-    objective_options: optional per-objective constructor arguments.
+    objective_options: optional per-objective constructor arguments: a
+      mapping of keyword arguments, or a config dataclass passed as `config=`
+      (e.g. {'dwa': DwaConfig(self_label_layer=3)}).
   """
 
   encoder: Encoder
@@ -54,10 +58,16 @@ class PretrainingModel:
   def __post_init__(self):
     if not self.objectives:
       raise ValueError("PretrainingModel needs at least one objective")
-    built = {
-        name: base.get(name, **dict(self.objective_options.get(name, {})))
-        for name in self.objectives
-    }
+    unknown = sorted(set(self.objective_options) - set(self.objectives))
+    if unknown:
+      raise UserError(
+          f"objective_options name objectives that are not trained: {unknown}; "
+          f"the objectives are {sorted(self.objectives)}.")
+    built = {}
+    for name in self.objectives:
+      options = self.objective_options.get(name, {})
+      kwargs = dict(options) if isinstance(options, Mapping) else {"config": options}
+      built[name] = base.get(name, **kwargs)
     object.__setattr__(self, "_built", built)
 
   @property

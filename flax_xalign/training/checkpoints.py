@@ -150,23 +150,44 @@ class Checkpointer:
     self._manager.close()
 
 
-def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | None = None) -> Any:
-  """Loads only the parameters of a training checkpoint (e.g. a warm start).
-
-  Args:
-    checkpoint_dir: a MODEL_DIR or its `checkpoints/` folder.
-    abstract_params: ShapeDtypeStructs (with shardings) of the target params.
-    step: which step; the latest by default.
-  """
+def _checkpoints_dir(checkpoint_dir: str) -> epath.Path:
+  """`checkpoint_dir` or its `checkpoints/` folder; never creates anything."""
   directory = epath.Path(os.path.abspath(checkpoint_dir))
   if (directory / "checkpoints").exists():
     directory = directory / "checkpoints"
   if not directory.exists():
     raise UserError(f"No checkpoints at {checkpoint_dir}; point at a MODEL_DIR that holds checkpoints/.")
+  return directory
+
+
+def _latest(manager: ocp.CheckpointManager, directory: epath.Path, step: int | None) -> int:
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise UserError(f"{directory} holds no finished checkpoint.")
+  return step
+
+
+def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tuple[int, dict[str, Any]]:
+  """(step, meta) of a checkpoint, read without creating or changing anything."""
+  directory = _checkpoints_dir(checkpoint_dir)
+  with ocp.CheckpointManager(directory, item_handlers={META: ocp.JsonCheckpointHandler()}) as manager:
+    step = _latest(manager, directory, step)
+    restored = manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
+  return step, dict(restored[META])
+
+
+def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | None = None) -> Any:
+  """Loads only the parameters of a training checkpoint (e.g. a warm start).
+
+  Args:
+    checkpoint_dir: a MODEL_DIR or its `checkpoints/` folder.
+    abstract_params: ShapeDtypeStructs (with shardings) of the target params;
+      may be a subset of the saved tree.
+    step: which step; the latest by default.
+  """
+  directory = _checkpoints_dir(checkpoint_dir)
   with ocp.CheckpointManager(directory, item_handlers={STATE: ocp.PyTreeCheckpointHandler()}) as manager:
-    step = manager.latest_step() if step is None else step
-    if step is None:
-      raise UserError(f"{directory} holds no finished checkpoint.")
+    step = _latest(manager, directory, step)
     target = {"params": abstract_params}
     restored = manager.restore(
         step,
@@ -179,3 +200,43 @@ def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | Non
         }),
     )
   return restored[STATE]["params"]
+
+
+def warm_start_params(checkpoint_dir: str, params: Any, *, step: int | None = None) -> tuple[Any, list[str]]:
+  """Overwrites `params` with every parameter a checkpoint also has.
+
+  For continued pretraining (XLM-Align starts from an MLM+TLM run): parameters
+  the checkpoint lacks (e.g. a new objective's head) keep their fresh values.
+
+  Args:
+    checkpoint_dir: a MODEL_DIR or its `checkpoints/` folder.
+    params: the freshly initialised (sharded) parameter tree, nested dicts.
+    step: which step; the latest by default.
+
+  Returns:
+    (params, names of the parameters that were not in the checkpoint).
+
+  Raises:
+    UserError: a parameter exists in both with different shapes.
+  """
+  from flax import traverse_util
+
+  directory = _checkpoints_dir(checkpoint_dir)
+  with ocp.CheckpointManager(directory, item_handlers={STATE: ocp.PyTreeCheckpointHandler()}) as manager:
+    step = _latest(manager, directory, step)
+    saved_tree = manager.item_metadata(step)[STATE].tree["params"]
+  saved = traverse_util.flatten_dict(saved_tree)
+  ours = traverse_util.flatten_dict(params)
+  mismatched = [f"{'/'.join(k)}: checkpoint {tuple(saved[k].shape)} vs model {tuple(v.shape)}"
+                for k, v in ours.items() if k in saved and tuple(saved[k].shape) != tuple(v.shape)]
+  if mismatched:
+    raise UserError(
+        f"Cannot warm-start from {checkpoint_dir}: parameter shapes differ:\n  " + "\n  ".join(mismatched[:10])
+        + "\nUse the model size (and vocabulary, languages) the checkpoint was trained with.")
+  present = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in ours.items() if k in saved}
+  if not present:
+    raise UserError(f"{checkpoint_dir} shares no parameter with this model; is it a flax_xalign checkpoint?")
+  restored = restore_params(str(directory), traverse_util.unflatten_dict(present), step=step)
+  merged = {**ours, **traverse_util.flatten_dict(restored)}
+  missing = sorted("/".join(k) for k in ours if k not in saved)
+  return traverse_util.unflatten_dict(merged), missing

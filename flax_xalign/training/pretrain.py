@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,7 +23,8 @@ from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
 from flax_xalign.objectives.masking import max_predictions_for
 from flax_xalign.training import partitioning
-from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer
+from flax_xalign.training.checkpoints import (
+    CheckpointConfig, Checkpointer, read_checkpoint_meta, warm_start_params)
 from flax_xalign.training import metrics as metrics_lib
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.trainer import LoopConfig, Trainer, TrainResult, train as train_loop
@@ -78,6 +80,8 @@ def pretrain(
     train_steps: int,
     encoder: EncoderConfig,
     objectives: Mapping[str, float],
+    objective_options: Mapping[str, Any] | None = None,
+    init_from_checkpoint: str | None = None,
     masking: MaskingConfig = MaskingConfig(),
     optimizer: OptimizerConfig = OptimizerConfig(),
     num_partitions: int = 1,
@@ -97,8 +101,12 @@ def pretrain(
   """Pretrains an encoder on a seqio task or mixture; resumes from MODEL_DIR.
 
   Returns the TrainResult (state, last step, whether it was interrupted).
-  `user_tasks` are TextTask/TsvBitextTask/AlphaMixture definitions registered
-  first; `write_config(model_dir)` writes the operative config once the run is
+  `objective_options` maps an objective name to its options (a config
+  dataclass such as DwaConfig, or keyword arguments). `init_from_checkpoint`
+  (a MODEL_DIR) warm-starts a new run from another run's latest parameters;
+  parameters it lacks (e.g. the DWA pointer head) keep their initial values,
+  and the optimiser state starts fresh. `user_tasks` are
+  TextTask/TsvBitextTask/AlphaMixture definitions registered first; `write_config(model_dir)` writes the operative config once the run is
   known to be valid; `step_callback(step, metrics)` runs after every step.
   """
   for spec in user_tasks:
@@ -112,7 +120,10 @@ def pretrain(
   vocabulary = get_vocabulary(mixture_or_task_name)
   encoder = resolve_encoder_config(
       encoder, vocab_size=int(vocabulary.vocab_size), num_languages=len(languages))
-  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking)
+  if "dwa" in objectives and not encoder.pointer_head:
+    encoder = encoder.replace(pointer_head=True)
+  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking,
+                           objective_options=dict(objective_options or {}))
   meta = {
       "model": dataclasses.asdict(encoder),
       "vocabulary": vocabulary_fingerprint(vocabulary),
@@ -120,7 +131,12 @@ def pretrain(
       "task": mixture_or_task_name,
       "objectives": dict(objectives),
       "task_feature_lengths": dict(task_feature_lengths),
+      "objective_options": {k: _describe(v) for k, v in (objective_options or {}).items()},
+      "init_from_checkpoint": init_from_checkpoint,
   }
+  warm_start = None
+  if init_from_checkpoint:
+    warm_start = _warm_starter(init_from_checkpoint, meta)
 
   partitioner = partitioning.Partitioner(
       mesh=partitioning.make_mesh(num_partitions),
@@ -163,7 +179,34 @@ def pretrain(
         meta=meta,
         flops_per_step=step_flops,
         step_callback=step_callback,
+        init_params=warm_start,
     )
   finally:
     checkpointer.close()
     logger.close()
+
+
+def _describe(options: Any) -> Any:
+  """JSON-friendly record of an objective's options for the checkpoint meta."""
+  if dataclasses.is_dataclass(options):
+    return dataclasses.asdict(options)
+  return dict(options)
+
+
+def _warm_starter(checkpoint_dir: str, meta: Mapping[str, Any]) -> Callable[[Any], Any]:
+  """Checks `checkpoint_dir` against this run now; returns the params hook."""
+  _, source = read_checkpoint_meta(checkpoint_dir)
+  for key in ("vocabulary", "languages"):
+    if key in source and source[key] != json.loads(json.dumps(meta[key])):
+      raise UserError(
+          f"init_from_checkpoint={checkpoint_dir} was trained with a different {key} "
+          f"({source[key]!r}, this run: {meta[key]!r}); warm-start from a run with the same "
+          f"{key}, or train this one from scratch.")
+
+  def init_params(params: Any) -> Any:
+    params, missing = warm_start_params(checkpoint_dir, params)
+    print(f"warm start from {checkpoint_dir}" + (f"; newly initialised: {', '.join(missing)}" if missing else ""),
+          flush=True)
+    return params
+
+  return init_params

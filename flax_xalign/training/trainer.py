@@ -208,6 +208,7 @@ def train(
     flops_per_step: float,
     on_resume: Callable[[int], None] | None = None,
     step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None = None,
+    init_params: Callable[[Any], Any] | None = None,
 ) -> TrainResult:
   """Runs (or resumes) training to `trainer.loop.train_steps`.
 
@@ -222,6 +223,8 @@ def train(
     on_resume: called with the restored step before training continues.
     step_callback: called as `(step, metrics)` after every step (progress bars,
       notebooks, tests); metrics are device arrays, fetching them syncs.
+    init_params: maps the freshly initialised params to the starting params of
+      a new run (a warm start); not called when resuming.
   """
   loop = trainer.loop
   latest = checkpointer.latest_step()
@@ -235,6 +238,8 @@ def train(
       on_resume(latest)
   else:
     state = trainer.init_state()
+    if init_params is not None:
+      state = state.replace(params=init_params(state.params))
   start = int(jax.device_get(state.step))
   terms = tuple(trainer.model.objectives)
   throughput = Throughput(flops_per_step=flops_per_step, peak_flops=loop.peak_flops_per_device,

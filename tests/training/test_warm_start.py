@@ -1,0 +1,103 @@
+"""XLM-Align continues from a cold-start run: warm start and the DWA terms."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from flax_xalign.errors import UserError
+from flax_xalign.models.encoder import Encoder
+from flax_xalign.objectives.dwa import DwaConfig
+from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.training.checkpoints import CheckpointConfig, read_checkpoint_meta, restore_params, warm_start_params
+from flax_xalign.training.optimizer import OptimizerConfig
+from flax_xalign.training.pretrain import pretrain
+
+LENGTHS = {"tokens": 19}
+
+
+def _run(model_dir, encoder, *, steps, task="tiny_mix", objectives=None, **kw):
+  return pretrain(
+      model_dir=str(model_dir), mixture_or_task_name=task, task_feature_lengths=LENGTHS,
+      batch_size=6, train_steps=steps, encoder=encoder,
+      objectives=objectives or {"mlm": 1.0, "tlm": 1.0},
+      optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=2),
+      checkpoint=CheckpointConfig(every_steps=3, keep=2, async_save=True),
+      log_every=1, seed=3, **kw)
+
+
+@pytest.fixture(scope="module")
+def cold_run(tmp_path_factory, tiny_corpus):
+  from flax_xalign.models.config import EncoderConfig
+
+  encoder = EncoderConfig(num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40,
+                          max_positions=32, num_languages=3, dropout_rate=0.1, attention_dropout_rate=0.0)
+  model_dir = tmp_path_factory.mktemp("cold")
+  _run(model_dir, encoder, steps=3)
+  return model_dir, encoder
+
+
+def _flat(tree):
+  return {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(tree).items()}
+
+
+def test_warm_start_loads_shared_params_and_keeps_new_heads(cold_run):
+  model_dir, encoder = cold_run
+  _, meta = read_checkpoint_meta(str(model_dir))
+  config = encoder.replace(vocab_size=meta["model"]["vocab_size"], pointer_head=True)
+  model = PretrainingModel(encoder=Encoder(config), objectives={"dwa": 1.0})
+  fresh = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
+                       model.init(jax.random.key(5), batch=1, length=8), is_leaf=lambda x: hasattr(x, "unbox"))
+  warm, missing = warm_start_params(str(model_dir), fresh)
+  assert missing == ["pointer_key/bias", "pointer_key/kernel", "pointer_query/bias", "pointer_query/kernel"]
+  cold_params = {k: v for k, v in _flat(fresh).items() if not k.startswith("pointer")}
+  saved = _flat(restore_params(str(model_dir), traverse_util.unflatten_dict(
+      {tuple(k.split("/")): jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in cold_params.items()})))
+  got = _flat(warm)
+  for name in cold_params:
+    np.testing.assert_array_equal(got[name], saved[name], err_msg=name)
+  for name in missing:
+    np.testing.assert_array_equal(got[name], _flat(fresh)[name])
+  assert not np.array_equal(got["token_embed/embedding"], _flat(fresh)["token_embed/embedding"])
+
+
+def test_xlm_align_run_from_cold_start_logs_dwa(tmp_path, cold_run):
+  model_dir, encoder = cold_run
+  out = tmp_path / "xlm_align"
+  _run(out, encoder, steps=2, objectives={"mlm": 1.0, "tlm": 1.0, "dwa": 1.0},
+       objective_options={"dwa": DwaConfig(self_label_layer=1)}, init_from_checkpoint=str(model_dir))
+  rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+  train_rows = [r for r in rows if "dwa" in r]
+  assert len(train_rows) == 2
+  for row in train_rows:
+    assert np.isfinite(row["dwa"]) and row["dwa_labels"] > 0 and row["dwa_entropy"] >= 0
+  _, meta = read_checkpoint_meta(str(out))
+  assert meta["model"]["pointer_head"] is True
+  assert meta["init_from_checkpoint"] == str(model_dir)
+  assert meta["objective_options"]["dwa"]["self_label_layer"] == 1
+
+
+def test_warm_start_from_other_vocabulary_is_refused(tmp_path, tiny_corpus, cold_run):
+  from flax_xalign.data import vocab
+  from flax_xalign.tasks import user
+
+  model_dir, encoder = cold_run
+  other = vocab.train_sentencepiece(
+      open(tiny_corpus["files"][("en", "train")], encoding="utf-8"), vocab_size=37,
+      model_path=tmp_path / "other.model")
+  user.TextTask(name="tiny_en_warm_other_vocab", files={"train": tiny_corpus["files"][("en", "train")]},
+                lang="en", vocabulary_path=str(other)).register()
+  target = tmp_path / "never_written"
+  with pytest.raises(UserError, match="different vocabulary"):
+    _run(target, encoder, steps=2, task="tiny_en_warm_other_vocab", init_from_checkpoint=str(model_dir))
+  assert not target.exists()
+
+
+def test_warm_start_from_missing_dir_is_one_clear_error(tmp_path, cold_run):
+  _, encoder = cold_run
+  with pytest.raises(UserError, match="No checkpoints at"):
+    _run(tmp_path / "x", encoder, steps=2, init_from_checkpoint=str(tmp_path / "nowhere"))
+  assert not (tmp_path / "nowhere").exists()
