@@ -312,7 +312,8 @@ class WordAligner:
 
   # ---------------------------------------------------------------- running
 
-  def _check(self, layers: Iterable[int], methods: Iterable[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+  def validate(self, layers: Iterable[int], methods: Iterable[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(layers, methods) as tuples; UserError for a layer or method this model lacks."""
     layers, methods = tuple(int(l) for l in layers), tuple(methods)
     for layer in layers:
       if not 0 <= layer <= self.num_layers:
@@ -332,7 +333,7 @@ class WordAligner:
     Returns:
       {(method, layer): [frozenset of (i, j) per pair, in input order]}.
     """
-    layers, methods = self._check(layers, methods)
+    layers, methods = self.validate(layers, methods)
     start = time.perf_counter()
     encoded = self.encode(pairs)
     result = {(m, l): [frozenset()] * len(pairs) for m in methods for l in layers}

@@ -1,0 +1,135 @@
+r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
+
+  python -m flax_xalign.align --checkpoint=runs/demo --input=pairs.tsv --output=out.txt \
+      [--layer=3] [--method=sinkhorn] [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
+      [--gold=gold.txt --gold_format=pharaoh|naacl [--sweep]]
+
+Input: one sentence pair per line, `source<TAB>target`, words separated by
+spaces. Output: one Pharaoh line per pair, `i-j` links (0-indexed, source word
+i - target word j), written atomically. The languages default to the sides of
+the checkpoint's bitext task; the layer to 2/3 of the depth (XLM-Align's 8 of
+12). With --gold, also prints P/R/F1/AER; with --sweep, scores every layer and
+method against --gold, prints the table, writes <output>_layers.png beside
+--output and writes the alignments of the best (method, layer) unless
+--layer/--method pin one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from flax_xalign.errors import UserError
+
+_FORMAT = "one pair per line: source words<TAB>target words (exactly one tab, both sides non-empty)"
+
+
+def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
+  """(source words, target words) per line of a TSV file; UserError names a bad line."""
+  if not os.path.isfile(path):
+    raise UserError(f"--input {path} does not exist; pass a UTF-8 file with {_FORMAT}.")
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = f.read().splitlines()
+  except UnicodeDecodeError as e:
+    raise UserError(f"--input {path} is not UTF-8 ({e}).") from e
+  pairs = []
+  for number, line in enumerate(lines, start=1):
+    fields = line.split("\t")
+    if len(fields) != 2 or not fields[0].split() or not fields[1].split():
+      raise UserError(f"{path}:{number}: malformed line {line[:60]!r}; expected {_FORMAT}.")
+    pairs.append((fields[0].split(), fields[1].split()))
+  if not pairs:
+    raise UserError(f"--input {path} is empty; expected {_FORMAT}.")
+  return pairs
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  from flax_xalign.evaluation import aer, word_align
+
+  parser = argparse.ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
+  parser.add_argument("--checkpoint", required=True, help="MODEL_DIR written by python -m flax_xalign.train")
+  parser.add_argument("--input", required=True, help="TSV file: source<TAB>target per line")
+  parser.add_argument("--output", required=True, help="Pharaoh output file (i-j per link)")
+  parser.add_argument("--layer", type=int, default=None, help="hidden layer (0 = embeddings)")
+  parser.add_argument("--method", choices=word_align.METHODS, default=None, help="default: sinkhorn")
+  parser.add_argument("--src_lang", default=None)
+  parser.add_argument("--tgt_lang", default=None)
+  parser.add_argument("--similarity", choices=word_align.SIMILARITIES, default="dot")
+  parser.add_argument("--sinkhorn_kernel", choices=word_align.SINKHORN_KERNELS, default="clamped")
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--max_length", type=int, default=256, help="positions per pair (both sides + 4)")
+  parser.add_argument("--vocabulary", default=None, help="SentencePiece model, if the task is not known here")
+  parser.add_argument("--gold", default=None, help="gold alignments, one entry per input pair")
+  parser.add_argument("--gold_format", choices=aer.GOLD_FORMATS, default="pharaoh")
+  parser.add_argument("--sweep", action="store_true", help="score all layers and methods against --gold")
+  return parser.parse_args(argv)
+
+
+def _scores_line(scores) -> str:
+  return (f"P {100 * scores.precision:.1f}  R {100 * scores.recall:.1f}  F1 {100 * scores.f1:.1f}  "
+          f"AER {100 * scores.aer:.1f}  ({scores.num_predicted} links, {scores.num_sure} sure)")
+
+
+def run(args: argparse.Namespace) -> None:
+  from flax_xalign.evaluation import aer, word_align
+
+  pairs = read_pairs(args.input)
+  gold = None
+  if args.gold:
+    gold = aer.read_gold(args.gold, args.gold_format, num_sentences=len(pairs))
+    if len(gold) != len(pairs):
+      raise UserError(f"--gold {args.gold} has {len(gold)} entries but --input {args.input} has {len(pairs)} "
+                      "pairs; they must correspond line by line.")
+  elif args.sweep:
+    raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
+  options = word_align.AlignOptions(similarity=args.similarity, sinkhorn_kernel=args.sinkhorn_kernel)
+  aligner, _, step = word_align.load_aligner(
+      args.checkpoint, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
+      max_length=args.max_length, batch_size=args.batch_size, options=options)
+  layer = args.layer if args.layer is not None else round(2 * aligner.num_layers / 3)
+  method = args.method or "sinkhorn"
+  aligner.validate([layer], [method])
+  print(f"aligning {len(pairs)} pairs ({aligner.src_lang} -> {aligner.tgt_lang}) with {args.checkpoint} "
+        f"(step {step}, {aligner.num_layers} layers)", flush=True)
+  start = time.perf_counter()
+  if args.sweep:
+    every = aligner.run(pairs, layers=range(aligner.num_layers + 1), methods=word_align.METHODS, verbose=True)
+    sure, possible = [g.sure for g in gold], [g.possible for g in gold]
+    table = {key: aer.score(links, sure, possible) for key, links in every.items()}
+    print(aer.format_table(table, title=f"{os.path.basename(args.gold)}, {args.similarity} similarity"))
+    plot = os.path.splitext(args.output)[0] + "_layers.png"
+    aer.plot_layer_curve(table, plot, title=f"{aligner.src_lang}-{aligner.tgt_lang} word alignment")
+    print(f"wrote {plot}")
+    pinned = [k for k in table if args.method in (None, k[0]) and args.layer in (None, k[1])]
+    method, layer = min(pinned, key=lambda k: (table[k].aer, k[1], k[0]))  # Best unless pinned.
+    links = every[(method, layer)]
+  else:
+    links = aligner.align(pairs, layer=layer, method=method)
+  seconds = time.perf_counter() - start
+  aer.write_pharaoh(args.output, links)
+  print(f"wrote {args.output}: {method}, layer {layer}, {args.similarity} similarity "
+        f"({seconds:.1f} s, {1000 * seconds / len(pairs):.0f} s per 1000 pairs)")
+  if gold is not None:
+    print(f"{method} layer {layer}: " + _scores_line(aer.score(links, [g.sure for g in gold],
+                                                                [g.possible for g in gold])))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = parse_args(sys.argv[1:] if argv is None else list(argv))
+  from flax_xalign import gin_cli
+
+  gin_cli.quiet_known_noise()
+  try:
+    run(args)
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

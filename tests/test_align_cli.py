@@ -1,0 +1,109 @@
+"""`python -m flax_xalign.align` in-process, on a tiny randomly initialised checkpoint."""
+
+import pytest
+
+from flax_xalign import align as align_main
+from flax_xalign.evaluation import aer
+from tests.evaluation.test_word_align import DE, EN, init_model, write_checkpoint
+
+PAIRS = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tiny_corpus):
+  from flax_xalign.data import vocab
+
+  _, params = init_model()
+  model_dir = tmp_path_factory.mktemp("align_cli") / "model"
+  return write_checkpoint(model_dir, params, vocab.load_vocabulary(tiny_corpus["vocab"]), task="tiny_mix",
+                          languages=["de", "en"])
+
+
+@pytest.fixture
+def pairs_file(tmp_path):
+  path = tmp_path / "pairs.tsv"
+  path.write_text("".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in PAIRS), encoding="utf-8")
+  return path
+
+
+def _expect_error(capsys, code, *needles):
+  assert code == 2
+  err = capsys.readouterr().err
+  assert [line for line in err.splitlines() if line.startswith("error:")], err
+  assert "Traceback" not in err
+  for needle in needles:
+    assert needle in err, (needle, err)
+
+
+def test_align_writes_pharaoh_and_scores_against_gold(tmp_path, checkpoint, pairs_file, capsys):
+  out = tmp_path / "out" / "links.txt"
+  gold = tmp_path / "gold.txt"
+  gold.write_text("0-0 1-1\n0-0 1?1\n\n")
+  code = align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}", f"--output={out}",
+                          "--layer=2", "--method=sinkhorn", f"--gold={gold}", "--batch_size=4"])
+  assert code == 0, capsys.readouterr().err
+  text = capsys.readouterr().out
+  assert "(de -> en)" in text and "sinkhorn layer 2: P " in text and "AER" in text
+  predicted = aer.read_pharaoh(str(out))
+  assert len(predicted) == len(PAIRS) and all(p.sure for p in predicted)
+  for (a, b), p in zip(PAIRS, predicted):
+    assert all(i < len(a) and j < len(b) for i, j in p.sure)
+  assert sorted(x.name for x in out.parent.iterdir()) == ["links.txt"]  # No temporary file left.
+
+
+def test_sweep_prints_table_writes_plot_and_best_links(tmp_path, checkpoint, pairs_file, capsys):
+  out = tmp_path / "links.txt"
+  gold = tmp_path / "gold.naacl"
+  gold.write_text("1 1 1\n2 1 1 S\n2 2 2 P\n3 3 3\n")
+  code = align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}", f"--output={out}",
+                          f"--gold={gold}", "--gold_format=naacl", "--sweep", "--similarity=cosine",
+                          "--batch_size=4"])
+  assert code == 0, capsys.readouterr().err
+  text = capsys.readouterr().out
+  assert "| method | layer | P | R | F1 | AER |" in text
+  for method in ("argmax", "itermax", "sinkhorn"):
+    assert f"| {method} | 2 |" in text
+  assert (tmp_path / "links_layers.png").stat().st_size > 1000
+  assert len(aer.read_pharaoh(str(out))) == len(PAIRS)
+
+
+@pytest.mark.parametrize("bad, where", [("ein haus the house", ":2:"), ("a\tb\tc", ":2:"),
+                                        ("das haus\t  ", ":2:"), ("", ":2:")])
+def test_malformed_input_line_is_one_error(tmp_path, checkpoint, bad, where, capsys):
+  path = tmp_path / "bad.tsv"
+  path.write_text(f"das haus\tthe house\n{bad}\nder hund\tthe dog\n", encoding="utf-8")
+  out = tmp_path / "out.txt"
+  code = align_main.main([f"--checkpoint={checkpoint}", f"--input={path}", f"--output={out}"])
+  _expect_error(capsys, code, f"bad.tsv{where}", "source words<TAB>target words")
+  assert not out.exists()
+
+
+def test_other_bad_input(tmp_path, checkpoint, pairs_file, capsys):
+  out = str(tmp_path / "out.txt")
+  base = [f"--input={pairs_file}", f"--output={out}"]
+  _expect_error(capsys, align_main.main([f"--checkpoint={tmp_path / 'nope'}", *base]), "no checkpoint")
+  assert not (tmp_path / "nope").exists()
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, "--sweep"]), "pass --gold")
+  gold = tmp_path / "short.txt"
+  gold.write_text("0-0\n")
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, f"--gold={gold}"]),
+                "has 1 entries but", "3 pairs")
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, "--layer=7"]),
+                "layer 7 is outside 0..2")
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, "--src_lang=fr"]),
+                "'fr' is not one of the checkpoint's languages")
+  assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.slow
+def test_align_a_checkpoint_made_by_train(tmp_path, tiny_corpus, pairs_file, capsys):
+  from flax_xalign import train as train_main
+  from tests.test_entry_points import _gin_file
+
+  model_dir = tmp_path / "model"
+  assert train_main.main([f"--gin_file={_gin_file(tmp_path, tiny_corpus)}", f"--gin.MODEL_DIR='{model_dir}'",
+                          "--gin.TRAIN_STEPS=2"]) == 0
+  out = tmp_path / "links.txt"
+  assert align_main.main([f"--checkpoint={model_dir}", f"--input={pairs_file}", f"--output={out}"]) == 0
+  assert "(de -> en)" in capsys.readouterr().out
+  assert len(aer.read_pharaoh(str(out))) == len(PAIRS)
