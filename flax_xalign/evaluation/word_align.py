@@ -529,6 +529,12 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
      "diagonal_baseline": scores of linking word i to word round(i * m / n),
      "seconds", "seconds_per_1000_pairs", "truncated_pairs", "files"}.
   """
+  from flax_xalign.training.checkpoints import read_checkpoint_meta
+
+  languages = read_checkpoint_meta(model_dir)[1].get("languages", [])
+  if not {"grc", "en"} <= set(languages):
+    raise UserError(f"{model_dir} was trained on {languages}; the Bible gold alignments are Greek-English "
+                    "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
   aligner, meta, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
                                      batch_size=batch_size, options=options)
   pairs, sure = bible_gold(split, max_pairs=max_pairs)

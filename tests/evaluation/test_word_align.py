@@ -214,5 +214,8 @@ def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus,
   assert "| sinkhorn | 2 |" in (out / "aer.md").read_text()
   assert (out / "aer_layers.png").stat().st_size > 1000
   assert "diagonal baseline" in word_align.format_best(results)
+  other = write_checkpoint(tmp_path / "de_en", params, vocabulary, task="tiny_mix", languages=["de", "en"])
+  with pytest.raises(UserError, match=r"trained on \['de', 'en'\]; the Bible gold alignments are Greek-English"):
+    word_align.evaluate_alignment(str(other))
   pairs, sure = word_align.bible_gold("test", max_pairs=3)
   assert len(pairs) == len(sure) == 3 and all(len(a) and len(b) for a, b in pairs)
