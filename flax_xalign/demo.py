@@ -1,11 +1,18 @@
-"""`make demo`: pretrain a tiny encoder on the embedded Bible corpus, then score it.
+"""`make demo`: pretrain a tiny encoder on the embedded Bible corpus, then XLM-Align it.
 
-  python -m flax_xalign.demo [--model_dir=runs/demo] [--steps=N] [--fresh]
+  python -m flax_xalign.demo [--model_dir=runs/demo] [--steps=N] [--align_steps=N] [--fresh]
 
-Runs the real entry points: `flax_xalign.train` with
-gin_configs/experiments/demo.gin (MLM + TLM on bible_grc_en_mlm_tlm), then
-`flax_xalign.eval` on the held-out test books, and prints a summary. Rerunning
-resumes (or, when finished, only re-evaluates); --fresh starts over.
+Runs the real entry points, in three stages:
+1. cold start: `flax_xalign.train` with gin_configs/experiments/demo.gin (MLM +
+   TLM on bible_grc_en_mlm_tlm) into MODEL_DIR/cold, then `flax_xalign.eval`
+   (masked-token accuracy on the held-out test books);
+2. XLM-Align: continued pretraining with MLM + TLM + denoising word alignment
+   (experiments/demo_xlm_align.gin) into MODEL_DIR/xlm_align;
+3. word alignment of the held-out books' Greek-English verses against the
+   manual gold alignments, for both models, every layer and the three
+   extraction methods (argmax, itermax, Sinkhorn): a table in the shape of the
+   paper's Table 2 and per-layer AER curves (MODEL_DIR/aer_layers.png).
+Rerunning resumes (or, when finished, only re-evaluates); --fresh starts over.
 """
 
 from __future__ import annotations
@@ -18,26 +25,69 @@ import sys
 import time
 from typing import Sequence
 
+METHODS = ("argmax", "itermax", "sinkhorn")
 
-def _summarise(model_dir: str, results: dict, seconds: float) -> str:
-  from flax_xalign.evaluation.mlm_eval import format_table
 
+def _throughput(model_dir: str) -> float:
   rows = [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
   train_rows = [r for r in rows if "tokens_per_sec" in r]
-  tps = train_rows[-1]["tokens_per_sec"] if train_rows else float("nan")
+  return train_rows[-1]["tokens_per_sec"] if train_rows else float("nan")
+
+
+def _summarise(model_dir: str, mlm_results: dict, aer_table: str, seconds: float) -> str:
+  from flax_xalign.evaluation.mlm_eval import format_table
+
+  cold, aligned = (os.path.join(model_dir, name) for name in ("cold", "xlm_align"))
   lines = [
       "",
       "=" * 72,
-      format_table(results),
+      "Masked-token accuracy of the cold-start model (held-out test books):",
+      format_table(mlm_results),
       "",
-      f"  train throughput (last interval): {tps:,.0f} tokens/s",
+      "Word alignment, Greek -> English, held-out test books (AER %, lower is better):",
+      aer_table,
+      "",
+      f"  train throughput (last interval): cold start {_throughput(cold):,.0f} tokens/s, "
+      f"XLM-Align {_throughput(aligned):,.0f} tokens/s",
       f"  wall time: {seconds / 60:.1f} min",
-      f"  checkpoints:  {os.path.join(model_dir, 'checkpoints')}",
-      f"  metrics:      {os.path.join(model_dir, 'metrics.jsonl')}",
-      f"  TensorBoard:  tensorboard --logdir {os.path.join(model_dir, 'tensorboard')}",
-      f"  eval results: {os.path.join(model_dir, 'eval.json')}",
+      f"  runs:         {cold}  {aligned}",
+      f"  AER per layer: {os.path.join(model_dir, 'aer_layers.png')}, {os.path.join(model_dir, 'aer.json')}",
+      f"  TensorBoard:  tensorboard --logdir {model_dir}",
       "=" * 72,
   ]
+  return "\n".join(lines)
+
+
+def _train(gin_file: str, model_dir: str, steps: int | None, extra: Sequence[str] = ()) -> int:
+  from flax_xalign import train as train_main
+
+  flags = [f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", *extra]
+  if steps:
+    flags.append(f"--gin.TRAIN_STEPS={steps}")
+  return train_main.main(flags)
+
+
+def aer_comparison(runs: dict, *, split: str = "test", max_pairs: int | None = None) -> dict:
+  """Per-layer AER of each run and method on the Bible gold alignments."""
+  from flax_xalign.evaluation import word_align
+
+  return {name: word_align.evaluate_alignment(model_dir, split=split, methods=METHODS, max_pairs=max_pairs,
+                                             verbose=False)
+          for name, model_dir in runs.items()}
+
+
+def format_aer_table(results: dict) -> str:
+  """Rows: model x method, AER/P/R at the method's best layer (Table 2 shape)."""
+  header = "| model | method | best layer | AER | precision | recall |"
+  lines = [header, "|---|---|---:|---:|---:|---:|"]
+  diagonal = next(iter(results.values()))["diagonal_baseline"]
+  lines.append(f"| (no model) | diagonal | - | {100 * diagonal['aer']:.1f} | "
+               f"{100 * diagonal['precision']:.1f} | {100 * diagonal['recall']:.1f} |")
+  for name, result in results.items():
+    for method in METHODS:
+      best = result["best"][method]
+      lines.append(f"| {name} | {method} | {best['layer']} | {100 * best['aer']:.1f} | "
+                   f"{100 * best['precision']:.1f} | {100 * best['recall']:.1f} |")
   return "\n".join(lines)
 
 
@@ -45,29 +95,43 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default="runs/demo")
   parser.add_argument("--steps", type=int, default=None, help="override TRAIN_STEPS of demo.gin")
+  parser.add_argument("--align_steps", type=int, default=None,
+                      help="override TRAIN_STEPS of demo_xlm_align.gin")
   parser.add_argument("--fresh", action="store_true", help="delete model_dir first")
   args = parser.parse_args(argv)
   if args.fresh and os.path.isdir(args.model_dir):
     shutil.rmtree(args.model_dir)
 
   from flax_xalign import gin_cli
-  from flax_xalign import train as train_main
+  from flax_xalign.evaluation import aer as aer_lib
 
   start = time.time()
-  print(f"flax_xalign demo: MLM + TLM on Greek (SBLGNT) + English (BSB), model_dir={args.model_dir}",
-        flush=True)
-  flags = ["--gin_file=experiments/demo.gin", f"--gin.MODEL_DIR='{args.model_dir}'"]
-  if args.steps:
-    flags.append(f"--gin.TRAIN_STEPS={args.steps}")
-  code = train_main.main(flags)
+  cold = os.path.join(args.model_dir, "cold")
+  aligned = os.path.join(args.model_dir, "xlm_align")
+  print(f"flax_xalign demo 1/3: cold start, MLM + TLM on Greek (SBLGNT) + English (BSB) -> {cold}", flush=True)
+  code = _train("experiments/demo.gin", cold, args.steps)
   if code != 0:
     return code
-  print("\nevaluating on the held-out test books ...", flush=True)
-  code, results = gin_cli.run([f"--gin.MODEL_DIR='{args.model_dir}'"], description="eval",
-                              configurable="evaluate", default_gin_files=("runs/eval.gin",))
+  print("\nevaluating masked-token accuracy on the held-out test books ...", flush=True)
+  code, mlm_results = gin_cli.run([f"--gin.MODEL_DIR='{cold}'"], description="eval",
+                                  configurable="evaluate", default_gin_files=("runs/eval.gin",))
   if code != 0:
     return code
-  print(_summarise(args.model_dir, results, time.time() - start), flush=True)
+  print(f"\nflax_xalign demo 2/3: XLM-Align (MLM + TLM + DWA) from the cold start -> {aligned}", flush=True)
+  code = _train("experiments/demo_xlm_align.gin", aligned, args.align_steps,
+                [f"--gin.INIT_FROM_CHECKPOINT='{cold}'"])
+  if code != 0:
+    return code
+  print("\nflax_xalign demo 3/3: word alignment against the manual gold (test books) ...", flush=True)
+  results = aer_comparison({"cold start": cold, "XLM-Align": aligned})
+  with open(os.path.join(args.model_dir, "aer.json"), "w") as f:
+    json.dump(results, f, indent=2, default=str)
+  table = {(name, method, int(layer)): row for name, result in results.items()
+           for method in METHODS for layer, row in result["scores"][method].items()}
+  aer_lib.plot_layer_curve(table, os.path.join(args.model_dir, "aer_layers.png"),
+                           title="Greek-English AER per layer, held-out books")
+  table = format_aer_table(results)
+  print(_summarise(args.model_dir, mlm_results, table, time.time() - start), flush=True)
   return 0
 
 
