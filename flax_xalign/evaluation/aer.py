@@ -32,7 +32,8 @@ import math
 import os
 import re
 import tempfile
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from flax_xalign.errors import UserError
 
