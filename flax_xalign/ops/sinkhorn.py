@@ -126,8 +126,7 @@ def _potential_step(log_kernel, other, log_marginal, axis):
   Returns:
     (potential, shifted, exp_shifted, log_norm): the new potential, `log K +
     other - max` and its exp (both [..., n, m]), and the log of the sum of
-    the latter along `axis` (keepdims), so the caller can form the plan
-    without another exp.
+    the latter along `axis` (keepdims), from which the caller forms the plan.
   """
   z = log_kernel + jnp.expand_dims(other, axis=-1 if axis == -2 else -2)
   peak = jnp.max(z, axis=axis, keepdims=True)
@@ -136,6 +135,28 @@ def _potential_step(log_kernel, other, log_marginal, axis):
   log_norm = jnp.log(jnp.sum(exp_shifted, axis=axis, keepdims=True))
   potential = log_marginal - jnp.squeeze(peak + log_norm, axis=axis)
   return potential, shifted, exp_shifted, log_norm
+
+
+def _drop_unreachable_mass(mask, a, b):
+  """Restricts given marginals to mass that valid entries can carry.
+
+  Entries in a row or column without mass are taken out of the mask, and
+  then rows and columns left without a valid entry lose their mass. Uniform
+  marginals satisfy this already; the solver relies on it to leave masked
+  entries at exactly 0 without a final select over [..., n, m].
+
+  Args:
+    mask: [..., n, m] bool.
+    a: [..., n] row marginals.
+    b: [..., m] column marginals.
+
+  Returns:
+    (mask, a, b) restricted.
+  """
+  mask = mask & (a > 0)[..., :, None] & (b > 0)[..., None, :]
+  a = jnp.where(jnp.any(mask, axis=-1), a, 0.0)
+  b = jnp.where(jnp.any(mask, axis=-2), b, 0.0)
+  return mask, a, b
 
 
 def _sinkhorn_log(
@@ -151,8 +172,9 @@ def _sinkhorn_log(
 
   Each iteration is a row step and a column step (`rows_first`) or the other
   way round; the first potential to be updated starts from the other one at
-  zero (scaling vector of ones). The plan is formed from the last step's
-  normalised exponentials, so the last step costs no extra exp.
+  zero (scaling vector of ones). The plan is read off the last step: its
+  exponentials normalised along the step's axis, times the marginal, which is
+  `exp(log K + f + g)` with that step's potential.
 
   Args:
     log_kernel: [..., n, m] float32, `LOG_ZERO` where `~mask`.
@@ -180,11 +202,12 @@ def _sinkhorn_log(
   first, *_ = _potential_step(log_kernel, second_potential, first_marginal, first_axis)
   _, shifted, exp_shifted, log_norm = _potential_step(
       log_kernel, first, second_marginal, second_axis)
-  # plan = exp(log K + f + g) with g from the last step: the normalised
-  # exponentials of that step times the marginal along its axis.
   marginal = jnp.expand_dims(second_marginal, axis=second_axis)
   log_plan = jnp.where(mask, shifted - log_norm + marginal, LOG_ZERO)
-  plan = jnp.where(mask, exp_shifted * jnp.exp(marginal - log_norm), 0.0)
+  # No select needed: a masked entry has log K = LOG_ZERO, so its exponential
+  # underflows to 0 in any row/column with a valid entry, and the marginal is
+  # exactly 0 (LOG_ZERO) on rows/columns without one. This saves a pass.
+  plan = exp_shifted * jnp.exp(marginal - log_norm)
   return SinkhornResult(plan=plan, log_plan=log_plan)
 
 
@@ -209,8 +232,8 @@ def sinkhorn(
     kernel: "entropic" (paper Eq. 3-6, default) or "clamped" (released code).
     clamp_epsilon: floor of `K = max(clamp_epsilon, S)` for "clamped".
     row_marginal: optional [..., n] `a` for "entropic"; default uniform over
-      real rows (`uniform_marginals`). Mass on rows without valid entries is
-      dropped.
+      real rows (`uniform_marginals`). Mass on rows without a valid entry in
+      a column with mass is dropped.
     col_marginal: optional [..., m] `b` for "entropic"; default likewise.
 
   Returns:
@@ -229,12 +252,14 @@ def sinkhorn(
   similarity = jnp.asarray(similarity).astype(jnp.float32)
   mask = jnp.broadcast_to(jnp.asarray(mask, dtype=bool), similarity.shape)
   if kernel == "entropic":
-    log_kernel = jnp.where(mask, similarity / mu, LOG_ZERO)
     a, b = uniform_marginals(mask)
-    if row_marginal is not None:
-      a = jnp.asarray(row_marginal, jnp.float32)
-    if col_marginal is not None:
-      b = jnp.asarray(col_marginal, jnp.float32)
+    if row_marginal is not None or col_marginal is not None:
+      if row_marginal is not None:
+        a = jnp.asarray(row_marginal, jnp.float32)
+      if col_marginal is not None:
+        b = jnp.asarray(col_marginal, jnp.float32)
+      mask, a, b = _drop_unreachable_mass(mask, a, b)
+    log_kernel = jnp.where(mask, similarity / mu, LOG_ZERO)
     return _sinkhorn_log(log_kernel, mask, _safe_log(a), _safe_log(b),
                          num_iters=num_iters, rows_first=True)
   if row_marginal is not None or col_marginal is not None:

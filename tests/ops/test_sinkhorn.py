@@ -86,6 +86,28 @@ def test_entropic_converges_to_pot_including_ragged_masks(solver):
   np.testing.assert_allclose(np.exp(result.log_plan), plan, atol=1e-9, rtol=1e-5)
 
 
+def test_given_marginals_converge_to_pot_and_unreachable_mass_is_dropped():
+  rng = np.random.default_rng(9)
+  sim = rng.normal(size=(N, M)).astype(np.float32)
+  a, b = rng.uniform(0.5, 1.5, size=N), rng.uniform(0.5, 1.5, size=M)
+  a, b = a / a.sum(), b / b.sum()
+  plan = solve(sim, np.ones((N, M), bool), mu=0.5, num_iters=500,
+               row_marginal=a, col_marginal=b).plan
+  expected = ot.sinkhorn(a, b, -sim.astype(np.float64), 0.5, numItermax=20000, stopThr=1e-13)
+  np.testing.assert_allclose(plan, expected, atol=2e-7, rtol=2e-5)
+  # Row 0 has no mass and column 6 is valid only in row 0: both carry nothing,
+  # masked entries stay exactly 0 and nothing is NaN.
+  mask = _ragged_mask(N, 6)
+  mask[0, 6] = True
+  a_zero = np.where(np.arange(N) == 0, 0.0, 0.25).astype(np.float32)
+  b_all = np.full(M, 1 / M, np.float32)
+  result = solve(sim, mask, mu=0.5, num_iters=3, row_marginal=a_zero, col_marginal=b_all)
+  plan, log_plan = np.asarray(result.plan), np.asarray(result.log_plan)
+  assert np.all(np.isfinite(plan)) and np.all(np.isfinite(log_plan))
+  assert np.all(plan[~mask] == 0.0) and np.all(plan[0] == 0.0) and np.all(plan[:, 6] == 0.0)
+  np.testing.assert_allclose(plan.sum(0)[:6], np.full(6, 1 / M), rtol=1e-5)
+
+
 def test_two_entropic_iterations_follow_paper_eq6_and_pot_on_the_transpose():
   rng = np.random.default_rng(1)
   sim = rng.normal(size=(N, M)).astype(np.float32)
