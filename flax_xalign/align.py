@@ -59,7 +59,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--src_lang", default=None)
   parser.add_argument("--tgt_lang", default=None)
   parser.add_argument("--similarity", choices=word_align.SIMILARITIES, default="dot")
-  parser.add_argument("--sinkhorn_kernel", choices=word_align.SINKHORN_KERNELS, default="clamped")
+  parser.add_argument("--sinkhorn_kernel", choices=word_align.SINKHORN_KERNELS, default="entropic")
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--max_length", type=int, default=256, help="positions per pair (both sides + 4)")
   parser.add_argument("--vocabulary", default=None, help="SentencePiece model, if the task is not known here")

@@ -64,7 +64,8 @@ class AlignOptions:
 
   Attributes:
     similarity: "dot" (XLM-Align's aligner) or "cosine" (SimAlign).
-    sinkhorn_kernel: "clamped" (XLM-Align's released aligner) or "entropic".
+    sinkhorn_kernel: "entropic" (exp(S / mu), the paper's Eq. 3-6 and the
+      DWA default) or "clamped" (max(eps, S), XLM-Align's released aligner).
     sinkhorn_mu: temperature of the entropic kernel.
     sinkhorn_iters: Sinkhorn normalisation rounds.
     itermax_alpha: SimAlign's discount of already aligned rows/columns.
@@ -72,7 +73,7 @@ class AlignOptions:
   """
 
   similarity: str = "dot"
-  sinkhorn_kernel: str = "clamped"
+  sinkhorn_kernel: str = "entropic"
   sinkhorn_mu: float = 1.0
   sinkhorn_iters: int = 2
   itermax_alpha: float = 0.9
