@@ -9,7 +9,7 @@ and every term is logged under its own name.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base
+from flax_xalign.objectives import dictionary_objectives as _dictionary  # noqa: F401  (align, dict_mlm)
 from flax_xalign.objectives import dwa as _dwa  # noqa: F401  (registers dwa)
 from flax_xalign.objectives import mlm as _mlm  # noqa: F401  (registers mlm, tlm)
 from flax_xalign.objectives.masking import MaskedTokens, mask_tokens, max_predictions_for
@@ -45,6 +46,8 @@ class PretrainingModel:
     encoder: the Flax encoder module (pure network).
     objectives: objective name -> weight in the total loss.
     masking: how the shared masked copy of each batch is made.
+    monitors: name -> `fn(params) -> {metric: scalar}` computed in evaluation
+      only (e.g. the embedding alignment score), logged as `<name>_<metric>`.
     objective_options: optional per-objective constructor arguments: a
       mapping of keyword arguments, or a config dataclass passed as `config=`
       (e.g. {'dwa': DwaConfig(self_label_layer=3)}).
@@ -53,7 +56,8 @@ class PretrainingModel:
   encoder: Encoder
   objectives: Mapping[str, float]
   masking: MaskingConfig = MaskingConfig()
-  objective_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  objective_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  monitors: Mapping[str, Callable[[Any], Mapping[str, jax.Array]]] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if not self.objectives:
@@ -110,11 +114,18 @@ class PretrainingModel:
     """Masks the batch, encodes it and computes logits at the masked slots."""
     rng_mask, rng_dropout, rng_objectives = jax.random.split(rng, 3)
     masked = self.mask(batch, rng_mask)
+    lang_ids = batch["lang_ids"]
+    # Objectives that change the corruption (DICT-MLM's dictionary swaps)
+    # do so here, before the one shared forward pass.
+    for index, obj in enumerate(self._built.values()):
+      corrupt = getattr(obj, "corrupt", None)
+      if corrupt is not None:
+        masked, lang_ids = corrupt(batch, masked, lang_ids, jax.random.fold_in(rng_mask, index + 1))
     needs_all = any(obj.needs_all_hidden for obj in self._built.values())
     out = self.apply(
         params,
         masked.inputs,
-        lang_ids=batch["lang_ids"],
+        lang_ids=lang_ids,
         positions=batch["positions"],
         segment_ids=batch["segment_ids"],
         deterministic=not train,
@@ -151,6 +162,14 @@ class PretrainingModel:
     metrics["loss"] = total
     metrics["tokens"] = jnp.sum(batch["segment_ids"] > 0).astype(jnp.float32)
     return total, metrics
+
+  def monitor(self, params: Any) -> dict[str, jax.Array]:
+    """Evaluation-only metrics of the parameters themselves (see `monitors`)."""
+    out: dict[str, jax.Array] = {}
+    for name, fn in self.monitors.items():
+      for key, value in fn(params).items():
+        out[f"{name}_{key}"] = value
+    return out
 
   def masked_predictions(self, params: Any, batch: base.Batch, rng: jax.Array) -> dict[str, jax.Array]:
     """For evaluation: argmax predictions at masked slots with their context.

@@ -138,6 +138,8 @@ class Trainer:
           in_shardings=(self.state_shardings.params, batch_sharding, replicated),
           out_shardings=replicated,
       )
+      self.monitor_step = jax.jit(model.monitor, in_shardings=(self.state_shardings.params,),
+                                  out_shardings=replicated)
 
   def mesh_context(self):
     """Mesh and logical rules in scope, so activation constraints resolve."""
@@ -182,7 +184,11 @@ class Trainer:
         count += 1
     if not count:
       raise UserError("The evaluation split produced no full batch; lower BATCH_SIZE or add data.")
-    return {k: v / count for k, v in sums.items()}
+    means = {k: v / count for k, v in sums.items()}
+    if self.model.monitors:
+      with self.mesh_context():
+        means.update({k: float(v) for k, v in jax.device_get(self.monitor_step(params)).items()})
+    return means
 
 
 def _check_finite(losses: list[tuple[int, jax.Array]]) -> None:
