@@ -17,6 +17,7 @@ from flax_xalign.evaluation import mlm_eval
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.objectives.pretraining import MaskingConfig
+from flax_xalign.tasks import synthetic as synthetic_tasks
 from flax_xalign.tasks import user as user_tasks
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
@@ -31,7 +32,8 @@ def register() -> None:
   if _REGISTERED:
     return
   for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig,
-              user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture):
+              user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture,
+              synthetic_tasks.SyntheticTasks):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
   gin.external_configurable(pretrain, name="train", module="flax_xalign")
   gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")

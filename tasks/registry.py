@@ -71,14 +71,24 @@ def in_memory_dataset(split: str, shuffle_files: bool,
 
 def tokenize_and_tag(dataset: tf.data.Dataset,
                      output_features: Mapping[str, seqio.Feature], *,
-                     lang: str, lang_b: str = "") -> tf.data.Dataset:
-  """Preprocessor: text (and text_b) -> tokens, tokens_b, lang, lang_b."""
+                     lang: str, lang_b: str = "",
+                     id_maps: Tuple[Any, Any] = (None, None)) -> tf.data.Dataset:
+  """Preprocessor: text (and text_b) -> tokens, tokens_b, lang, lang_b.
+
+  `id_maps` optionally re-map each side's token ids (a [V] int table, e.g. a
+  synthetic language's transliteration id -> id + V) after tokenisation.
+  """
   vocabulary = output_features["tokens"].vocabulary
+  tables = [None if m is None else tf.constant(list(m), tf.int32) for m in id_maps]
+
+  def encode(text, table):
+    ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
+    return ids if table is None else tf.gather(table, ids)
 
   def fn(ex):
-    tokens = tf.cast(vocabulary.encode_tf(ex["text"]), tf.int32)
+    tokens = encode(ex["text"], tables[0])
     if "text_b" in ex:
-      tokens_b = tf.cast(vocabulary.encode_tf(ex["text_b"]), tf.int32)
+      tokens_b = encode(ex["text_b"], tables[1])
     else:
       tokens_b = tf.zeros([0], tf.int32)
     return {"tokens": tokens, "tokens_b": tokens_b,
@@ -112,7 +122,8 @@ def register_task(name: str, *, loader: Loader,
                   vocabulary: seqio.Vocabulary, lang: str,
                   lang_b: Optional[str] = None,
                   splits: Sequence[str] = ("train", "validation", "test"),
-                  definition: Any = None) -> seqio.Task:
+                  definition: Any = None,
+                  id_maps: Tuple[Any, Any] = (None, None)) -> seqio.Task:
   """Registers a monolingual (MLM) or, with `lang_b`, a bitext (TLM) task.
 
   Idempotent: registering the same `definition` again returns the task.
@@ -132,7 +143,7 @@ def register_task(name: str, *, loader: Loader,
           splits=tuple(splits), caching_permitted=False),
       output_features=output_features(vocabulary),
       preprocessors=[functools.partial(tokenize_and_tag, lang=lang,
-                                       lang_b=lang_b or "")])
+                                       lang_b=lang_b or "", id_maps=tuple(id_maps))])
   seqio.TaskRegistry.add_provider(name, task)
   languages = tuple(sorted({lang, lang_b} - {None}))
   _TASKS[name] = TaskInfo(languages=languages, loader=loader,

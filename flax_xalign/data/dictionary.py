@@ -91,9 +91,10 @@ def load(path: str) -> np.ndarray:
   return np.asarray(pairs, np.int32).reshape(-1, 2)
 
 
-def ensure(model_dir: str, id_map: np.ndarray, *, rate: float, seed: int, vocabulary: Any = None) -> np.ndarray:
-  """The run's dictionary: read from MODEL_DIR if present, else drawn and saved.
+def load_or_draw(model_dir: str, id_map: np.ndarray, *, rate: float, seed: int) -> tuple[np.ndarray, bool]:
+  """(pairs, True) from MODEL_DIR's saved dictionary, else (a fresh draw, False).
 
+  Nothing is written; `save_in(model_dir, ...)` once the run is known valid.
   A saved dictionary that does not fit `id_map` (another language or
   vocabulary) is refused instead of being silently replaced.
   """
@@ -104,12 +105,25 @@ def ensure(model_dir: str, id_map: np.ndarray, *, rate: float, seed: int, vocabu
     if pairs[:, 0].max() >= len(id_map) or not np.array_equal(id_map[pairs[:, 0]], pairs[:, 1]):
       raise UserError(f"{path} does not match this run's synthetic language/vocabulary; use a new MODEL_DIR "
                       "(the dictionary of a run is never regenerated).")
-    return pairs
-  pairs = draw(id_map, rate=rate, seed=seed)
+    return pairs, True
+  return draw(id_map, rate=rate, seed=seed), False
+
+
+def save_in(model_dir: str, pairs: np.ndarray, vocabulary: Any = None) -> str:
+  """Writes MODEL_DIR/dictionary.tsv (with pieces when a vocabulary is given)."""
   pieces = None
   if vocabulary is not None:
     pieces = [_piece(vocabulary, int(i)) for i in pairs[:, 0]]
+  path = os.path.join(model_dir, FILENAME)
   save(path, pairs, pieces)
+  return path
+
+
+def ensure(model_dir: str, id_map: np.ndarray, *, rate: float, seed: int, vocabulary: Any = None) -> np.ndarray:
+  """The run's dictionary: read from MODEL_DIR if present, else drawn and saved."""
+  pairs, existed = load_or_draw(model_dir, id_map, rate=rate, seed=seed)
+  if not existed:
+    save_in(model_dir, pairs, vocabulary)
   return pairs
 
 

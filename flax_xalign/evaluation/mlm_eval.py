@@ -37,7 +37,9 @@ def load_model(model_dir: str, *, num_partitions: int = 1):
   meta = checkpointer.read_meta(step)
   checkpointer.close()
   encoder = EncoderConfig(**meta["model"])
-  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(meta.get("objectives") or {"mlm": 1.0}))
+  # Evaluation reads the plain masked forward pass only: objectives that need
+  # assets (dictionaries) or change the corruption (DICT-MLM) are not rebuilt.
+  model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0})
   partitioner = partitioning.Partitioner(mesh=partitioning.make_mesh(num_partitions))
   boxed = jax.eval_shape(lambda k: model.init(k, batch=1, length=8), jax.random.key(0))
   shardings = partitioner.shardings_for(boxed)
@@ -45,6 +47,33 @@ def load_model(model_dir: str, *, num_partitions: int = 1):
                           nn.meta.unbox(boxed), shardings)
   params = restore_params(model_dir, abstract, step=step)
   return model, params, meta, step
+
+
+def register_synthetic_tasks(meta: Mapping[str, Any]) -> None:
+  """Re-registers the synthetic-language tasks a checkpoint was trained on."""
+  spec = meta.get("synthetic_tasks")
+  if spec:
+    from flax_xalign.tasks.synthetic import SyntheticTasks
+
+    SyntheticTasks(**spec).register()
+
+
+def synthetic_alignment(model_dir: str, params: Any, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+  """ALIGN-MLM alignment score (all / leak-free) of a synthetic-language run, else None."""
+  spec = meta.get("synthetic_tasks")
+  if not spec:
+    return None
+  from flax_xalign.data import dictionary as dictionary_lib
+  from flax_xalign.evaluation.alignment_score import alignment_score
+  from flax_xalign.tasks.synthetic import SyntheticTasks
+
+  language = SyntheticTasks(**spec).language()
+  if not language.transliterates:
+    return None
+  path = os.path.join(model_dir, dictionary_lib.FILENAME)
+  dictionary = dictionary_lib.load(path) if os.path.exists(path) else None
+  return alignment_score(np.asarray(jax.device_get(params["token_embed"]["embedding"])), language.id_map(),
+                         dictionary=dictionary)
 
 
 def unigram_counts(batches, num_languages: int, vocab_size: int, *, first_regular_id: int) -> np.ndarray:
@@ -86,6 +115,7 @@ def evaluate(
   from flax_xalign.tasks import get_vocabulary
 
   model, params, meta, step = load_model(model_dir, num_partitions=num_partitions)
+  register_synthetic_tasks(meta)
   name = mixture_or_task_name or meta["task"]
   lengths = meta["task_feature_lengths"]
   languages = list(meta["languages"])
@@ -133,6 +163,9 @@ def evaluate(
                   "unigram_baseline": baseline.sum() / max(total.sum(), 1),
                   "predictions": int(total.sum())},
   }
+  alignment = synthetic_alignment(model_dir, params, meta)
+  if alignment is not None:
+    results["alignment"] = alignment
   if output and jax.process_index() == 0:
     path = os.path.join(model_dir, output)
     with open(path + ".tmp", "w") as f:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax
 
+from flax_xalign.data import dictionary as dictionary_lib
 from flax_xalign.errors import UserError
 from flax_xalign.models import flops as flops_lib
 from flax_xalign.models.config import EncoderConfig
@@ -82,6 +83,7 @@ def pretrain(
     objectives: Mapping[str, float],
     objective_options: Mapping[str, Any] | None = None,
     init_from_checkpoint: str | None = None,
+    dictionary_rate: float = 0.25,
     masking: MaskingConfig = MaskingConfig(),
     optimizer: OptimizerConfig = OptimizerConfig(),
     num_partitions: int = 1,
@@ -122,8 +124,11 @@ def pretrain(
       encoder, vocab_size=int(vocabulary.vocab_size), num_languages=len(languages))
   if "dwa" in objectives and not encoder.pointer_head:
     encoder = encoder.replace(pointer_head=True)
+  options, monitors, dictionary = _dictionary_setup(
+      model_dir, mixture_or_task_name, objectives, dict(objective_options or {}),
+      rate=dictionary_rate, seed=seed, vocab_size=encoder.vocab_size, languages=languages)
   model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking,
-                           objective_options=dict(objective_options or {}))
+                           objective_options=options, monitors=monitors)
   meta = {
       "model": dataclasses.asdict(encoder),
       "vocabulary": vocabulary_fingerprint(vocabulary),
@@ -132,7 +137,10 @@ def pretrain(
       "objectives": dict(objectives),
       "task_feature_lengths": dict(task_feature_lengths),
       "objective_options": {k: _describe(v) for k, v in (objective_options or {}).items()},
+      "dictionary": None if dictionary is None else {"file": dictionary_lib.FILENAME, "pairs": len(dictionary),
+                                                     "rate": dictionary_rate},
       "init_from_checkpoint": init_from_checkpoint,
+      "synthetic_tasks": _synthetic_spec(mixture_or_task_name),
   }
   warm_start = None
   if init_from_checkpoint:
@@ -153,6 +161,9 @@ def pretrain(
   if latest is not None:
     checkpointer.check_compatible(latest, meta)  # Before anything is written.
   os.makedirs(model_dir, exist_ok=True)
+  if dictionary is not None and jax.process_index() == 0 and not os.path.exists(
+      os.path.join(model_dir, dictionary_lib.FILENAME)):
+    dictionary_lib.save_in(model_dir, dictionary, getattr(vocabulary, "base", vocabulary))
   if write_config is not None and jax.process_index() == 0:
     write_config(model_dir)
   logger = metrics_lib.MetricsLogger(model_dir, resume_step=latest or 0, total_steps=train_steps)
@@ -190,7 +201,7 @@ def _describe(options: Any) -> Any:
   """JSON-friendly record of an objective's options for the checkpoint meta."""
   if dataclasses.is_dataclass(options):
     return dataclasses.asdict(options)
-  return dict(options)
+  return {k: v for k, v in dict(options).items() if k != "dictionary"}
 
 
 def _warm_starter(checkpoint_dir: str, meta: Mapping[str, Any]) -> Callable[[Any], Any]:
@@ -210,3 +221,47 @@ def _warm_starter(checkpoint_dir: str, meta: Mapping[str, Any]) -> Callable[[Any
     return params
 
   return init_params
+
+
+def _dictionary_setup(model_dir: str, task: str, objectives: Mapping[str, float], options: dict[str, Any], *,
+                      rate: float, seed: int, vocab_size: int, languages: Sequence[str]):
+  """Dictionary, objective options and alignment monitor of a synthetic-language run.
+
+  Returns (objective options with `dictionary=` filled in, monitors, the [n, 2]
+  dictionary or None). The dictionary is read from MODEL_DIR when it exists
+  (resume) and only drawn otherwise; the caller saves a fresh one.
+  """
+  from flax_xalign.data import dictionary as dictionary_lib
+  from flax_xalign.evaluation.alignment_score import alignment_monitor
+  from flax_xalign.objectives.dictionary_objectives import NEEDS_DICTIONARY
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+
+  language = synthetic_tasks.language_of(task)
+  needs = [name for name in objectives if name in NEEDS_DICTIONARY]
+  if language is None or not language.transliterates:
+    if needs:
+      raise UserError(
+          f"Objectives {needs} need a bilingual token dictionary, which this stack draws for transliterated "
+          f"synthetic languages; {task!r} is not one. Use a synthetic_<transforms>_mlm mixture "
+          "(flax_xalign.tasks.synthetic) with 'trans' among the transforms.")
+    return options, {}, None
+  id_map = language.id_map()
+  dictionary, _ = dictionary_lib.load_or_draw(model_dir, id_map, rate=rate, seed=seed)
+  for name in needs:
+    kwargs = dict(options.get(name, {}))
+    kwargs["dictionary"] = dictionary
+    if name == "dict_mlm":
+      derived = synthetic_tasks.derived_language_code(language)
+      ids = {code: i + 1 for i, code in enumerate(sorted(languages))}
+      kwargs.update(vocab_size=vocab_size, first_derived_id=language.vocab_size,
+                    natural_lang_id=ids.get(synthetic_tasks.NATURAL, 0), derived_lang_id=ids.get(derived, 0))
+    options[name] = kwargs
+  return options, {"alignment": alignment_monitor(id_map, dictionary)}, dictionary
+
+
+def _synthetic_spec(task: str) -> dict[str, Any] | None:
+  """How to re-register a synthetic-language task (for evaluation tools)."""
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+
+  spec = synthetic_tasks.spec_of(task)
+  return None if spec is None else dataclasses.asdict(spec)
