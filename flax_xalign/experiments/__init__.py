@@ -1,0 +1,1 @@
+"""Experiment drivers: one module per paper study (see gin_configs/experiments/)."""
