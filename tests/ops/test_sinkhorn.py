@@ -28,7 +28,7 @@ def _import_pot():
 
 ot = _import_pot()
 
-_STATIC = ("mu", "num_iters", "kernel", "clamp_epsilon")
+_STATIC = ("mu", "num_iters", "kernel", "clamp_epsilon", "domain")
 solve = jax.jit(ops_sinkhorn, static_argnames=_STATIC)
 marginals = jax.jit(uniform_marginals)
 LOG_ZERO = -1e30
@@ -49,11 +49,11 @@ def _pot_plan(sim, mu, solver):
   return solver(a, b, -sim, mu, numItermax=20000, stopThr=1e-13)
 
 
-def _numpy_entropic(sim, mu, iters):
-  """Paper Eq. 6 with uniform marginals: v = 1; u = a / Kv; v = b / K^T u."""
+def _numpy_entropic(sim, mu, iters, a=None, b=None):
+  """Paper Eq. 6, float64 (uniform marginals by default): v = 1; u = a / Kv; v = b / K^T u."""
   k = np.exp(np.asarray(sim, np.float64) / mu)
-  a = np.full(k.shape[0], 1.0 / k.shape[0])
-  b = np.full(k.shape[1], 1.0 / k.shape[1])
+  a = np.full(k.shape[0], 1.0 / k.shape[0]) if a is None else np.asarray(a, np.float64)
+  b = np.full(k.shape[1], 1.0 / k.shape[1]) if b is None else np.asarray(b, np.float64)
   v = np.ones(k.shape[1])
   for _ in range(iters):
     u = a / (k @ v)
@@ -258,7 +258,102 @@ def test_invalid_arguments_raise():
   sim, mask = np.zeros((2, 3), np.float32), np.ones((2, 3), bool)
   with pytest.raises(ValueError, match="kernel"):
     ops_sinkhorn(sim, mask, kernel="sparse")
+  with pytest.raises(ValueError, match="domain"):
+    ops_sinkhorn(sim, mask, domain="exp")
   with pytest.raises(ValueError, match="num_iters"):
     ops_sinkhorn(sim, mask, num_iters=0)
   with pytest.raises(ValueError, match="clamped"):
     ops_sinkhorn(sim, mask, kernel="clamped", row_marginal=np.ones(2))
+
+
+def _ragged_batch(rng, batch=6, n=N + 4, m=M + 6):
+  """Random masks with an all-masked problem, an empty row and column, a full one."""
+  masks = rng.uniform(size=(batch, n, m)) < 0.7
+  masks[0] = False
+  masks[1, 2] = False
+  masks[1, :, 3] = False
+  masks[2] = True
+  masks[3] = _ragged_mask(1, 4, n, m)
+  return masks
+
+
+def _assert_same_result(result, expected, masks, log_atol=1e-5):
+  plan, log_plan = np.asarray(result.plan), np.asarray(result.log_plan)
+  assert np.all(np.isfinite(plan)) and np.all(np.isfinite(log_plan))
+  assert np.all(plan[~masks] == 0.0) and np.all(log_plan[~masks] == LOG_ZERO)
+  np.testing.assert_allclose(plan, expected.plan, rtol=2e-5, atol=1e-8)
+  np.testing.assert_allclose(np.where(masks, log_plan, 0.0),
+                             np.where(masks, expected.log_plan, 0.0), rtol=1e-5, atol=log_atol)
+
+
+@pytest.mark.parametrize("domain", ["scaling", "auto"])
+@pytest.mark.parametrize("kernel", ["entropic", "clamped"])
+@pytest.mark.parametrize("num_iters", [1, 2, 7])
+def test_scaling_domain_matches_log_domain_on_moderate_ranges(domain, kernel, num_iters):
+  rng = np.random.default_rng(10)
+  masks = _ragged_batch(rng)
+  sims = rng.uniform(-1, 1, size=masks.shape).astype(np.float32)  # cosines
+  for mu in (0.1, 0.02):  # up to 100 nats: "auto" may fall back at 0.02
+    expected = solve(sims, masks, mu=mu, num_iters=num_iters, kernel=kernel)
+    result = solve(sims, masks, mu=mu, num_iters=num_iters, kernel=kernel, domain=domain)
+    _assert_same_result(result, expected, masks)
+
+
+def test_scaling_domain_with_given_marginals_and_many_iterations():
+  # 70 nats at mu = 0.01 and 300 iterations: float32 rounding is amplified
+  # (~1e-5 of the largest entry) in either domain, so both are held to the
+  # same float64 reference rather than to each other.
+  rng = np.random.default_rng(11)
+  sims = rng.uniform(0, 0.7, size=(3, N, M)).astype(np.float32)
+  masks = np.ones_like(sims, bool)
+  masks[1, 3:] = False
+  a = rng.uniform(0.5, 1.5, size=(3, N)).astype(np.float32)
+  b = rng.uniform(0.5, 1.5, size=(3, M)).astype(np.float32)
+  a[:, 0] = 0.0  # a row without mass
+  kwargs = dict(mu=0.01, num_iters=300, row_marginal=a, col_marginal=b)
+  for domain in ("log", "scaling", "auto"):
+    result = solve(sims, masks, domain=domain, **kwargs)
+    plan, log_plan = np.asarray(result.plan), np.asarray(result.log_plan)
+    assert np.all(np.isfinite(log_plan)) and np.all(plan[~masks] == 0.0) and np.all(plan[:, 0] == 0)
+    for k, rows in enumerate([N, 3, N]):
+      expected = _numpy_entropic(sims[k, 1:rows], 0.01, 300, a[k, 1:rows], b[k])
+      np.testing.assert_allclose(plan[k, 1:rows], expected, atol=1e-4 * expected.max(),
+                                 err_msg=f"{domain}, problem {k}")
+
+
+@pytest.mark.parametrize("mu", [1.0, 0.01])
+def test_auto_falls_back_to_log_domain_on_large_similarities(mu):
+  rng = np.random.default_rng(5)
+  sims = (500 * rng.normal(size=(2, N, M))).astype(np.float32)
+  masks = np.stack([_ragged_mask(N, M), _ragged_mask(3, 4)])
+  expected = solve(sims, masks, mu=mu, num_iters=2)
+  # The fallback's log_plan is log K + f + g: float32 rounding of |S / mu|.
+  log_atol = 4 * np.finfo(np.float32).eps * np.max(np.abs(sims)) / mu
+  _assert_same_result(solve(sims, masks, mu=mu, num_iters=2, domain="auto"), expected, masks,
+                      log_atol=log_atol)
+  # Scaling alone is not safe here: that is what "auto" checks.
+  assert not np.all(np.isfinite(solve(sims, masks, mu=mu, num_iters=2, domain="scaling").plan))
+
+
+def test_auto_falls_back_when_a_sum_underflows_within_the_range_limit():
+  # 79 nats (under the range limit), but row 1's kernel entries are e^-79 of
+  # the peak: its row sum is < 1e-25, so terms could flush; auto must notice.
+  sim = np.zeros((N, M), np.float32)
+  sim[0, 0] = 0.79
+  mask = np.ones((N, M), bool)
+  mask[1:, 0] = False
+  expected = solve(sim, mask, mu=0.01, num_iters=3)
+  _assert_same_result(solve(sim, mask, mu=0.01, num_iters=3, domain="auto"), expected, mask)
+
+
+def test_auto_under_vmap_matches_batched():
+  rng = np.random.default_rng(12)
+  sims = rng.uniform(-1, 1, size=(4, N, M)).astype(np.float32)
+  sims[3] *= 500  # one problem needs the log domain
+  masks = rng.uniform(size=sims.shape) < 0.8
+  auto = functools.partial(ops_sinkhorn, mu=0.1, num_iters=3, domain="auto")
+  vmapped = jax.jit(jax.vmap(lambda s, m: auto(s, m).plan))(sims, masks)
+  expected = solve(sims, masks, mu=0.1, num_iters=3).plan
+  np.testing.assert_allclose(vmapped, expected, rtol=2e-5, atol=1e-8)
+  np.testing.assert_allclose(jax.jit(auto)(sims[:3], masks[:3]).plan, expected[:3],
+                             rtol=2e-5, atol=1e-8)
