@@ -17,12 +17,12 @@ piece column is informational (the natural token's SentencePiece string).
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Sequence
 
 import numpy as np
 
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import write_atomically
 
 FILENAME = "dictionary.tsv"
 HEADER = ("natural_id", "derived_id", "piece")
@@ -58,17 +58,7 @@ def save(path: str, pairs: np.ndarray, pieces: Sequence[str] | None = None) -> N
   for k, (src, tgt) in enumerate(pairs):
     piece = pieces[k] if pieces is not None else ""
     lines.append(f"{int(src)}\t{int(tgt)}\t{piece.replace(chr(9), ' ')}")
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".dictionary.", dir=directory)
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  write_atomically(path, "\n".join(lines) + "\n")
 
 
 def load(path: str) -> np.ndarray:

@@ -37,7 +37,6 @@ import os
 import pathlib
 import random
 import sys
-import tempfile
 import time
 from typing import (Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Union)
@@ -48,6 +47,7 @@ import sentencepiece as spm
 from flax_xalign import errors
 from flax_xalign.data import bible
 from flax_xalign.data import paths
+from flax_xalign.fileio import write_atomically
 
 PAD_ID = 0
 EOS_ID = 1
@@ -136,20 +136,8 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int,
         "more text.") from e
   path = pathlib.Path(model_path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  _write_atomically(path, model.getvalue())
+  write_atomically(path, model.getvalue())
   return path
-
-
-def _write_atomically(path: pathlib.Path, data: bytes) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
 
 
 def check_special_ids(processor: spm.SentencePieceProcessor,
@@ -381,7 +369,7 @@ def bible_vocabulary(vocab_size: int = 8000,
   manifest = {"inputs": inputs,
               "built": {"repeats": repeats, "sentences": len(sentences),
                         "seconds": round(time.time() - start, 1)}}
-  _write_atomically(manifest_path,
+  write_atomically(manifest_path,
                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n"
                      ).encode("utf-8"))
   return model_path

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import write_atomically  # noqa: F401  (also aer.write_atomically)
 
 Link = tuple[int, int]
 Alignment = frozenset  # of Link
@@ -214,21 +215,6 @@ def _format_links(links: Iterable[Link] | GoldLinks) -> str:
     marked += [(i, j, "?") for i, j in links.possible - links.sure]
     return " ".join(f"{i}{m}{j}" for i, j, m in sorted(marked))
   return " ".join(f"{i}-{j}" for i, j in sorted(links))
-
-
-def write_atomically(path: str, text: str) -> None:
-  """Writes `text` to `path` through a temporary file in the same folder."""
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
 
 
 def write_pharaoh(path: str, alignments: Sequence[Iterable[Link] | GoldLinks]) -> None:

@@ -36,6 +36,16 @@ def scored_ids(id_map: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   return ids[regular & (id_map != ids)], np.unique(id_map[regular])
 
 
+def _scoring_sets(id_map: np.ndarray, dictionary: np.ndarray | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """(queries, candidates, each query's counterpart, held-out mask over queries)."""
+  queries, candidates = scored_ids(id_map)
+  held = np.ones(len(queries), bool)
+  if dictionary is not None and len(dictionary):
+    held = ~np.isin(queries, np.asarray(dictionary)[:, 0])
+  return queries, candidates, np.asarray(id_map)[queries], held
+
+
 @functools.partial(jax.jit, static_argnames=("block",))
 def nearest_neighbours(table: jax.Array, queries: jax.Array, candidates: jax.Array, *, block: int = 1024) -> jax.Array:
   """Cosine nearest neighbour among `candidates` for each query id.
@@ -77,13 +87,10 @@ def alignment_score(table: Any, id_map: np.ndarray, *, dictionary: np.ndarray | 
     {"all", "heldout", "count_all", "count_heldout"}; scores in [0, 1]
     (heldout is NaN when every token is in the dictionary).
   """
-  queries, candidates = scored_ids(id_map)
+  queries, candidates, targets, held = _scoring_sets(id_map, dictionary)
   nearest = np.asarray(nearest_neighbours(jnp.asarray(table), jnp.asarray(queries),
                                           jnp.asarray(candidates), block=block))
-  hit = nearest == np.asarray(id_map)[queries]
-  held = np.ones_like(hit)
-  if dictionary is not None and len(dictionary):
-    held = ~np.isin(queries, np.asarray(dictionary)[:, 0])
+  hit = nearest == targets
   return {
       "all": float(hit.mean()) if len(hit) else float("nan"),
       "heldout": float(hit[held].mean()) if held.any() else float("nan"),
@@ -94,11 +101,7 @@ def alignment_score(table: Any, id_map: np.ndarray, *, dictionary: np.ndarray | 
 
 def alignment_monitor(id_map: np.ndarray, dictionary: np.ndarray | None = None, *, block: int = 1024):
   """A `PretrainingModel.monitors` entry: params -> {all, heldout} (jit-friendly)."""
-  queries, candidates = scored_ids(id_map)
-  targets = np.asarray(id_map)[queries]
-  held = np.ones(len(queries), bool)
-  if dictionary is not None and len(dictionary):
-    held = ~np.isin(queries, np.asarray(dictionary)[:, 0])
+  queries, candidates, targets, held = _scoring_sets(id_map, dictionary)
   queries_j, candidates_j = jnp.asarray(queries), jnp.asarray(candidates)
   targets_j, held_j = jnp.asarray(targets), jnp.asarray(held, jnp.float32)
 

@@ -30,6 +30,8 @@ import sys
 import time
 from typing import Any, Sequence
 
+from flax_xalign.fileio import write_atomically
+
 OBJECTIVES = ("mlm", "xlm", "dict_mlm", "align_mlm")
 DEFAULT_TRANSFORMS = ("trans", "trans_inv")
 TASKS = ("pos", "books")
@@ -90,8 +92,8 @@ def task_data(name: str) -> tuple[list, list]:
 
 def evaluate_run(run_dir: str, transform: str, objective: str, tasks: Sequence[str],
                  data: dict, args: argparse.Namespace) -> dict[str, Any]:
-  from flax_xalign.data import vocab as vocab_lib
   from flax_xalign.evaluation import mlm_eval, transfer
+  from flax_xalign.tasks import get_vocabulary
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
   loaded = mlm_eval.load_model(run_dir)
@@ -99,7 +101,7 @@ def evaluate_run(run_dir: str, transform: str, objective: str, tasks: Sequence[s
   mlm_eval.register_synthetic_tasks(meta)
   spec = synthetic_tasks.SyntheticTasks(**meta["synthetic_tasks"])
   language = spec.language()
-  vocabulary = vocab_lib.LazyVocabulary(synthetic_tasks.GreekVocabularyPath(spec.vocab_size))
+  vocabulary = get_vocabulary(meta["task"]).base  # The natural SentencePiece model.
   alignment = mlm_eval.synthetic_alignment(run_dir, params, meta) or {}
   row: dict[str, Any] = {
       "objective": objective, "transform": transform, "step": int(step), "model_dir": run_dir,
@@ -180,12 +182,6 @@ def plot(rows: Sequence[dict], tasks: Sequence[str], rhos: dict, path: str) -> N
     plt.close(fig)
 
 
-def _write(path: str, text: str) -> None:
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(path + ".tmp", path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign.errors import UserError
 
@@ -236,16 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(f"  alignment {100 * (row['alignment'] or 0):.1f}% (held-out "
             f"{100 * (row['alignment_heldout'] or 0):.1f}%)  {summary}  [{row['seconds']:.0f} s]", flush=True)
       rows.append(row)
-      _write(results_path, json.dumps({"rows": rows + [r for k, r in done.items() if r not in rows]}, indent=2))
+      write_atomically(results_path, json.dumps({"rows": rows + [r for k, r in done.items() if r not in rows]}, indent=2))
   rhos = correlations(rows, tasks)
   table = format_table(rows, tasks)
   seconds = time.time() - start
   meta = {"rows": rows, "spearman_alignment_vs_delta": rhos, "tasks": list(tasks),
           "args": vars(args), "seconds": seconds}
-  _write(results_path, json.dumps(meta, indent=2))
+  write_atomically(results_path, json.dumps(meta, indent=2))
   rho_text = "; ".join(f"{TASK_TITLES.get(t, t)}: ρ = {v['rho']:.2f} (p = {v['p']:.2g}, n = {v['n']})"
                        for t, v in rhos.items())
-  _write(os.path.join(args.model_dir, "results.md"),
+  write_atomically(os.path.join(args.model_dir, "results.md"),
          f"{table}\n\nSpearman correlation of alignment with Δ: {rho_text or 'n/a (fewer than 3 rows)'}\n")
   plot(rows, tasks, rhos, os.path.join(args.model_dir, "alignment_vs_delta.png"))
   print("\n" + table + f"\n\nSpearman alignment vs Δ: {rho_text or 'n/a'}\n"

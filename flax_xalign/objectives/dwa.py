@@ -208,7 +208,7 @@ class DenoisingWordAlignment:
     label_layer = _layer(cfg.self_label_layer, num_layers, default_self_label_layer(num_layers),
                          "self_label_layer")
     links, plan = self_label(jax.lax.stop_gradient(clean.all_hidden[label_layer]), batch, cfg)
-    link_mask, source, target = pair_masks(batch)
+    link_mask, _, _ = pair_masks(batch)
     entropy_sum, entropy_rows = row_entropy(plan.log_plan, link_mask)
 
     if cfg.pointer_layer is None:
@@ -223,11 +223,9 @@ class DenoisingWordAlignment:
     # Both directions at once: source queries point at target keys of their
     # own pair and vice versa.
     both = links | jnp.swapaxes(links, 1, 2)
-    seg = batch["segment_ids"]
-    same = seg[:, :, None] == seg[:, None, :]
-    key_mask = same & ((source[:, :, None] & target[:, None, :]) | (target[:, :, None] & source[:, None, :]))
-    is_masked = jnp.zeros(source.shape, jnp.float32)
-    is_masked = is_masked.at[jnp.arange(source.shape[0])[:, None], ctx.masked.positions].max(ctx.masked.weights)
+    key_mask = link_mask | jnp.swapaxes(link_mask, 1, 2)
+    is_masked = jnp.zeros(batch["tokens"].shape, jnp.float32)
+    is_masked = is_masked.at[jnp.arange(is_masked.shape[0])[:, None], ctx.masked.positions].max(ctx.masked.weights)
     loss_sum, count, correct, queries_used = pointer_loss(queries, keys, both, key_mask, is_masked)
     return LossTerm(
         loss=loss_sum / jnp.maximum(count, 1.0),

@@ -1,0 +1,31 @@
+"""Atomic file writes: readers never see a half-written file.
+
+Everything that writes into a MODEL_DIR or a cache (vocabularies, manifests,
+dictionaries, alignment files, experiment results) goes through
+`write_atomically`: a temporary file in the destination folder, then a rename.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
+  """Writes `data` (text as UTF-8, or bytes) to `path` via a temporary file and rename."""
+  path = os.fspath(path)
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp")
+  try:
+    if isinstance(data, str):
+      with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(data)
+    else:
+      with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
