@@ -53,9 +53,11 @@ from typing import Optional
 import numpy as np
 
 from flax_xalign import errors
+from flax_xalign.data.specials import PROJECT
 from flax_xalign.data import syntax as syntax_lib
 
-NUM_SPECIAL_TOKENS = 5   # ids 0..4 (pad, eos, unk, bos, mask) never change.
+# Specials of the natural language's SentencePiece model (ours): never changed.
+NUM_SPECIAL_TOKENS = PROJECT.first_regular
 TRANSFORMS = ("trans", "inv", "syn")
 WORD_TRANSFORMS = ("inv", "syn")
 _SHARED_IDS_STREAM = 0

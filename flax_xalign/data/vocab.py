@@ -47,14 +47,16 @@ import sentencepiece as spm
 from flax_xalign import errors
 from flax_xalign.data import bible
 from flax_xalign.data import paths
+from flax_xalign.data import specials
 from flax_xalign.fileio import write_atomically
 
-PAD_ID = 0
-EOS_ID = 1
-UNK_ID = 2
-BOS_ID = 3
-MASK_ID = 4
-NUM_SPECIAL_TOKENS = 5
+# The project's layout (flax_xalign.data.specials.PROJECT), used when training.
+PAD_ID = specials.PROJECT.pad
+EOS_ID = specials.PROJECT.eos
+UNK_ID = specials.PROJECT.unk
+BOS_ID = specials.PROJECT.bos
+MASK_ID = specials.PROJECT.mask
+NUM_SPECIAL_TOKENS = specials.PROJECT.first_regular
 SPECIAL_PIECES = ("<pad>", "</s>", "<unk>", "<s>", "<mask>")
 
 DEFAULT_SEED = 1234
