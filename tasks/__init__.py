@@ -2,13 +2,19 @@
 
 Importing this package registers the embedded Bible tasks (no data is read and
 no vocabulary is trained until a dataset is built) and exposes the helpers the
-trainer uses: `languages_of`, `get_vocabulary`, `get_provider`.
+trainer uses: `resolve` (provider, languages, vocabulary of a name; plain seqio
+tasks and mixtures included), `languages_of`, `get_vocabulary`, `get_provider`,
+and `describe` / `register_described` (re-register a run's tasks elsewhere).
 """
 
 from . import registry
 from . import bible
 from . import user
+from .registry import describe
 from .registry import get_provider
 from .registry import get_vocabulary
 from .registry import languages_of
+from .registry import register_described
 from .registry import registered_names
+from .registry import resolve
+from .registry import task_names

@@ -6,43 +6,85 @@ runs when a dataset is built, never at import time, so bad files fail with a
 clear `UserError` only when they are used. The loader's lists become a
 `tf.data.Dataset.range(n)` that is shuffled over the whole split (seeded,
 reshuffled each epoch) and mapped through `tf.gather` on constant tensors:
-pure tf.data, so the trainer can checkpoint the iterator.
+pure tf.data, so the trainer can checkpoint the iterator. A loader may also
+define `num_examples(split) -> int`, a cheaper count than `len(loader(split))`.
 
 Task outputs follow docs/INTERFACES.md: `tokens`, `tokens_b` (int32 [n], no
 specials), `lang`, `lang_b` (tf.string scalars, `lang_b == ""` when
 monolingual).
 
+Names are looked up here first and then in seqio's own registries, so a plain
+`seqio.Task` or `seqio.Mixture` that a user registered directly with seqio
+works too; `resolve(name, languages)` gives the trainer the provider, the
+sorted language list and the vocabulary in one call. Plain tasks do not know
+their languages: the run names them (`languages_of(name, override)`).
+
 Mixtures built here sample task i with rate n_i ** alpha, n_i = number of
-training examples of task i (XLM's alpha-sampling; alpha = 0.7 by default).
+training examples of task i (XLM's alpha-sampling; alpha = 0.7 by default),
+counted by the cheapest source that knows it (`num_train_examples`) or given
+explicitly (`sizes=`).
+
+`describe(name)` writes the user-defined tasks and mixtures behind a name as
+JSON-serialisable definitions; `register_described` registers them again in
+another process (the run manifest uses the pair).
 """
 
 import dataclasses
 import difflib
 import functools
+import importlib
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
+from flax_xalign.data import pipeline
 
 # seqio's own rule for task names, applied before seqio sees the name.
 _VALID_NAME = re.compile(r"^[\w\d\.\:_]+$")
 Loader = Callable[[str], Mapping[str, Sequence[str]]]
+Provider = Union[seqio.Task, seqio.Mixture]
 DEFAULT_ALPHA = 0.7
+# Kinds of describable definitions -> the module (in this package) defining them.
+_KINDS = {"TextTask": "user", "TsvBitextTask": "user", "AlphaMixture": "user",
+          "SyntheticTasks": "synthetic"}
+_LISTED_PLAIN_NAMES = 20
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskInfo:
-  """What the trainer needs to know about a task beyond seqio's view."""
+  """What the trainer needs to know about a task beyond seqio's view.
+
+  Attributes:
+    languages: sorted language codes of its examples.
+    loader: reads a split (see the module docstring).
+    definition: whatever registered it; equal definitions re-register.
+    spec: the frozen dataclass (one of `_KINDS`) whose `register()` rebuilds
+      it in another process; None when importing this package registers it.
+    pair: (side a, side b) languages of a bitext task; None if monolingual.
+  """
   languages: Tuple[str, ...]
   loader: Loader
-  definition: Any  # Whatever registered it; equal definitions re-register.
+  definition: Any
+  spec: Any = None
+  pair: Optional[Tuple[str, str]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureInfo:
+  """An alpha-sampled mixture of tasks (listed order) and its rate inputs."""
+  tasks: Tuple[str, ...]
+  alpha: float
+  sizes: Tuple[Tuple[str, int], ...]
+  definition: Any
+  spec: Any = None
 
 
 _TASKS: Dict[str, TaskInfo] = {}
-_MIXTURES: Dict[str, Tuple[Tuple[str, ...], float, Any]] = {}
+_MIXTURES: Dict[str, MixtureInfo] = {}
 
 
 # ----------------------------------------------------------------- features
@@ -102,20 +144,18 @@ def tokenize_and_tag(dataset: tf.data.Dataset,
 
 def _already(name: str, definition: Any) -> bool:
   """True if `name` has an equal definition already; error if different."""
-  info = _TASKS.get(name)
-  mixture = _MIXTURES.get(name)
-  existing = info.definition if info else (mixture[2] if mixture else None)
-  if existing is None:
+  info = _TASKS.get(name) or _MIXTURES.get(name)
+  if info is None:
     if name in seqio.TaskRegistry.names() or name in (
         seqio.MixtureRegistry.names()):
       raise errors.UserError(
           f"{name!r} is already registered by other code; choose another name.")
     return False
-  if existing == definition:
+  if info.definition == definition:
     return True
   raise errors.UserError(
       f"{name!r} is already registered with a different definition "
-      f"({existing!r}); give the new one another name.")
+      f"({info.definition!r}); give the new one another name.")
 
 
 def register_task(name: str, *, loader: Loader,
@@ -123,10 +163,12 @@ def register_task(name: str, *, loader: Loader,
                   lang_b: Optional[str] = None,
                   splits: Sequence[str] = ("train", "validation", "test"),
                   definition: Any = None,
-                  id_maps: Tuple[Any, Any] = (None, None)) -> seqio.Task:
+                  id_maps: Tuple[Any, Any] = (None, None),
+                  spec: Any = None) -> seqio.Task:
   """Registers a monolingual (MLM) or, with `lang_b`, a bitext (TLM) task.
 
   Idempotent: registering the same `definition` again returns the task.
+  `spec` is what `describe` reports (see `TaskInfo`).
   """
   definition = definition if definition is not None else (name, loader)
   if _already(name, definition):
@@ -147,7 +189,8 @@ def register_task(name: str, *, loader: Loader,
   seqio.TaskRegistry.add_provider(name, task)
   languages = tuple(sorted({lang, lang_b} - {None}))
   _TASKS[name] = TaskInfo(languages=languages, loader=loader,
-                          definition=definition)
+                          definition=definition, spec=spec,
+                          pair=(lang, lang_b) if lang_b else None)
   return task
 
 
@@ -158,22 +201,106 @@ def _check_name(name: str) -> None:
         "'_', '.' and ':' only.")
 
 
+# ------------------------------------------------------------ mixture rates
+
+
 @functools.lru_cache(maxsize=None)
-def _num_train_examples(name: str) -> int:
-  return len(_TASKS[name].loader("train")["text"])
+def _count_our_examples(name: str) -> int:
+  loader = _TASKS[name].loader
+  count = getattr(loader, "num_examples", None)
+  return int(count("train")) if count else len(loader("train")["text"])
 
 
-def alpha_rate(task: seqio.Task, *, alpha: float) -> float:
-  """Mixing rate n ** alpha, n = number of training examples of `task`."""
-  return float(_num_train_examples(task.name)) ** alpha
+def num_train_examples(task: seqio.Task) -> int:
+  """Training examples of `task`, from the cheapest source that knows them.
+
+  Our tasks ask their loader (a streaming line count for files, the cached
+  corpus size for the embedded ones); a plain seqio task answers
+  `num_input_examples("train")` (TFDS sources know it from dataset info).
+
+  Raises:
+    UserError: the task cannot tell; the message says to give sizes.
+  """
+  if task.name in _TASKS:
+    return _count_our_examples(task.name)
+  how = (f"give the mixture explicit sizes, e.g. AlphaMixture(..., "
+         f"sizes={{{task.name!r}: N}}) with N its number of training examples")
+  if "train" not in task.splits:
+    raise errors.UserError(
+        f"Task {task.name!r} has no 'train' split (it has "
+        f"{', '.join(task.splits)}), so its mixing rate cannot be computed; "
+        f"{how}.")
+  try:
+    count = task.num_input_examples("train")
+  except Exception as e:  # TFDS raises several types when info is missing.
+    raise errors.UserError(
+        f"Task {task.name!r} (a plain seqio task) could not count its training "
+        f"examples ({type(e).__name__}: {e}); {how}.") from e
+  if count is None:
+    raise errors.UserError(
+        f"Task {task.name!r} (a plain seqio task) does not know its number of "
+        f"training examples (its source's num_input_examples('train') is "
+        f"None); {how}, or build its source with num_input_examples=.")
+  return int(count)
+
+
+def alpha_rate(task: seqio.Task, *, alpha: float,
+               sizes: Optional[Mapping[str, int]] = None) -> float:
+  """Mixing rate n ** alpha, n = `sizes[task.name]` or the task's own count."""
+  sizes = dict(sizes or ())
+  n = sizes[task.name] if task.name in sizes else num_train_examples(task)
+  return float(n) ** alpha
+
+
+def _check_sizes(name: str, tasks: Sequence[str],
+                 sizes: Optional[Mapping[str, int]]
+                 ) -> Tuple[Tuple[str, int], ...]:
+  if sizes is None:
+    return ()
+  if not isinstance(sizes, Mapping):
+    raise errors.UserError(
+        f"Mixture {name!r}: sizes must map task names to their numbers of "
+        f"training examples, e.g. {{{tasks[0]!r}: 1000}}; got {sizes!r}.")
+  for task, size in sizes.items():
+    if task not in tasks:
+      raise errors.UserError(
+          f"Mixture {name!r}: sizes names {task!r}, which is not one of its "
+          f"tasks ({', '.join(tasks)}).")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+      raise errors.UserError(
+          f"Mixture {name!r}: sizes[{task!r}]={size!r} must be a positive "
+          "integer (the task's number of training examples).")
+  return tuple(sorted(sizes.items()))
+
+
+def _member_task(mixture: str, task: str) -> seqio.Task:
+  """A task a mixture may list: ours or a plain seqio task (not a mixture)."""
+  if task in _TASKS:
+    return seqio.TaskRegistry.get(task)
+  if task in _MIXTURES or task in seqio.MixtureRegistry.names():
+    raise errors.UserError(
+        f"Mixture {mixture!r} lists {task!r}, which is a mixture; list its "
+        "tasks instead.")
+  if isinstance(task, str) and task in seqio.TaskRegistry.names():
+    return seqio.TaskRegistry.get(task)
+  raise unknown_name_error(task, what="task of mixture " + repr(mixture))
 
 
 def register_mixture(name: str, tasks: Sequence[str], *,
                      alpha: float = DEFAULT_ALPHA,
-                     definition: Any = None) -> seqio.Mixture:
-  """Registers an alpha-sampled mixture of registered tasks (idempotent)."""
+                     sizes: Optional[Mapping[str, int]] = None,
+                     definition: Any = None, spec: Any = None
+                     ) -> seqio.Mixture:
+  """Registers an alpha-sampled mixture of registered tasks (idempotent).
+
+  Members are our tasks or plain seqio tasks sharing one vocabulary and the
+  same output features. `sizes` overrides the number of training examples of
+  some members (required for a plain task that cannot count its own).
+  """
   tasks = tuple(tasks)
-  definition = definition if definition is not None else (name, tasks, alpha)
+  size_items = _check_sizes(name, tasks, sizes) if tasks else ()
+  if definition is None:
+    definition = (name, tasks, alpha, size_items)
   if _already(name, definition):
     return seqio.MixtureRegistry.get(name)
   _check_name(name)
@@ -183,63 +310,236 @@ def register_mixture(name: str, tasks: Sequence[str], *,
   if not alpha > 0:
     raise errors.UserError(
         f"Mixture {name!r}: alpha={alpha} must be > 0 (0.7 is XLM's value).")
-  for task in tasks:
-    if task not in _TASKS:
-      raise unknown_name_error(task, what="task of mixture " + repr(name))
-  vocabularies = [get_vocabulary(t) for t in tasks]
+  members = [_member_task(name, task) for task in tasks]
+  vocabularies = [_tokens_vocabulary(task) for task in members]
   if any(v != vocabularies[0] for v in vocabularies[1:]):
     raise errors.UserError(
         f"Mixture {name!r} mixes tasks with different vocabularies "
         f"({', '.join(map(str, vocabularies))}); give all its tasks the same "
         "vocabulary_path.")
-  rate = functools.partial(alpha_rate, alpha=float(alpha))
+  features = {task.name: sorted(task.output_features) for task in members}
+  if len({tuple(f) for f in features.values()}) > 1:
+    raise errors.UserError(
+        f"Mixture {name!r} mixes tasks with different output features "
+        f"({features}); seqio mixes only tasks with the same features (ours "
+        "output tokens, tokens_b, lang, lang_b).")
+  rate = functools.partial(alpha_rate, alpha=float(alpha), sizes=size_items)
   mixture = seqio.Mixture(name, [(t, rate) for t in tasks])
   seqio.MixtureRegistry.add_provider(name, mixture)
-  _MIXTURES[name] = (tasks, float(alpha), definition)
+  _MIXTURES[name] = MixtureInfo(tasks=tasks, alpha=float(alpha),
+                                sizes=size_items, definition=definition,
+                                spec=spec)
   return mixture
 
 
+# ------------------------------------------------------------------ lookups
+
+
 def registered_names() -> List[str]:
-  """All task and mixture names known to flax_xalign."""
+  """All task and mixture names registered through flax_xalign."""
   return sorted(set(_TASKS) | set(_MIXTURES))
+
+
+def _plain_names() -> List[str]:
+  """Names registered directly with seqio (not through flax_xalign)."""
+  seqio_names = set(seqio.TaskRegistry.names()) | set(
+      seqio.MixtureRegistry.names())
+  return sorted(seqio_names - set(registered_names()))
 
 
 def unknown_name_error(name: str, *, what: str = "task or mixture"
                        ) -> errors.UserError:
-  close = difflib.get_close_matches(str(name), registered_names(), n=4,
-                                    cutoff=0.5)
+  ours, plain = registered_names(), _plain_names()
+  close = difflib.get_close_matches(str(name), ours + plain, n=4, cutoff=0.5)
   hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+  listed = ", ".join(plain[:_LISTED_PLAIN_NAMES])
+  if len(plain) > _LISTED_PLAIN_NAMES:
+    listed += f" and {len(plain) - _LISTED_PLAIN_NAMES} more"
+  also = f" Registered directly with seqio: {listed}." if plain else ""
   return errors.UserError(
       f"Unknown {what} {name!r}.{hint} Registered: "
-      f"{', '.join(registered_names()) or '(none)'}. Register your own "
+      f"{', '.join(ours) or '(none)'}.{also} Register your own "
       "from gin with flax_xalign.tasks.user.TextTask / TsvBitextTask / AlphaMixture "
-      "(call .register()) or in Python with a module under tasks/.")
+      "(call .register()), in Python with a module under tasks/, or directly "
+      "with seqio.TaskRegistry.add / seqio.MixtureRegistry.add.")
 
 
-def get_provider(name: str) -> seqio.DatasetProviderBase:
-  """The seqio Task or Mixture called `name` (UserError if unknown)."""
+def get_provider(name: str) -> Provider:
+  """The seqio Task or Mixture called `name`: ours, else a plain seqio one.
+
+  Raises:
+    UserError: unknown name (with close matches).
+  """
   if name in _TASKS:
     return seqio.TaskRegistry.get(name)
   if name in _MIXTURES:
     return seqio.MixtureRegistry.get(name)
+  if isinstance(name, str) and (name in seqio.MixtureRegistry.names()
+                                or name in seqio.TaskRegistry.names()):
+    return seqio.get_mixture_or_task(name)
   raise unknown_name_error(name)
 
 
 def task_names(name: str) -> Tuple[str, ...]:
-  """The tasks of a mixture (or the task itself)."""
-  if name in _MIXTURES:
-    return _MIXTURES[name][0]
-  get_provider(name)
-  return (name,)
+  """The tasks of a mixture in its listed order (or the task itself)."""
+  return tuple(task.name for task in pipeline.tasks_of(get_provider(name)))
 
 
-def languages_of(name: str) -> Tuple[str, ...]:
-  """Sorted language codes of a task or mixture (the converter's list)."""
-  return tuple(sorted({lang for task in task_names(name)
-                       for lang in _TASKS[task].languages}))
+def _check_codes(name: str, codes: Any) -> Tuple[str, ...]:
+  if isinstance(codes, str) or not isinstance(codes, Sequence) or not codes:
+    raise errors.UserError(
+        f"The languages of {name!r} must be a list of language codes, e.g. "
+        f"['en', 'de']; got {codes!r}.")
+  if any(not isinstance(c, str) or not c or "\t" in c for c in codes):
+    raise errors.UserError(
+        f"Language codes must be non-empty strings, got {list(codes)!r}.")
+  return tuple(sorted(set(codes)))
+
+
+def languages_of(name: str, override: Optional[Sequence[str]] = None
+                 ) -> Tuple[str, ...]:
+  """Sorted language codes of a task or mixture (the converter's list).
+
+  Our tasks know their languages. `override` (the run's `languages`) replaces
+  them and is required for plain seqio tasks; it must include every language
+  our tasks of `name` produce.
+
+  Raises:
+    UserError: a plain seqio task without `override`, or a bad `override`.
+  """
+  members = task_names(name)
+  known = {lang for task in members if task in _TASKS
+           for lang in _TASKS[task].languages}
+  if override is not None:
+    codes = _check_codes(name, override)
+    missing = sorted(known - set(codes))
+    if missing:
+      raise errors.UserError(
+          f"languages={list(override)!r} lacks {missing}, which the tasks of "
+          f"{name!r} produce; add them to the run's languages.")
+    return codes
+  plain = [task for task in members if task not in _TASKS]
+  if plain:
+    what = ("is a plain seqio task" if plain == [name] else
+            f"contains plain seqio tasks ({', '.join(plain)})")
+    raise errors.UserError(
+        f"{name!r} {what}, registered directly with seqio, so flax_xalign "
+        "does not know its languages. Set the run's languages, e.g. "
+        "train.languages = ['en', 'de'] in gin (languages= in Python); "
+        "with several languages every example also needs a 'lang' feature "
+        "(tf.string) naming its language.")
+  return tuple(sorted(known))
+
+
+def language_pairs(name: str) -> Tuple[Tuple[str, str], ...]:
+  """(side a, side b) of each of our bitext tasks of `name`, listed order.
+
+  Plain seqio tasks contribute nothing (their sides are not known).
+  """
+  pairs = [_TASKS[task].pair for task in task_names(name)
+           if task in _TASKS and _TASKS[task].pair]
+  return tuple(dict.fromkeys(pairs))
+
+
+def _tokens_vocabulary(provider: Provider) -> seqio.Vocabulary:
+  features = provider.output_features
+  if "tokens" not in features:
+    raise errors.UserError(
+        f"{provider.name!r} has no 'tokens' output feature (it has "
+        f"{', '.join(sorted(features))}); flax_xalign reads token ids (int32, "
+        "rank 1) from 'tokens': name the task's token feature 'tokens'.")
+  return features["tokens"].vocabulary
 
 
 def get_vocabulary(name: str) -> seqio.Vocabulary:
   """The token vocabulary of a task or mixture."""
-  first = task_names(name)[0]
-  return seqio.TaskRegistry.get(first).output_features["tokens"].vocabulary
+  return _tokens_vocabulary(get_provider(name))
+
+
+def resolve(name: str, languages: Optional[Sequence[str]] = None
+            ) -> Tuple[Provider, Tuple[str, ...], seqio.Vocabulary]:
+  """(provider, sorted languages, vocabulary) of a task or mixture.
+
+  What `flax_xalign.data.pipeline.get_dataset` needs; `languages` is the
+  run's override (see `languages_of`).
+  """
+  provider = get_provider(name)
+  return provider, languages_of(name, languages), _tokens_vocabulary(provider)
+
+
+# ------------------------------------------------------ describe / rebuild
+
+
+def _jsonable(value: Any) -> Any:
+  if isinstance(value, Mapping):
+    return {str(k): _jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_jsonable(v) for v in value]
+  if value is None or isinstance(value, (str, int, float, bool)):
+    return value
+  raise TypeError(f"cannot describe {value!r} as JSON")
+
+
+def _spec_definition(spec: Any) -> Dict[str, Any]:
+  kind = type(spec).__name__
+  if kind not in _KINDS or not dataclasses.is_dataclass(spec):
+    raise TypeError(f"{spec!r} is not one of the describable kinds {sorted(_KINDS)}")
+  args = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+  return {"kind": kind, "args": _jsonable(args)}
+
+
+def describe(name: str) -> Optional[List[Dict[str, Any]]]:
+  """JSON-serialisable definitions that re-register `name` in a new process.
+
+  Returns:
+    The definitions of every user-defined task and mixture `name` needs,
+    tasks first (`{"kind": "TextTask", "args": {...}}`; kinds TextTask,
+    TsvBitextTask, AlphaMixture, SyntheticTasks); `[]` when importing
+    flax_xalign.tasks registers everything (the embedded Bible tasks); None
+    when `name` is or contains a plain seqio task, which cannot be described.
+
+  Raises:
+    UserError: unknown name.
+  """
+  if name not in _TASKS and name not in _MIXTURES:
+    get_provider(name)  # UserError if unknown.
+    return None
+  members = list(task_names(name)) + ([name] if name in _MIXTURES else [])
+  definitions = []
+  for member in members:
+    info = _TASKS.get(member) or _MIXTURES.get(member)
+    if info is None:
+      return None
+    if info.spec is not None:
+      definition = _spec_definition(info.spec)
+      if definition not in definitions:
+        definitions.append(definition)
+  return definitions
+
+
+def register_described(definitions: Sequence[Mapping[str, Any]]) -> None:
+  """Registers what `describe` returned, in order (idempotent).
+
+  Raises:
+    UserError: a malformed definition or one that conflicts with a
+      registered name.
+  """
+  if isinstance(definitions, (str, Mapping)) or not isinstance(
+      definitions, Sequence):
+    raise errors.UserError(
+        f"Task definitions must be a list of {{'kind': ..., 'args': {{...}}}} "
+        f"entries (as describe() writes them); got {definitions!r}.")
+  for definition in definitions:
+    kind = definition.get("kind") if isinstance(definition, Mapping) else None
+    args = definition.get("args") if isinstance(definition, Mapping) else None
+    if kind not in _KINDS or not isinstance(args, Mapping):
+      raise errors.UserError(
+          f"Bad task definition {definition!r}: expected {{'kind': one of "
+          f"{sorted(_KINDS)}, 'args': {{...}}}}.")
+    module = importlib.import_module(f".{_KINDS[kind]}", __package__)
+    try:
+      spec = getattr(module, kind)(**args)
+    except TypeError as e:
+      raise errors.UserError(
+          f"Bad {kind} definition {dict(args)!r}: {e}.") from e
+    spec.register()

@@ -150,10 +150,19 @@ class _Loader:
   side: str  # "natural", "derived" or "pairs"
   tlm_fraction: float = 0.25
 
+  def _kept(self, count: int) -> np.ndarray:
+    """Which of `count` verses the pairs side keeps (a fixed, seeded subset)."""
+    return np.random.default_rng(self.language.seed).random(count) < self.tlm_fraction
+
+  def num_examples(self, split: str) -> int:
+    """The split's size without transforming any verse (mixture rates)."""
+    count = len(_greek_words(split))
+    return int(self._kept(count).sum()) if self.side == "pairs" else count
+
   def __call__(self, split: str) -> Dict[str, List[str]]:
     verses = _greek_words(split)
     if self.side == "pairs":
-      keep = np.random.default_rng(self.language.seed).random(len(verses)) < self.tlm_fraction
+      keep = self._kept(len(verses))
       verses = tuple(v for v, k in zip(verses, keep) if k)
     natural = [" ".join(words) for _, words in verses]
     if self.side == "natural":
@@ -177,17 +186,19 @@ def register_synthetic(language: SyntheticLanguage, *, tlm_fraction: float = 0.2
   id_map = tuple(int(i) for i in language.id_map())
   derived = derived_language_code(language)
   n = names(language)
-  registry.register_task(n["natural"], loader=_Loader(language, "natural"), vocabulary=vocabulary,
-                         lang=NATURAL, definition=("synthetic", language, "natural"))
-  registry.register_task(n["derived"], loader=_Loader(language, "derived"), vocabulary=vocabulary,
-                         lang=derived, definition=("synthetic", language, "derived"), id_maps=(id_map, None))
-  registry.register_task(n["tlm"], loader=_Loader(language, "pairs", tlm_fraction), vocabulary=vocabulary,
-                         lang=NATURAL, lang_b=derived, id_maps=(None, id_map),
-                         definition=("synthetic", language, "pairs", tlm_fraction))
-  registry.register_mixture(n["mlm"], [n["natural"], n["derived"]], alpha=1.0)
-  registry.register_mixture(n["xlm"], [n["natural"], n["derived"], n["tlm"]], alpha=1.0)
+  # What registry.describe reports for every name, to re-register them elsewhere.
   spec = SyntheticTasks(transforms=language.name, vocab_size=language.vocab_size, overlap=language.overlap,
                         seed=language.seed, tlm_fraction=tlm_fraction)
+  registry.register_task(n["natural"], loader=_Loader(language, "natural"), vocabulary=vocabulary,
+                         lang=NATURAL, definition=("synthetic", language, "natural"), spec=spec)
+  registry.register_task(n["derived"], loader=_Loader(language, "derived"), vocabulary=vocabulary,
+                         lang=derived, definition=("synthetic", language, "derived"), id_maps=(id_map, None),
+                         spec=spec)
+  registry.register_task(n["tlm"], loader=_Loader(language, "pairs", tlm_fraction), vocabulary=vocabulary,
+                         lang=NATURAL, lang_b=derived, id_maps=(None, id_map),
+                         definition=("synthetic", language, "pairs", tlm_fraction), spec=spec)
+  registry.register_mixture(n["mlm"], [n["natural"], n["derived"]], alpha=1.0, spec=spec)
+  registry.register_mixture(n["xlm"], [n["natural"], n["derived"], n["tlm"]], alpha=1.0, spec=spec)
   for name in n.values():
     _LANGUAGES[name] = language
     _SPECS[name] = spec

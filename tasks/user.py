@@ -18,7 +18,13 @@ In gin, build them with `@TextTask()` etc. and hand the list to `register_all`
 * `files` maps a split name to a glob (or a list of globs); matches are read in
   sorted order.
 * `AlphaMixture`: samples its tasks with rates n ** alpha, n = the number of
-  training examples of each task.
+  training examples of each task (a file task counts its non-empty lines; a
+  plain seqio task, registered directly with seqio, reports
+  `num_input_examples("train")`). `sizes={"task": n}` gives counts explicitly,
+  e.g. for a plain task whose source does not know its size.
+
+Paths are made absolute at registration (relative to the working directory),
+so `flax_xalign.tasks.describe` can hand the definitions to another process.
 
 Nothing is read at registration. Files are checked when a dataset is built:
 a missing file, a glob matching nothing, an empty corpus, bad UTF-8 or a
@@ -28,7 +34,7 @@ malformed TSV row stop with a `UserError` naming the file and line.
 import dataclasses
 import glob
 import os
-from typing import Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from flax_xalign import errors
 from flax_xalign.data import vocab as vocab_lib
@@ -52,8 +58,12 @@ def _normalise_files(task: str, files: Mapping[str, Globs]
       raise errors.UserError(
           f"Task {task!r}: split {split!r} needs a file path or glob, got "
           f"{files[split]!r}.")
-    result.append((str(split), globs))
+    result.append((str(split), tuple(_absolute(g) for g in globs)))
   return tuple(result)
+
+
+def _absolute(path: str) -> str:
+  return os.path.abspath(os.path.expanduser(path))
 
 
 def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
@@ -89,14 +99,34 @@ class FileLoader:
   files: Tuple[Tuple[str, Tuple[str, ...]], ...]
   tsv: bool
 
-  def __call__(self, split: str) -> Dict[str, List[str]]:
+  def _paths(self, split: str) -> List[str]:
     by_split = dict(self.files)
     if split not in by_split:
       raise errors.UserError(
           f"Task {self.task!r} has no files for split {split!r} (it has "
           f"{', '.join(by_split)}); add {split!r} to its files= setting.")
+    return _expand(self.task, split, by_split[split])
+
+  def _empty_corpus(self, split: str, paths: Sequence[str]) -> errors.UserError:
+    return errors.UserError(
+        f"Task {self.task!r}, split {split!r}: {', '.join(paths) or 'files'} "
+        "hold no non-empty line; the corpus is empty.")
+
+  def num_examples(self, split: str) -> int:
+    """Non-empty lines of the split's files, streamed (nothing held).
+
+    Only what the count needs is checked (files exist, UTF-8, not empty);
+    TSV columns are checked when the dataset is built.
+    """
+    paths = self._paths(split)
+    count = sum(1 for path in paths for _, line in _lines(path) if line.strip())
+    if not count:
+      raise self._empty_corpus(split, paths)
+    return count
+
+  def __call__(self, split: str) -> Dict[str, List[str]]:
     columns = {"text": [], "text_b": []} if self.tsv else {"text": []}
-    paths = _expand(self.task, split, by_split[split])
+    paths = self._paths(split)
     for path in paths:
       for number, line in _lines(path):
         if not line.strip():
@@ -118,18 +148,20 @@ class FileLoader:
         columns["text"].append(a)
         columns["text_b"].append(b)
     if not columns["text"]:
-      raise errors.UserError(
-          f"Task {self.task!r}, split {split!r}: {', '.join(paths) or 'files'} "
-          "hold no non-empty line; the corpus is empty.")
+      raise self._empty_corpus(split, paths)
     return columns
 
 
-def _vocabulary(task: str, path: str) -> vocab_lib.LazyVocabulary:
+def _vocabulary_path(task: str, path: str) -> str:
   if not isinstance(path, str) or not path:
     raise errors.UserError(
         f"Task {task!r}: vocabulary_path must name a SentencePiece .model file "
         "(train one with `python -m flax_xalign.data.vocab`).")
-  return vocab_lib.LazyVocabulary(vocab_lib.FixedPath(os.path.expanduser(path)))
+  return _absolute(path)
+
+
+def _vocabulary(path: str) -> vocab_lib.LazyVocabulary:
+  return vocab_lib.LazyVocabulary(vocab_lib.FixedPath(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +175,13 @@ class TextTask:
   def register(self) -> "TextTask":
     """Registers the seqio task (idempotent); returns self."""
     files = _normalise_files(self.name, self.files)
+    spec = dataclasses.replace(self, files=dict(files),
+                               vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path))
     registry.register_task(
         self.name, loader=FileLoader(self.name, files, tsv=False),
-        vocabulary=_vocabulary(self.name, self.vocabulary_path),
+        vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang, splits=[split for split, _ in files],
-        definition=("TextTask", self.name, files, self.lang,
-                    self.vocabulary_path))
+        definition=spec, spec=spec)
     return self
 
 
@@ -164,27 +197,41 @@ class TsvBitextTask:
   def register(self) -> "TsvBitextTask":
     """Registers the seqio task (idempotent); returns self."""
     files = _normalise_files(self.name, self.files)
+    spec = dataclasses.replace(self, files=dict(files),
+                               vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path))
     registry.register_task(
         self.name, loader=FileLoader(self.name, files, tsv=True),
-        vocabulary=_vocabulary(self.name, self.vocabulary_path),
+        vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang_a, lang_b=self.lang_b,
-        splits=[split for split, _ in files],
-        definition=("TsvBitextTask", self.name, files, self.lang_a,
-                    self.lang_b, self.vocabulary_path))
+        splits=[split for split, _ in files], definition=spec, spec=spec)
     return self
 
 
 @dataclasses.dataclass(frozen=True)
 class AlphaMixture:
-  """A mixture of registered tasks sampled with rates n_i ** alpha."""
+  """A mixture of registered tasks sampled with rates n_i ** alpha.
+
+  Attributes:
+    name: the mixture's name.
+    tasks: our tasks or plain seqio tasks, all with one vocabulary.
+    alpha: the exponent (XLM's 0.7; 1 samples in proportion to size).
+    sizes: optional training-example counts by task name, used instead of
+      counting (needed for a plain seqio task that does not know its size).
+  """
   name: str
   tasks: Sequence[str]
   alpha: float = registry.DEFAULT_ALPHA
+  sizes: Optional[Mapping[str, int]] = None
 
   def register(self) -> "AlphaMixture":
     """Registers the seqio mixture (idempotent); returns self."""
     tasks = (self.tasks,) if isinstance(self.tasks, str) else tuple(self.tasks)
-    registry.register_mixture(self.name, tasks, alpha=float(self.alpha))
+    sizes = (dict(self.sizes) if isinstance(self.sizes, Mapping)
+             else self.sizes)  # register_mixture refuses anything else.
+    spec = dataclasses.replace(self, tasks=tasks, alpha=float(self.alpha),
+                               sizes=sizes)
+    registry.register_mixture(self.name, tasks, alpha=spec.alpha, sizes=sizes,
+                              definition=spec, spec=spec)
     return self
 
 

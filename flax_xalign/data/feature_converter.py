@@ -2,7 +2,9 @@
 
 Input (every task in `tasks/`): `tokens` and `tokens_b` (int32 [n], no special
 tokens; `tokens_b` empty for monolingual text), `lang` and `lang_b` (tf.string
-scalars; `lang_b == ""` marks a monolingual example).
+scalars; `lang_b == ""` marks a monolingual example). A plain seqio task may
+output `tokens` alone: a missing `tokens_b` is empty (monolingual), and a
+missing `lang` (`lang_b`) is the converter's language when it has exactly one.
 
 Output (int32 [L] each, L = `task_feature_lengths["tokens"]`):
 
@@ -32,14 +34,15 @@ import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
-from flax_xalign.data import vocab
+from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.specials import SpecialTokens
 
 MODEL_FEATURE_KEYS = ("tokens", "lang_ids", "segment_ids", "positions",
                       "pair_side")
 _LAYOUT_KEYS = ("tokens", "lang_ids", "positions", "pair_side")
 _SHIFTED_KEYS = ("positions", "pair_side")
-_REQUIRED_INPUTS = {"tokens": (tf.int32, 1), "tokens_b": (tf.int32, 1),
-                    "lang": (tf.string, 0), "lang_b": (tf.string, 0)}
+_INPUTS = {"tokens": (tf.int32, 1), "tokens_b": (tf.int32, 1),
+           "lang": (tf.string, 0), "lang_b": (tf.string, 0)}
 # Shortest row that holds a pair with one token per side.
 MIN_LENGTH = 6
 
@@ -67,6 +70,9 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
   Attributes:
     languages: the sorted, distinct language codes; id = index + 1.
+    specials: the vocabulary's special ids; `<s>` and `</s>` frame each side,
+      and padding must be 0 (seqio's packer pads with 0 and finds lengths by
+      counting non-zero ids).
   """
 
   TASK_FEATURES = {"tokens": seqio.FeatureConverter.FeatureSpec(tf.int32)}
@@ -75,7 +81,8 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
       for k in MODEL_FEATURE_KEYS}
   PACKING_FEATURE_DTYPES = {}
 
-  def __init__(self, languages: Sequence[str], pack: bool = True):
+  def __init__(self, languages: Sequence[str], pack: bool = True,
+               specials: SpecialTokens = PROJECT):
     if isinstance(languages, str) or not languages:
       raise errors.UserError(
           f"XAlignFeatureConverter needs a list of language codes, got "
@@ -84,6 +91,17 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
       raise errors.UserError(
           f"Language codes must be non-empty strings, got {list(languages)!r}.")
     self.languages = tuple(sorted(set(languages)))
+    if not isinstance(specials, SpecialTokens):
+      raise errors.UserError(
+          f"specials must be a flax_xalign.data.specials.SpecialTokens, got "
+          f"{specials!r}.")
+    if specials.pad != 0:
+      raise errors.UserError(
+          f"The vocabulary pads with id {specials.pad}, but the feature "
+          "converter needs padding id 0 (seqio's packer pads with 0 and counts "
+          "non-zero ids to find lengths); remap the vocabulary so that <pad> "
+          "is id 0.")
+    self.specials = specials
     # Lengths are enforced by our own trimming; seqio's length assertions
     # would only reject over-long raw inputs that we trim anyway.
     super().__init__(pack=pack, apply_length_check=False)
@@ -117,7 +135,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     keep_b = tf.where(is_pair, pair_b, 0)
     span_a = keep_a + 2
     span_b = tf.where(is_pair, keep_b + 2, 0)
-    bos, eos = [vocab.BOS_ID], [vocab.EOS_ID]
+    bos, eos = [self.specials.bos], [self.specials.eos]
     side_b = tf.concat([bos, b[:keep_b], eos], 0)[:span_b]
     lang_a = self._lang_id(ex["lang"])
     lang_b = tf.cond(is_pair, lambda: self._lang_id(ex["lang_b"]),
@@ -134,16 +152,43 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
   def _check_inputs(self, ds: tf.data.Dataset) -> None:
     spec = ds.element_spec
-    for key, (dtype, rank) in _REQUIRED_INPUTS.items():
+    for key, (dtype, rank) in _INPUTS.items():
       if key not in spec:
-        raise errors.UserError(
-            f"The task dataset lacks the feature {key!r} (has {sorted(spec)}); "
-            "tasks for XAlignFeatureConverter output tokens, tokens_b, lang "
-            "and lang_b (docs/INTERFACES.md).")
+        continue
       if spec[key].dtype != dtype or spec[key].shape.rank != rank:
         raise errors.UserError(
             f"Task feature {key!r} is {spec[key].dtype.name} of rank "
             f"{spec[key].shape.rank}; expected {dtype.name} of rank {rank}.")
+    if len(self.languages) == 1:
+      return
+    for key, side in (("lang", "an example"), ("lang_b", "a pair's second side")):
+      if key not in spec and (key == "lang" or "tokens_b" in spec):
+        raise errors.UserError(
+            f"The task dataset lacks the feature {key!r} (has {sorted(spec)}), "
+            f"which names the language of {side}; with several languages "
+            f"({', '.join(self.languages)}) the task must output {key!r} "
+            "(a tf.string scalar; lang_b is '' for monolingual examples), "
+            "e.g. from a preprocessor, or the run must have one language "
+            "(docs/INTERFACES.md).")
+
+  def _complete_inputs(self, ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Adds the optional features a plain seqio task may leave out."""
+    spec = ds.element_spec
+    if all(key in spec for key in _INPUTS):
+      return ds  # Our tasks: the dataset is used as it is.
+    only = self.languages[0] if len(self.languages) == 1 else ""
+
+    def fill(ex):
+      ex = dict(ex)
+      if "tokens_b" not in ex:
+        ex["tokens_b"] = tf.zeros([0], tf.int32)
+      if "lang" not in ex:
+        ex["lang"] = tf.constant(only)
+      if "lang_b" not in ex:
+        ex["lang_b"] = tf.where(tf.size(ex["tokens_b"]) > 0, only, "")
+      return ex
+
+    return ds.map(fill, num_parallel_calls=tf.data.AUTOTUNE)
 
   def _convert_features(self, ds: tf.data.Dataset,
                         task_feature_lengths: Mapping[str, int]
@@ -154,6 +199,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
           f"TASK_FEATURE_LENGTHS['tokens']={length} is too short: a row needs "
           f"at least {MIN_LENGTH} positions (<s> a </s> <s> b </s>).")
     self._check_inputs(ds)
+    ds = self._complete_inputs(ds)
     ds = ds.filter(lambda ex: tf.size(ex["tokens"]) + tf.size(ex["tokens_b"])
                    > 0)
     ds = ds.map(lambda ex: self._layout(ex, length),

@@ -1,9 +1,13 @@
-"""The trainer's one call for data: task/mixture name -> batched model features.
+"""The trainer's one call for data: a seqio provider -> batched model features.
 
-    ds, languages = get_dataset("bible_grc_en_mlm_tlm", split="train",
-                                feature_lengths={"tokens": 128},
-                                batch_size=32, seed=0)
+    provider, languages, _ = flax_xalign.tasks.resolve("bible_grc_en_mlm_tlm")
+    ds = get_dataset(provider, languages=languages, split="train",
+                     feature_lengths={"tokens": 128}, batch_size=32, seed=0)
     for batch in ds.as_numpy_iterator(): ...  # dict of int32 [32, 128]
+
+The provider is any seqio Task or Mixture (ours, or one registered directly
+with seqio); names are resolved by the caller through `flax_xalign.tasks`, so
+this module never imports the task families.
 
 Training: `shuffle=True, num_epochs=None` (an endless, seeded stream; mixtures
 sample tasks with their rates). Evaluation: `shuffle=False, num_epochs=1`; a
@@ -14,32 +18,47 @@ Sharding (`shard_id`/`num_shards`, one shard per host) happens on examples
 before packing; every host must pass the same seed.
 """
 
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Union
 
 import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
 from flax_xalign.data import feature_converter
+from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.specials import SpecialTokens
+
+Provider = Union[seqio.Task, seqio.Mixture]
 
 
-def _tasks_module():
-  # Imported lazily: registering the task families is the caller's first use.
-  from flax_xalign import tasks  # pylint: disable=g-import-not-at-top
-  return tasks
+def tasks_of(provider: Provider) -> List[seqio.Task]:
+  """The tasks of a mixture in its listed order (or `[provider]` for a task).
+
+  `seqio.Mixture.tasks` sorts by name; the order the mixture lists them in is
+  kept here, and tasks of sub-mixtures follow, sorted by name.
+  """
+  if not isinstance(provider, seqio.Mixture):
+    return [provider]
+  listed = {name: i for i, name in enumerate(provider.rate_per_task_name)}
+  return sorted(provider.tasks,
+                key=lambda task: (listed.get(task.name, len(listed)), task.name))
 
 
-def _check_arguments(name: str, provider, split: str,
+def _check_arguments(provider, split: str,
                      feature_lengths: Mapping[str, int], batch_size: int,
                      shard_id: int, num_shards: int) -> None:
+  if not isinstance(provider, seqio.DatasetProviderBase):
+    raise errors.UserError(
+        f"get_dataset takes a seqio Task or Mixture, got {provider!r}; "
+        "resolve a name with flax_xalign.tasks.resolve(name).")
   if set(feature_lengths) != {"tokens"}:
     raise errors.UserError(
         f"TASK_FEATURE_LENGTHS must have exactly one key, 'tokens' (the row "
         f"length), e.g. {{'tokens': 128}}; got {dict(feature_lengths)}.")
   if split not in provider.splits:
     raise errors.UserError(
-        f"{name!r} has no split {split!r}; it has "
-        f"{', '.join(provider.splits)}.")
+        f"{provider.name!r} has no split {split!r}; it has "
+        f"{', '.join(sorted(provider.splits))}.")
   if batch_size < 1:
     raise errors.UserError(f"batch_size={batch_size} must be at least 1.")
   if not 0 <= shard_id < num_shards:
@@ -47,7 +66,7 @@ def _check_arguments(name: str, provider, split: str,
         f"shard_id={shard_id} must lie in [0, num_shards={num_shards}).")
 
 
-def _one_pass_of_mixture(task_names: Sequence[str], split: str,
+def _one_pass_of_mixture(mixture: seqio.Mixture, split: str,
                          lengths: Mapping[str, int], shuffle: bool,
                          seed: Optional[int], shard_info,
                          num_epochs: int) -> tf.data.Dataset:
@@ -57,8 +76,7 @@ def _one_pass_of_mixture(task_names: Sequence[str], split: str,
   capped at a few batches still sees every task of the mixture.
   """
   datasets = []
-  for name in task_names:
-    task = seqio.get_mixture_or_task(name)
+  for task in tasks_of(mixture):
     keys = set(task.output_features)
     if split not in task.splits:
       continue
@@ -72,15 +90,18 @@ def _one_pass_of_mixture(task_names: Sequence[str], split: str,
   return tf.data.Dataset.choose_from_datasets(datasets, order, stop_on_empty_dataset=False)
 
 
-def get_dataset(name: str, *, split: str, feature_lengths: Mapping[str, int],
-                batch_size: int, seed: Optional[int], shuffle: bool = True,
+def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
+                feature_lengths: Mapping[str, int], batch_size: int,
+                seed: Optional[int], shuffle: bool = True,
                 shard_id: int = 0, num_shards: int = 1, pack: bool = True,
-                num_epochs: Optional[int] = None
-                ) -> Tuple[tf.data.Dataset, Tuple[str, ...]]:
+                num_epochs: Optional[int] = None,
+                specials: SpecialTokens = PROJECT) -> tf.data.Dataset:
   """Builds the batched model-feature dataset of a task or mixture.
 
   Args:
-    name: a registered task or mixture (e.g. "bible_grc_en_mlm_tlm").
+    provider: a seqio Task or Mixture (`flax_xalign.tasks.resolve(name)[0]`).
+    languages: the sorted language list behind `lang_ids`
+      (`flax_xalign.tasks.resolve(name, run_languages)[1]`).
     split: "train", "validation", "test" (or a user task's split).
     feature_lengths: `{"tokens": L}`, the row length.
     batch_size: rows per batch (per host).
@@ -91,27 +112,26 @@ def get_dataset(name: str, *, split: str, feature_lengths: Mapping[str, int],
     num_shards: number of hosts reading disjoint shards.
     pack: pack several examples per row (segment ids 1..k).
     num_epochs: passes over the data; None repeats forever.
+    specials: the vocabulary's special ids (`<s>`, `</s>`; padding must be 0).
 
   Returns:
-    (dataset, languages): the dataset yields dicts of int32 `[batch_size, L]`
-    tensors `tokens, lang_ids, segment_ids, positions, pair_side`; languages
-    is the sorted language list behind `lang_ids`.
+    A dataset of dicts of int32 `[batch_size, L]` tensors `tokens, lang_ids,
+    segment_ids, positions, pair_side`.
 
   Raises:
-    UserError: unknown name or split, or bad lengths / shard arguments.
+    UserError: not a provider, unknown split, bad lengths / shard arguments,
+      languages or specials, or task features the converter cannot read.
   """
-  tasks = _tasks_module()
-  provider = tasks.get_provider(name)
-  _check_arguments(name, provider, split, feature_lengths, batch_size,
-                   shard_id, num_shards)
-  languages = tasks.languages_of(name)
-  converter = feature_converter.XAlignFeatureConverter(languages, pack=pack)
+  _check_arguments(provider, split, feature_lengths, batch_size, shard_id,
+                   num_shards)
+  converter = feature_converter.XAlignFeatureConverter(
+      languages, pack=pack, specials=specials)
   lengths = {"tokens": int(feature_lengths["tokens"])}
   shard_info = (seqio.ShardInfo(index=shard_id, num_shards=num_shards)
                 if num_shards > 1 else None)
   if isinstance(provider, seqio.Mixture) and num_epochs is not None:
-    ds = _one_pass_of_mixture(tasks.registry.task_names(name), split,
-                              lengths, shuffle, seed, shard_info, num_epochs)
+    ds = _one_pass_of_mixture(provider, split, lengths, shuffle, seed,
+                              shard_info, num_epochs)
     ds = converter(ds, task_feature_lengths=lengths)
   else:
     ds = seqio.get_dataset(provider, task_feature_lengths=lengths,
@@ -121,4 +141,4 @@ def get_dataset(name: str, *, split: str, feature_lengths: Mapping[str, int],
   ds = ds.batch(batch_size, drop_remainder=True)
   options = tf.data.Options()
   options.deterministic = True
-  return ds.with_options(options), languages
+  return ds.with_options(options)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from flax_xalign import errors
 from flax_xalign.data import feature_converter as fc
+from flax_xalign.data import specials
 
 S, E = 3, 1  # <s>, </s>
 
@@ -119,7 +120,70 @@ def test_bad_configuration_is_a_user_error():
   with pytest.raises(errors.UserError, match="too short"):
     _convert([MONO], 5)
   ds = _dataset([MONO]).map(lambda ex: {"tokens": ex["tokens"]})
-  with pytest.raises(errors.UserError, match="'tokens_b'"):
-    fc.XAlignFeatureConverter(["en"])(ds, {"tokens": 9})
+  with pytest.raises(errors.UserError, match="lacks the feature 'lang'"):
+    fc.XAlignFeatureConverter(["en", "grc"])(ds, {"tokens": 9})
+  wide = _dataset([MONO]).map(lambda ex: dict(
+      ex, tokens_b=tf.cast(ex["tokens_b"], tf.int64)))
+  with pytest.raises(errors.UserError, match="'tokens_b' is int64"):
+    fc.XAlignFeatureConverter(["en"])(wide, {"tokens": 9})
   assert fc.XAlignFeatureConverter(["grc", "en", "en"]).languages == (
       "en", "grc")
+  with pytest.raises(errors.UserError, match="padding id 0"):
+    fc.XAlignFeatureConverter(["en"], specials=specials.SpecialTokens(
+        bos=0, pad=1, eos=2, unk=3, mask=4))
+
+
+def _plain(examples, keep):
+  """Examples of a plain seqio task that outputs only the `keep` features."""
+  return _dataset(examples).map(lambda ex: {k: ex[k] for k in keep})
+
+
+def test_missing_optional_features_mean_monolingual_in_one_language():
+  expected = _convert([MONO], 13, pack=False, languages=("en",))
+  for keep in (["tokens"], ["tokens", "tokens_b"], ["tokens", "lang"],
+               ["tokens", "tokens_b", "lang"]):
+    converter = fc.XAlignFeatureConverter(["en"], pack=False)
+    rows = list(converter(_plain([MONO], keep), {"tokens": 13})
+                .as_numpy_iterator())
+    assert len(rows) == 1
+    for key, value in expected[0].items():
+      np.testing.assert_array_equal(rows[0][key], value)
+
+
+def test_missing_lang_b_with_one_language_pairs_non_empty_second_sides():
+  pair = ([20, 21], [30, 31, 32], "en", "en")
+  examples = [pair, MONO]
+  expected = _convert(examples, 15, languages=("en",))
+  converter = fc.XAlignFeatureConverter(["en"])
+  rows = list(converter(_plain(examples, ["tokens", "tokens_b"]),
+                        {"tokens": 15}).as_numpy_iterator())
+  assert len(rows) == len(expected) == 1  # 9 + 5 positions fit one row.
+  for row, want in zip(rows, expected):
+    for key, value in want.items():
+      np.testing.assert_array_equal(row[key], value)
+  assert rows[0]["pair_side"].max() == 2
+
+
+def test_missing_language_features_need_one_language_or_the_feature():
+  converter = fc.XAlignFeatureConverter(["de", "en"])
+  with pytest.raises(errors.UserError, match="'lang_b'.*second side"):
+    converter(_plain([PAIR], ["tokens", "tokens_b", "lang"]), {"tokens": 13})
+  with pytest.raises(errors.UserError,
+                     match="lacks the feature 'lang' .*one language"):
+    converter(_plain([MONO], ["tokens"]), {"tokens": 13})
+  # Without tokens_b every example is monolingual: lang_b is not needed.
+  rows = list(converter(_plain([MONO], ["tokens", "lang"]), {"tokens": 9})
+              .as_numpy_iterator())
+  np.testing.assert_array_equal(rows[0]["lang_ids"], [2] * 5 + [0] * 4)
+
+
+def test_special_ids_come_from_special_tokens():
+  other = specials.SpecialTokens(eos=7, bos=8, unk=2, mask=4, first_regular=9)
+  converter = fc.XAlignFeatureConverter(["en", "grc"], pack=False,
+                                        specials=other)
+  pair = list(converter(_dataset([PAIR]), {"tokens": 13})
+              .as_numpy_iterator())[0]
+  np.testing.assert_array_equal(
+      pair["tokens"], [8, 20, 21, 7, 8, 30, 31, 32, 7] + [0] * 4)
+  assert converter.specials == other
+  assert fc.XAlignFeatureConverter(["en"]).specials == specials.PROJECT

@@ -5,7 +5,9 @@ import pytest
 import tensorflow as tf
 
 from flax_xalign import errors
+from flax_xalign import tasks
 from flax_xalign.data import pipeline
+from flax_xalign.data import specials
 from flax_xalign.tasks import user
 
 L = 13
@@ -28,11 +30,17 @@ def mixture(toy_corpus):
   return "pipe_mix"
 
 
+def _get_dataset(name, **kwargs):
+  """The caller's side of the API: resolve the name, then build the data."""
+  provider, languages, _ = tasks.resolve(name)
+  return pipeline.get_dataset(provider, languages=languages, **kwargs), languages
+
+
 def _batches(name, n, **kwargs):
   args = dict(split="train", feature_lengths={"tokens": L}, batch_size=3,
               seed=0)
   args.update(kwargs)
-  ds, languages = pipeline.get_dataset(name, **args)
+  ds, languages = _get_dataset(name, **args)
   it = iter(ds)
   return [next(it) for _ in range(n)], languages
 
@@ -61,9 +69,8 @@ def test_same_seed_same_batches_other_seed_differs(mixture):
 
 
 def test_iterator_checkpoint_restores_the_stream(mixture, tmp_path):
-  ds, _ = pipeline.get_dataset(mixture, split="train",
-                               feature_lengths={"tokens": L}, batch_size=3,
-                               seed=1)
+  ds, _ = _get_dataset(mixture, split="train", feature_lengths={"tokens": L},
+                       batch_size=3, seed=1)
   it = iter(ds)
   for _ in range(4):
     next(it)
@@ -75,10 +82,9 @@ def test_iterator_checkpoint_restores_the_stream(mixture, tmp_path):
 
 
 def test_eval_pass_reads_every_task_once(mixture):
-  ds, _ = pipeline.get_dataset(mixture, split="validation",
-                               feature_lengths={"tokens": 40}, batch_size=1,
-                               seed=None, shuffle=False, pack=False,
-                               num_epochs=1)
+  ds, _ = _get_dataset(mixture, split="validation",
+                       feature_lengths={"tokens": 40}, batch_size=1,
+                       seed=None, shuffle=False, pack=False, num_epochs=1)
   rows = list(ds.as_numpy_iterator())
   assert len(rows) == 40 + 120  # en_dev.txt lines + de_en.tsv pairs.
   sides = [int(r["pair_side"].max()) for r in rows]
@@ -90,7 +96,7 @@ def test_shards_are_disjoint(mixture):
   del mixture
   seen = []
   for shard in (0, 1):
-    ds, _ = pipeline.get_dataset(
+    ds, _ = _get_dataset(
         "pipe_en_mlm", split="validation", feature_lengths={"tokens": 40},
         batch_size=1, seed=3, shuffle=True, pack=False, num_epochs=1,
         shard_id=shard, num_shards=2)
@@ -108,3 +114,40 @@ def test_bad_arguments(mixture):
     _batches(mixture, 1, feature_lengths={"inputs": 13})
   with pytest.raises(errors.UserError, match="shard_id=2"):
     _batches(mixture, 1, shard_id=2, num_shards=2)
+  provider, languages, _ = tasks.resolve(mixture)
+  args = dict(split="train", feature_lengths={"tokens": L}, batch_size=3,
+              seed=0)
+  with pytest.raises(errors.UserError, match=r"tasks.resolve\(name\)"):
+    pipeline.get_dataset(mixture, languages=languages, **args)
+  with pytest.raises(errors.UserError, match="padding id 0"):
+    pipeline.get_dataset(provider, languages=languages, **args,
+                         specials=specials.SpecialTokens(
+                             bos=0, pad=1, eos=2, unk=3, mask=4))  # XLM-R's.
+
+
+def test_specials_frame_each_side(mixture):
+  """<s>/</s> come from the SpecialTokens given (same layout, other ids)."""
+  args = dict(split="validation", feature_lengths={"tokens": 40},
+              batch_size=1, seed=None, shuffle=False, pack=False, num_epochs=1)
+  provider, languages, _ = tasks.resolve(mixture)
+  project = next(pipeline.get_dataset(provider, languages=languages, **args)
+                 .as_numpy_iterator())
+  other = specials.SpecialTokens(eos=2, unk=1, bos=4, mask=3)
+  swapped = next(pipeline.get_dataset(provider, languages=languages, **args,
+                                      specials=other).as_numpy_iterator())
+  tokens = project["tokens"]
+  expected = np.where(tokens == specials.PROJECT.bos, 4,
+                      np.where(tokens == specials.PROJECT.eos, 2, tokens))
+  assert (tokens == specials.PROJECT.bos).sum() == 1  # One monolingual row.
+  np.testing.assert_array_equal(swapped["tokens"], expected)
+  for key in ("lang_ids", "positions", "segment_ids", "pair_side"):
+    np.testing.assert_array_equal(swapped[key], project[key])
+
+
+def test_eval_pass_keeps_the_listed_order_of_the_mixture(mixture):
+  """seqio.Mixture.tasks sorts by name; the pass reads the listed order."""
+  provider = tasks.get_provider(mixture)
+  assert [t.name for t in provider.tasks] == ["pipe_de_en_tlm", "pipe_en_mlm"]
+  assert [t.name for t in pipeline.tasks_of(provider)] == [
+      "pipe_en_mlm", "pipe_de_en_tlm"]
+  assert tasks.task_names(mixture) == ("pipe_en_mlm", "pipe_de_en_tlm")

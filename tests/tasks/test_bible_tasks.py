@@ -19,6 +19,10 @@ def test_registered_without_touching_data():
   assert tasks.languages_of("bible_grc_en_tlm") == ("en", "grc")
   assert tasks.languages_of("bible_grc_en_mlm_tlm") == ("en", "grc")
   assert tasks.get_vocabulary("bible_grc_mlm") is bible_tasks.VOCABULARY
+  assert tasks.registry.language_pairs("bible_grc_en_mlm_tlm") == (
+      ("grc", "en"),)
+  assert tasks.registry.language_pairs("bible_en_mlm") == ()
+  assert tasks.describe("bible_grc_en_mlm_tlm") == []  # Registers on import.
 
 
 def test_mixture_rates_follow_alpha(bible_data_dir):
@@ -32,9 +36,12 @@ def test_mixture_rates_follow_alpha(bible_data_dir):
 
 def test_tlm_batch_layout(bible_data_dir):
   del bible_data_dir
-  ds, languages = pipeline.get_dataset(
-      "bible_grc_en_tlm", split="test", feature_lengths={"tokens": 47},
-      batch_size=2, seed=None, shuffle=False, pack=False, num_epochs=1)
+  provider, languages, vocabulary = tasks.resolve("bible_grc_en_tlm")
+  assert vocabulary is bible_tasks.VOCABULARY
+  ds = pipeline.get_dataset(
+      provider, languages=languages, split="test",
+      feature_lengths={"tokens": 47}, batch_size=2, seed=None, shuffle=False,
+      pack=False, num_epochs=1)
   assert languages == ("en", "grc")
   row = {k: v[0] for k, v in next(ds.as_numpy_iterator()).items()}
   v = tasks.get_vocabulary("bible_grc_en_tlm")

@@ -1,5 +1,10 @@
 """Tests for user-registered tasks (tasks/user.py): validation and registry."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import seqio
 
@@ -10,8 +15,11 @@ from flax_xalign.tasks import user
 
 
 def _build(name, split="train"):
-  return pipeline.get_dataset(name, split=split, feature_lengths={"tokens": 13},
-                              batch_size=2, seed=0)
+  provider, languages, _ = tasks.resolve(name)
+  ds = pipeline.get_dataset(provider, languages=languages, split=split,
+                            feature_lengths={"tokens": 13}, batch_size=2,
+                            seed=0)
+  return ds, languages
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +27,20 @@ def model(toy_corpus):
   return str(toy_corpus[1])
 
 
-def test_text_and_tsv_tasks_register_idempotently(toy_corpus, model):
-  root, _ = toy_corpus
+def _register_u_tasks(root, model):
+  """u_en, u_de_en (idempotent: later tests may run alone)."""
   text = user.TextTask(name="u_en", files={"train": str(root / "en*.txt")},
-                       lang="en", vocabulary_path=model)
-  assert text.register() is text and text.register() is text
+                       lang="en", vocabulary_path=model).register()
   tsv = user.TsvBitextTask(name="u_de_en", files={"train": [
       str(root / "de_en.tsv")]}, lang_a="de", lang_b="en",
                            vocabulary_path=model).register()
+  return text, tsv
+
+
+def test_text_and_tsv_tasks_register_idempotently(toy_corpus, model):
+  root, _ = toy_corpus
+  text, tsv = _register_u_tasks(root, model)
+  assert text.register() is text and text.register() is text
   assert tasks.languages_of("u_en") == ("en",)
   assert tasks.languages_of(tsv.name) == ("de", "en")
   mix = user.AlphaMixture(name="u_mix", tasks=["u_de_en", "u_en"], alpha=0.5)
@@ -94,8 +108,7 @@ def test_missing_files_and_globs(tmp_path, model):
 
 def test_unknown_names_suggest_close_matches(model):
   with pytest.raises(errors.UserError) as info:
-    pipeline.get_dataset("bible_en_mlmm", split="train",
-                         feature_lengths={"tokens": 13}, batch_size=1, seed=0)
+    tasks.resolve("bible_en_mlmm")
   assert "Did you mean 'bible_en_mlm'" in str(info.value)
   assert "TextTask" in str(info.value)
   with pytest.raises(errors.UserError, match="Did you mean 'u_en'"):
@@ -110,3 +123,100 @@ def test_unknown_names_suggest_close_matches(model):
   with pytest.raises(errors.UserError, match="must map split names"):
     user.TextTask(name="u_nofiles", files={}, lang="en",
                   vocabulary_path=model).register()
+
+
+def test_sizes_override_counts(model, toy_corpus):
+  root, _ = toy_corpus
+  _register_u_tasks(root, model)
+  user.TextTask(name="u_sized_en", files={"train": str(root / "en.txt")},
+                lang="en", vocabulary_path=model).register()
+  user.AlphaMixture(name="u_sized", tasks=("u_sized_en", "u_de_en"),
+                    alpha=0.5, sizes={"u_de_en": 1000}).register()
+  mixture = seqio.get_mixture_or_task("u_sized")
+  rates = {t.name: mixture.get_rate(t) for t in mixture.tasks}
+  assert rates == pytest.approx({"u_sized_en": 300 ** 0.5,
+                                 "u_de_en": 1000 ** 0.5})
+  with pytest.raises(errors.UserError, match="not one of its tasks"):
+    user.AlphaMixture(name="u_sized2", tasks=("u_sized_en",),
+                      sizes={"u_en": 5}).register()
+  with pytest.raises(errors.UserError, match="positive integer"):
+    user.AlphaMixture(name="u_sized3", tasks=("u_sized_en",),
+                      sizes={"u_sized_en": 0}).register()
+
+
+def test_paths_are_absolute_and_relative_ones_register_the_same(
+    toy_corpus, model, monkeypatch):
+  root, _ = toy_corpus
+  monkeypatch.chdir(root)
+  relative = user.TextTask(name="u_rel", files={"train": "en_dev.txt"},
+                           lang="en", vocabulary_path=os.path.basename(model))
+  relative.register()
+  user.TextTask(name="u_rel", files={"train": [str(root / "en_dev.txt")]},
+                lang="en", vocabulary_path=model).register()  # Same task.
+  (definition,) = tasks.describe("u_rel")
+  assert definition["args"]["files"] == {"train": [str(root / "en_dev.txt")]}
+  assert definition["args"]["vocabulary_path"] == model
+
+
+_FRESH_PROCESS = """
+import json, sys
+from tests import conftest  # Maps flax_xalign.tasks to tasks/ when not installed.
+from flax_xalign import tasks
+definitions = json.loads(sys.stdin.read())
+tasks.register_described(definitions)
+tasks.register_described(definitions)  # Idempotent.
+mixture = tasks.get_provider("u_mix")
+print(json.dumps({
+    "languages": tasks.languages_of("u_mix"),
+    "tasks": tasks.task_names("u_mix"),
+    "rates": {t.name: mixture.get_rate(t) for t in mixture.tasks},
+    "described": tasks.describe("u_mix"),
+}))
+"""
+
+
+def test_describe_round_trips_through_json_in_a_fresh_process(
+    toy_corpus, model):
+  _register_u_tasks(toy_corpus[0], model)
+  user.AlphaMixture(name="u_mix", tasks=["u_de_en", "u_en"], alpha=0.5).register()
+  definitions = tasks.describe("u_mix")
+  assert [d["kind"] for d in definitions] == [
+      "TsvBitextTask", "TextTask", "AlphaMixture"]
+  text = json.dumps(definitions)
+  assert json.loads(text) == definitions
+  tasks.register_described(json.loads(text))  # Same process: a no-op.
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  result = subprocess.run(
+      [sys.executable, "-c", _FRESH_PROCESS], input=text, cwd="/",
+      env=dict(os.environ, PYTHONPATH=repo), capture_output=True, text=True,
+      check=False, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  fresh = json.loads(result.stdout.strip().splitlines()[-1])
+  assert fresh["languages"] == ["de", "en"]
+  assert fresh["tasks"] == ["u_de_en", "u_en"]
+  assert fresh["rates"] == pytest.approx({"u_en": 340 ** 0.5,
+                                          "u_de_en": 120 ** 0.5})
+  assert fresh["described"] == definitions
+
+
+def test_describe_kinds():
+  from flax_xalign.tasks import synthetic
+
+  assert tasks.describe("bible_grc_en_mlm_tlm") == []
+  assert tasks.describe("bible_en_mlm") == []
+  spec = synthetic.SyntheticTasks(transforms="inv", vocab_size=211, seed=3)
+  spec.register()
+  names = synthetic.names(spec.language())
+  expected = [{"kind": "SyntheticTasks", "args": {
+      "transforms": "inv", "vocab_size": 211, "overlap": 0.0, "seed": 3,
+      "tlm_fraction": 0.25}}]
+  for name in names.values():
+    assert tasks.describe(name) == expected
+  tasks.register_described(json.loads(json.dumps(expected)))
+  with pytest.raises(errors.UserError, match="Did you mean 'u_mix'"):
+    tasks.describe("u_mixx")
+  with pytest.raises(errors.UserError, match="Bad task definition"):
+    tasks.register_described([{"kind": "Nope", "args": {}}])
+  with pytest.raises(errors.UserError, match="Bad TextTask definition"):
+    tasks.register_described([{"kind": "TextTask", "args": {"name": "x"}}])
