@@ -104,7 +104,8 @@ class Side:
     with self.trainer.mesh_context():
       batch = self.batches[self.index % len(self.batches)]
       self.index += 1
-      self.state, metrics = self.trainer.train_step(self.state, batch, self.trainer.base_rng)
+      self.state, metrics = self.trainer.train_step(self.state, batch, self.trainer.base_rng,
+                                                    self.trainer.assets.device)
     self._jax.block_until_ready(metrics["loss"])
     self.last_metrics = metrics
 
@@ -153,8 +154,9 @@ def main(argv: list[str] | None = None) -> None:
   print(f"DWA step / base step = {result['ratio']:.2f}x (target <= 1.5x: {verdict}); "
         f"{result['dwa_labels_per_batch']:.0f} self-labelled links per batch")
   os.makedirs(os.path.dirname(args.output), exist_ok=True)
-  with open(args.output, "w") as f:
-    json.dump(result, f, indent=2)
+  from flax_xalign import fileio
+
+  fileio.write_atomically(args.output, json.dumps(result, indent=2))
   print(json.dumps(result))
 
 

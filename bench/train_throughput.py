@@ -151,8 +151,7 @@ class OursSide:
       for _ in range(steps):
         batch = self.batches[self._i % len(self.batches)]
         self._i += 1
-        self.state, metrics = trainer.train_step(
-            self.state, trainer.shard(batch), trainer.base_rng)
+        self.state, metrics = trainer.step(self.state, batch)
       self._jax.block_until_ready((self.state, metrics))
       elapsed = time.perf_counter() - start
     self.last_loss = float(metrics["loss"])
@@ -376,8 +375,9 @@ def main(argv: list[str] | None = None) -> None:
   result = run(args)
   print_table(result)
   os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-  with open(args.output, "w") as f:
-    json.dump(result, f, indent=2)
+  from flax_xalign import fileio
+
+  fileio.write_atomically(args.output, json.dumps(result, indent=2))
   print(json.dumps(result), flush=True)
 
 

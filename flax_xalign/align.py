@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> None:
                       "pairs; they must correspond line by line.")
   elif args.sweep:
     raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
-  options = word_align.AlignOptions(similarity=args.similarity, sinkhorn_kernel=args.sinkhorn_kernel)
+  from flax_xalign import ops
+
+  options = ops.AlignmentSolver(similarity=args.similarity, sinkhorn_kernel=args.sinkhorn_kernel)
   aligner, _, step = word_align.load_aligner(
       args.checkpoint, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
       max_length=args.max_length, batch_size=args.batch_size, options=options)

@@ -16,6 +16,7 @@ import gin
 from flax_xalign.evaluation import mlm_eval
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.objectives.dwa import DwaConfig
+from flax_xalign.ops.align_solver import AlignmentSolver
 from flax_xalign.objectives.pretraining import MaskingConfig
 from flax_xalign.tasks import synthetic as synthetic_tasks
 from flax_xalign.tasks import user as user_tasks
@@ -31,7 +32,7 @@ def register() -> None:
   global _REGISTERED
   if _REGISTERED:
     return
-  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig,
+  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, AlignmentSolver,
               user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture,
               synthetic_tasks.SyntheticTasks):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")

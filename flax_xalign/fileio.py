@@ -29,3 +29,12 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> None:
+  """Renders a matplotlib figure to PNG and writes it atomically."""
+  import io
+
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format="png", dpi=dpi)
+  write_atomically(path, buffer.getvalue())

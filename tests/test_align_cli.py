@@ -16,7 +16,7 @@ def checkpoint(tmp_path_factory, tiny_corpus):
   _, params = init_model()
   model_dir = tmp_path_factory.mktemp("align_cli") / "model"
   return write_checkpoint(model_dir, params, vocab.load_vocabulary(tiny_corpus["vocab"]), task="tiny_mix",
-                          languages=["de", "en"])
+                          languages=["de", "en"], language_pairs=[("de", "en")])
 
 
 @pytest.fixture

@@ -1,14 +1,15 @@
-"""Bilingual token dictionaries: drawn once, saved in MODEL_DIR, never redrawn.
+"""Bilingual token dictionaries: the seeded draw and the TSV file format.
 
 DICT-MLM and ALIGN-MLM read a dictionary of (natural id, derived id) pairs.
 For a transliterated synthetic language the true translation of natural token
 `i` is `id_map[i]` (= i + V), and the dictionary is a fixed random fraction of
 those pairs (Tang et al.: 25% by default, 50% as an option). Unlike the authors'
 code, which redraws its dictionary from the torch RNG at every start, the draw
-is written to `MODEL_DIR/dictionary.tsv` before training and read back on
-resume, so a resumed run trains with the same pairs, and the file tells a
-reader exactly which tokens were supervised (the leak-free alignment score
-excludes them).
+is the run's `dictionary` asset (`flax_xalign.assets.synthetic`): written to
+`MODEL_DIR/dictionary.tsv` and to every checkpoint before it is trained with,
+so a resumed run trains with the same pairs, and the file tells a reader
+exactly which tokens were supervised (the leak-free alignment score excludes
+them).
 
 File format (UTF-8 TSV with a header): `natural_id  derived_id  piece`; the
 piece column is informational (the natural token's SentencePiece string).
@@ -16,8 +17,7 @@ piece column is informational (the natural token's SentencePiece string).
 
 from __future__ import annotations
 
-import os
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -26,7 +26,6 @@ from flax_xalign.fileio import write_atomically
 
 FILENAME = "dictionary.tsv"
 HEADER = ("natural_id", "derived_id", "piece")
-NUM_SPECIAL_TOKENS = 5
 
 
 def draw(id_map: np.ndarray, *, rate: float, seed: int) -> np.ndarray:
@@ -34,7 +33,7 @@ def draw(id_map: np.ndarray, *, rate: float, seed: int) -> np.ndarray:
 
   Args:
     id_map: [V] natural id -> derived id (`SyntheticLanguage.id_map()`); ids
-      mapped to themselves (special or shared tokens) are never drawn.
+      mapped to themselves (special and shared tokens) are never drawn.
     rate: fraction of the translatable ids to include, in (0, 1].
     seed: the run's seed; the same seed gives the same dictionary.
   """
@@ -42,7 +41,7 @@ def draw(id_map: np.ndarray, *, rate: float, seed: int) -> np.ndarray:
     raise UserError(f"dictionary rate must be in (0, 1], got {rate!r} (the paper uses 0.25 or 0.5).")
   id_map = np.asarray(id_map)
   ids = np.arange(len(id_map))
-  candidates = ids[(ids >= NUM_SPECIAL_TOKENS) & (id_map != ids)]
+  candidates = ids[id_map != ids]
   if not len(candidates):
     raise UserError("The language has no translated tokens (no transliteration): a token dictionary needs "
                     "transliteration ('trans') in the synthetic language's transforms.")
@@ -79,49 +78,3 @@ def load(path: str) -> np.ndarray:
   if not pairs:
     raise UserError(f"{path} holds no dictionary pairs.")
   return np.asarray(pairs, np.int32).reshape(-1, 2)
-
-
-def load_or_draw(model_dir: str, id_map: np.ndarray, *, rate: float, seed: int) -> tuple[np.ndarray, bool]:
-  """(pairs, True) from MODEL_DIR's saved dictionary, else (a fresh draw, False).
-
-  Nothing is written; `save_in(model_dir, ...)` once the run is known valid.
-  A saved dictionary that does not fit `id_map` (another language or
-  vocabulary) is refused instead of being silently replaced.
-  """
-  path = os.path.join(model_dir, FILENAME)
-  id_map = np.asarray(id_map)
-  if os.path.exists(path):
-    pairs = load(path)
-    if pairs[:, 0].max() >= len(id_map) or not np.array_equal(id_map[pairs[:, 0]], pairs[:, 1]):
-      raise UserError(f"{path} does not match this run's synthetic language/vocabulary; use a new MODEL_DIR "
-                      "(the dictionary of a run is never regenerated).")
-    return pairs, True
-  return draw(id_map, rate=rate, seed=seed), False
-
-
-def save_in(model_dir: str, pairs: np.ndarray, vocabulary: Any = None) -> str:
-  """Writes MODEL_DIR/dictionary.tsv (with pieces when a vocabulary is given)."""
-  pieces = None
-  if vocabulary is not None:
-    pieces = [_piece(vocabulary, int(i)) for i in pairs[:, 0]]
-  path = os.path.join(model_dir, FILENAME)
-  save(path, pairs, pieces)
-  return path
-
-
-def ensure(model_dir: str, id_map: np.ndarray, *, rate: float, seed: int, vocabulary: Any = None) -> np.ndarray:
-  """The run's dictionary: read from MODEL_DIR if present, else drawn and saved."""
-  pairs, existed = load_or_draw(model_dir, id_map, rate=rate, seed=seed)
-  if not existed:
-    save_in(model_dir, pairs, vocabulary)
-  return pairs
-
-
-def _piece(vocabulary: Any, token_id: int) -> str:
-  model = getattr(vocabulary, "sp_model", None) or getattr(vocabulary, "tokenizer", None)
-  try:
-    if model is not None and hasattr(model, "id_to_piece"):
-      return model.id_to_piece(token_id)
-    return vocabulary.decode([token_id])
-  except Exception:  # A readable extra only; never fail the run over it.
-    return ""

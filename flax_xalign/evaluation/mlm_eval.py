@@ -4,7 +4,8 @@ The baseline always predicts the language's most frequent training token (over
 a sample of the training stream): an MLM that beats it has learned context, not
 just frequencies. Masking uses fixed RNGs, so two evaluations of one checkpoint
 agree exactly. Everything needed (model size, task, languages) is read from the
-checkpoint's metadata, so `evaluate(model_dir=...)` is enough from a notebook.
+run manifest the checkpoint holds (`RunSpec`), so `evaluate(model_dir=...)` is
+enough from a notebook.
 """
 
 from __future__ import annotations
@@ -18,62 +19,73 @@ import jax
 import numpy as np
 
 from flax_xalign.errors import UserError
-from flax_xalign.models.config import EncoderConfig
+from flax_xalign.fileio import write_atomically
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
+from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.run_spec import RunSpec
+from flax_xalign.training import checkpoints as checkpoints_lib
 from flax_xalign.training import partitioning
-from flax_xalign.training.checkpoints import Checkpointer, CheckpointConfig, restore_params
 
 
-def load_model(model_dir: str, *, num_partitions: int = 1):
-  """(model, params, meta, step) from the latest checkpoint in `model_dir`."""
-  # Checked first: the manager would create checkpoints/ in a mistyped path.
-  step = None
-  if os.path.isdir(os.path.join(model_dir, "checkpoints")):
-    checkpointer = Checkpointer(model_dir, CheckpointConfig(async_save=False))
-    step = checkpointer.latest_step()
-  if step is None:
+def load_model(model_dir: str, *, num_partitions: int = 1, step: int | None = None
+               ) -> tuple[PretrainingModel, Any, RunSpec, int]:
+  """(model, params, run manifest, step) of a checkpoint (the latest by default).
+
+  The model is the plain masked forward pass (MLM) with the run's encoder
+  config and special ids; objectives that need assets are not rebuilt.
+  """
+  # Checked first: a manager would create checkpoints/ in a mistyped path.
+  latest = checkpoints_lib.find_latest_step(model_dir)
+  if latest is None:
     raise UserError(f"{model_dir} has no checkpoint to evaluate; train first (python -m flax_xalign.train).")
-  meta = checkpointer.read_meta(step)
-  checkpointer.close()
-  encoder = EncoderConfig(**meta["model"])
-  # Evaluation reads the plain masked forward pass only: objectives that need
-  # assets (dictionaries) or change the corruption (DICT-MLM) are not rebuilt.
-  model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0})
+  step = latest if step is None else step
+  _, run, _ = checkpoints_lib.read_run_spec(model_dir, step=step)
+  model = PretrainingModel(encoder=Encoder(run.model), objectives={"mlm": 1.0},
+                           specials=run.vocabulary.specials)
   partitioner = partitioning.Partitioner(mesh=partitioning.make_mesh(num_partitions))
   boxed = jax.eval_shape(lambda k: model.init(k, batch=1, length=8), jax.random.key(0))
   shardings = partitioner.shardings_for(boxed)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.meta.unbox(boxed), shardings)
-  params = restore_params(model_dir, abstract, step=step)
-  return model, params, meta, step
+  params = checkpoints_lib.restore_params(model_dir, abstract, step=step)
+  return model, params, run, step
 
 
-def register_synthetic_tasks(meta: Mapping[str, Any]) -> None:
-  """Re-registers the synthetic-language tasks a checkpoint was trained on."""
-  spec = meta.get("synthetic_tasks")
-  if spec:
-    from flax_xalign.tasks.synthetic import SyntheticTasks
+def register_run_tasks(run: RunSpec) -> None:
+  """Re-registers the user-defined tasks (user files, synthetic languages) a run was trained on."""
+  from flax_xalign import tasks
 
-    SyntheticTasks(**spec).register()
+  if run.task_definitions:
+    tasks.registry.register_described(run.task_definitions)
 
 
-def synthetic_alignment(model_dir: str, params: Any, meta: Mapping[str, Any]) -> dict[str, Any] | None:
-  """ALIGN-MLM alignment score (all / leak-free) of a synthetic-language run, else None."""
-  spec = meta.get("synthetic_tasks")
-  if not spec:
+def run_vocabulary(model_dir: str, run: RunSpec) -> Any:
+  """The seqio vocabulary a run trained with, from its own copy in MODEL_DIR."""
+  from flax_xalign.assets.vocabulary import load_run_vocabulary
+
+  return load_run_vocabulary(model_dir, run.vocabulary)
+
+
+def load_assets(model_dir: str, run: RunSpec, step: int, names: tuple[str, ...]) -> dict[str, Any]:
+  """Host values of assets `names` as saved at checkpoint `step` (checked against its fingerprints)."""
+  from flax_xalign.assets import registry
+
+  register_run_tasks(run)
+  _, _, fingerprints = checkpoints_lib.read_run_spec(model_dir, step=step)
+  assets = {name: registry.create(name, run) for name in names}
+  return checkpoints_lib.load_step_assets(model_dir, step, assets, fingerprints)
+
+
+def synthetic_alignment(model_dir: str, params: Any, run: RunSpec, step: int) -> dict[str, Any] | None:
+  """ALIGN-MLM alignment score (all / leak-free) of a run that has a token map, else None."""
+  if "token_map" not in run.assets:
     return None
-  from flax_xalign.data import dictionary as dictionary_lib
-  from flax_xalign.evaluation.alignment_score import alignment_score
-  from flax_xalign.tasks.synthetic import SyntheticTasks
+  from flax_xalign.evaluation.alignment_score import score_assets
 
-  language = SyntheticTasks(**spec).language()
-  if not language.transliterates:
-    return None
-  path = os.path.join(model_dir, dictionary_lib.FILENAME)
-  dictionary = dictionary_lib.load(path) if os.path.exists(path) else None
-  return alignment_score(np.asarray(jax.device_get(params["token_embed"]["embedding"])), language.id_map(),
-                         dictionary=dictionary)
+  names = ("token_map", "dictionary") if "dictionary" in run.assets else ("token_map",)
+  values = load_assets(model_dir, run, step, names)
+  return score_assets(np.asarray(jax.device_get(params["token_embed"]["embedding"])), values["token_map"],
+                      values.get("dictionary"))
 
 
 def unigram_counts(batches, num_languages: int, vocab_size: int, *, first_regular_id: int) -> np.ndarray:
@@ -111,24 +123,26 @@ def evaluate(
     num_partitions: 'model' mesh axis size.
     output: file name inside model_dir (None: do not write).
   """
-  from flax_xalign.training.pretrain import build_data
-  from flax_xalign.tasks import get_vocabulary
+  from flax_xalign.training.data import resolve_task
 
-  model, params, meta, step = load_model(model_dir, num_partitions=num_partitions)
-  register_synthetic_tasks(meta)
-  name = mixture_or_task_name or meta["task"]
-  lengths = meta["task_feature_lengths"]
-  languages = list(meta["languages"])
-  vocab = get_vocabulary(name)
-  masking: MaskingConfig = model.masking
+  model, params, run, step = load_model(model_dir, num_partitions=num_partitions)
+  register_run_tasks(run)
+  name = mixture_or_task_name or run.task
+  lengths = dict(run.task_feature_lengths)
+  languages = list(run.languages)
+  data = resolve_task(name, languages=languages if name == run.task else None)
+  if list(data.languages) != languages:
+    raise UserError(f"{name!r} has languages {list(data.languages)} but {model_dir} was trained on "
+                    f"{languages}; evaluate on a task with the run's languages.")
+  vocab = data.vocabulary
 
-  train_ds, _ = build_data(name, feature_lengths=lengths, batch_size=batch_size, seed=seed + 1)
+  train_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1)
   counts = unigram_counts(train_ds.take(baseline_batches).as_numpy_iterator(), len(languages),
-                          model.config.vocab_size, first_regular_id=masking.num_special_tokens)
+                          model.config.vocab_size, first_regular_id=run.vocabulary.specials.first_regular)
   top_token = counts.argmax(axis=1)
 
-  eval_ds, _ = build_data(name, feature_lengths=lengths, batch_size=batch_size, seed=seed,
-                          split=split, shuffle=False, num_epochs=1)
+  eval_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed,
+                         split=split, shuffle=False, num_epochs=1)
   predict = jax.jit(model.masked_predictions)
   base_rng = jax.random.key(seed)
   n = len(languages) + 1
@@ -163,14 +177,11 @@ def evaluate(
                   "unigram_baseline": baseline.sum() / max(total.sum(), 1),
                   "predictions": int(total.sum())},
   }
-  alignment = synthetic_alignment(model_dir, params, meta)
+  alignment = synthetic_alignment(model_dir, params, run, step)
   if alignment is not None:
     results["alignment"] = alignment
   if output and jax.process_index() == 0:
-    path = os.path.join(model_dir, output)
-    with open(path + ".tmp", "w") as f:
-      json.dump(results, f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_atomically(os.path.join(model_dir, output), json.dumps(results, indent=2))
   return results
 
 

@@ -11,9 +11,11 @@ special tokens are left out. A method turns the similarity into subword links:
 * `itermax`: SimAlign's iterative mutual argmax (alpha 0.9, 2 rounds);
 * `sinkhorn`: XLM-Align's optimal-transport aligner (Chi et al. 2021, §3.1,
   Eq. 7): a few Sinkhorn normalisations of the similarity, then the mutual
-  argmax of the transport plan. The default kernel is the clamped one
-  XLM-Align's released aligner uses (similarities clamped to a small positive
-  value, 2 iterations); `sinkhorn_kernel="entropic"` uses exp(sim / mu).
+  argmax of the transport plan. The settings (similarity, kernel, mu,
+  iterations, Itermax alpha and rounds) are one `ops.AlignmentSolver`, the
+  same record DWA's self-labelling uses; its default kernel is the entropic
+  exp(sim / mu), and `sinkhorn_kernel="clamped"` is the released aligner's
+  max(eps, sim).
 
 Two words align if any of their subwords do. A word that yields no subword
 can never align. Pairs longer than the budget keep a prefix of whole words per
@@ -25,19 +27,17 @@ method from the same forward pass, so a full per-layer `sweep` costs one
 encoder pass over the data. Batches are sorted by length and padded to a few
 bucketed lengths, so jit compiles few shapes.
 
-    model, params, meta, _ = mlm_eval.load_model("runs/demo")
-    aligner = WordAligner(model, params, vocabulary, languages=meta["languages"],
-                          src_lang="grc", tgt_lang="en")
+    model, params, run, _ = mlm_eval.load_model("runs/demo")
+    aligner = WordAligner(model, params, mlm_eval.run_vocabulary("runs/demo", run),
+                          languages=run.languages, src_lang="grc", tgt_lang="en")
     links = aligner.align([("λόγος ἦν".split(), "was the word".split())], layer=3)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
-import re
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,43 +48,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_xalign import ops
+from flax_xalign.data.specials import SpecialTokens, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer
+from flax_xalign.run_spec import RunSpec
 
-BOS_ID, EOS_ID = 3, 1  # docs/INTERFACES.md
 METHODS = ("argmax", "itermax", "sinkhorn")
-SIMILARITIES = ("dot", "cosine")
-SINKHORN_KERNELS = ("clamped", "entropic")
+SIMILARITIES = ops.align_solver.SIMILARITIES
+SINKHORN_KERNELS = ops.align_solver.SINKHORN_KERNELS
 Pair = tuple[Sequence[str], Sequence[str]]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AlignOptions:
-  """How similarities become links.
-
-  Attributes:
-    similarity: "dot" (XLM-Align's aligner) or "cosine" (SimAlign).
-    sinkhorn_kernel: "entropic" (exp(S / mu), the paper's Eq. 3-6 and the
-      DWA default) or "clamped" (max(eps, S), XLM-Align's released aligner).
-    sinkhorn_mu: temperature of the entropic kernel.
-    sinkhorn_iters: Sinkhorn normalisation rounds.
-    itermax_alpha: SimAlign's discount of already aligned rows/columns.
-    itermax_max_count: Itermax rounds.
-  """
-
-  similarity: str = "dot"
-  sinkhorn_kernel: str = "entropic"
-  sinkhorn_mu: float = 1.0
-  sinkhorn_iters: int = 2
-  itermax_alpha: float = 0.9
-  itermax_max_count: int = 2
-
-  def __post_init__(self):
-    if self.similarity not in SIMILARITIES:
-      raise UserError(f"unknown similarity {self.similarity!r}; use one of {', '.join(SIMILARITIES)}.")
-    if self.sinkhorn_kernel not in SINKHORN_KERNELS:
-      raise UserError(f"unknown Sinkhorn kernel {self.sinkhorn_kernel!r}; use one of "
-                      f"{', '.join(SINKHORN_KERNELS)}.")
 
 
 class EncodedPair(NamedTuple):
@@ -117,7 +89,8 @@ def _words_that_fit(counts: Sequence[int], budget: int) -> int:
 
 
 def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequence[int]], *,
-                src_lang_id: int, tgt_lang_id: int, max_length: int, max_side: int) -> EncodedPair:
+                src_lang_id: int, tgt_lang_id: int, max_length: int, max_side: int,
+                specials: SpecialTokens) -> EncodedPair:
   """Lays out one pair of per-word subword ids as `<s> a </s> <s> b </s>`.
 
   Args:
@@ -128,6 +101,7 @@ def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequen
       subwords, shared like `feature_converter.pair_budget`, whole words only.
     max_side: most subwords one side may keep (positions must stay below the
       model's position table: max_positions - 2).
+    specials: the vocabulary's special ids (`<s>` and `</s>` frame each side).
   """
   counts_a = [len(p) for p in src_pieces]
   counts_b = [len(p) for p in tgt_pieces]
@@ -140,7 +114,8 @@ def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequen
   src = [(w, t) for w in range(words_a) for t in src_pieces[w]]
   tgt = [(w, t) for w in range(words_b) for t in tgt_pieces[w]]
   na, nb = len(src), len(tgt)
-  tokens = [BOS_ID] + [t for _, t in src] + [EOS_ID, BOS_ID] + [t for _, t in tgt] + [EOS_ID]
+  bos, eos = specials.bos, specials.eos
+  tokens = [bos] + [t for _, t in src] + [eos, bos] + [t for _, t in tgt] + [eos]
   as_array = functools.partial(np.asarray, dtype=np.int32)
   return EncodedPair(
       tokens=as_array(tokens),
@@ -170,7 +145,7 @@ def _buckets(max_length: int) -> list[int]:
 
 
 def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any, layers: tuple[int, ...],
-                   methods: tuple[str, ...], options: AlignOptions) -> dict[str, jax.Array]:
+                   methods: tuple[str, ...], options: ops.AlignmentSolver) -> dict[str, jax.Array]:
   """Links between the two sides' subwords for every layer and method.
 
   Args:
@@ -180,7 +155,7 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
     encoder: the Flax Encoder.
     layers: hidden-state indices (0 = embeddings).
     methods: subset of METHODS.
-    options: AlignOptions.
+    options: the AlignmentSolver.
 
   Returns:
     {method: bool [len(layers), rows, L - 4, L - 4]}; only [:num_src, :num_tgt]
@@ -195,10 +170,7 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
   src = hidden[:, :, 1:1 + side]
   tgt_index = jnp.minimum(batch["tgt_start"][:, None] + span, hidden.shape[2] - 1)  # [b, side]
   tgt = jnp.take_along_axis(hidden, tgt_index[None, :, :, None], axis=2)
-  if options.similarity == "cosine":
-    src = src / jnp.maximum(jnp.linalg.norm(src, axis=-1, keepdims=True), 1e-6)
-    tgt = tgt / jnp.maximum(jnp.linalg.norm(tgt, axis=-1, keepdims=True), 1e-6)
-  similarity = jnp.einsum("kbie,kbje->kbij", src, tgt)
+  similarity = options.scores(src, tgt)
   valid_src = span[None, :] < batch["num_src"][:, None]
   valid_tgt = span[None, :] < batch["num_tgt"][:, None]
   mask = jnp.broadcast_to((valid_src[:, :, None] & valid_tgt[:, None, :])[None], similarity.shape)
@@ -207,19 +179,16 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
     if method == "argmax":
       links[method] = ops.argmax_intersection(similarity, mask)
     elif method == "itermax":
-      links[method] = ops.itermax(similarity, mask, alpha=options.itermax_alpha,
-                                          max_count=options.itermax_max_count)
+      links[method] = options.itermax(similarity, mask)
     else:
-      plan = ops.sinkhorn(similarity, mask, mu=options.sinkhorn_mu, num_iters=options.sinkhorn_iters,
-                                   kernel=options.sinkhorn_kernel).plan
-      links[method] = ops.argmax_intersection(plan, mask)
+      links[method] = ops.argmax_intersection(options.plan(similarity, mask).plan, mask)
     links[method] = links[method] & mask
   return links
 
 
 @functools.lru_cache(maxsize=64)
-def _jitted_links(encoder: Any, layers: tuple[int, ...], methods: tuple[str, ...], options: AlignOptions
-                  ) -> Callable:
+def _jitted_links(encoder: Any, layers: tuple[int, ...], methods: tuple[str, ...],
+                  options: ops.AlignmentSolver) -> Callable:
   """One jitted `_subword_links` per (encoder config, layers, methods, options), shared by aligners."""
   return jax.jit(functools.partial(_subword_links, encoder=encoder, layers=layers, methods=methods,
                                    options=options))
@@ -232,17 +201,18 @@ class WordAligner:
     model: a `PretrainingModel` (as `mlm_eval.load_model` returns) or an Encoder.
     params: the encoder parameters.
     vocabulary: the SentencePiece vocabulary the model was trained with.
-    languages: the checkpoint's sorted language codes (meta["languages"]);
+    languages: the run's sorted language codes (`RunSpec.languages`);
       language id = index + 1.
     src_lang, tgt_lang: codes of side a (source) and side b (target).
     max_length: row length budget of one pair (both sides + 4 specials).
     batch_size: pairs per forward pass.
-    options: AlignOptions (similarity, method hyperparameters).
+    options: the AlignmentSolver (similarity, method hyperparameters).
+    specials: the vocabulary's special ids; by default read from `vocabulary`.
   """
 
   def __init__(self, model: Any, params: Any, vocabulary: Any, *, languages: Sequence[str], src_lang: str,
                tgt_lang: str, max_length: int = 256, batch_size: int = 32,
-               options: AlignOptions = AlignOptions()):
+               options: ops.AlignmentSolver = ops.AlignmentSolver(), specials: SpecialTokens | None = None):
     self.encoder = getattr(model, "encoder", model)
     self.config = self.encoder.config
     self.params = params
@@ -257,6 +227,7 @@ class WordAligner:
     self.max_length = int(max_length)
     self.batch_size = int(batch_size)
     self.options = options
+    self.specials = specials if specials is not None else special_tokens_of(vocabulary)
     self.last_run: dict[str, float] = {}
     self._pieces: dict[str, list[int]] = {}
 
@@ -288,7 +259,8 @@ class WordAligner:
     """Lays out every pair (see `layout_pair`); warns once if any was cut."""
     max_side = self.config.max_positions - 2
     encoded = [layout_pair(self.word_pieces(a), self.word_pieces(b), src_lang_id=self.src_lang_id,
-                           tgt_lang_id=self.tgt_lang_id, max_length=self.max_length, max_side=max_side)
+                           tgt_lang_id=self.tgt_lang_id, max_length=self.max_length, max_side=max_side,
+                           specials=self.specials)
                for a, b in pairs]
     cut = sum(e.truncated for e in encoded)
     if cut:
@@ -391,102 +363,63 @@ class WordAligner:
 # -------------------------------------------------------------- checkpoints
 
 
-def _config_gin_values(model_dir: str, name: str) -> list[str]:
-  """String values bound to `...name = '...'` in MODEL_DIR/config.gin."""
-  try:
-    with open(os.path.join(model_dir, "config.gin"), encoding="utf-8") as f:
-      text = f.read()
-  except OSError:
-    return []
-  return list(dict.fromkeys(re.findall(rf"\b{name}\s*=\s*['\"]([^'\"]+)['\"]", text)))
+def resolve_vocabulary(model_dir: str, run: RunSpec, *, step: int | None = None,
+                       vocabulary_path: str | None = None) -> Any:
+  """The run's SentencePiece vocabulary, checked against the run manifest.
 
-
-def resolve_vocabulary(model_dir: str, meta: Mapping[str, Any], *, vocabulary_path: str | None = None) -> Any:
-  """The checkpoint's SentencePiece vocabulary, checked against its fingerprint.
-
-  Tried in order: `vocabulary_path`; the vocabulary of the checkpoint's task
-  (registered tasks, e.g. the embedded Bible ones); the `vocabulary_path`
-  settings in MODEL_DIR/config.gin (user tasks defined in gin).
+  `vocabulary_path` overrides; otherwise the copy in MODEL_DIR, else the one
+  saved with checkpoint `step`.
   """
   import hashlib
 
+  from flax_xalign.assets.vocabulary import load_run_vocabulary
   from flax_xalign.data import vocab as vocab_lib
-
-  expected = (meta.get("vocabulary") or {}).get("sha256")
-
-  def matches(vocabulary: Any) -> bool:
-    return expected is None or hashlib.sha256(vocabulary.sp_model).hexdigest() == expected
+  from flax_xalign.training.checkpoints import step_assets_dir
 
   if vocabulary_path:
     vocabulary = vocab_lib.load_vocabulary(vocabulary_path)
-    if not matches(vocabulary):
+    if hashlib.sha256(vocabulary.sp_model).hexdigest() != run.vocabulary.sha256:
       raise UserError(f"{vocabulary_path} is not the vocabulary {model_dir} was trained with (sha256 "
                       "differs); pass the SentencePiece model of that run.")
     return vocabulary
-  from flax_xalign import tasks
-
-  task = meta.get("task")
-  if task in tasks.registered_names():
-    vocabulary = tasks.get_vocabulary(task)
-    if matches(vocabulary):
-      return vocabulary
-  for path in _config_gin_values(model_dir, "vocabulary_path"):
-    if os.path.isfile(path):
-      vocabulary = vocab_lib.load_vocabulary(path)
-      if matches(vocabulary):
-        return vocabulary
-  raise UserError(f"cannot find the vocabulary of {model_dir} (task {task!r}); pass the SentencePiece "
-                  "model it was trained with (--vocabulary=PATH.model).")
+  if step is not None and not os.path.isfile(os.path.join(model_dir, run.vocabulary.file)):
+    return load_run_vocabulary(step_assets_dir(model_dir, step), run.vocabulary)
+  return load_run_vocabulary(model_dir, run.vocabulary)
 
 
-def checkpoint_language_pair(model_dir: str, meta: Mapping[str, Any]) -> tuple[str, str] | None:
-  """(side a, side b) of the checkpoint's bitext task, or None if not unique."""
-  found = set()
-  try:
-    import seqio
-
-    from flax_xalign import tasks
-
-    if meta.get("task") in tasks.registered_names():
-      for name in tasks.registry.task_names(meta["task"]):
-        for step in seqio.TaskRegistry.get(name).preprocessors:
-          keywords = getattr(step, "keywords", {})
-          if keywords.get("lang") and keywords.get("lang_b"):
-            found.add((keywords["lang"], keywords["lang_b"]))
-  except UserError:
-    pass
-  if not found:
-    found = set(zip(_config_gin_values(model_dir, "lang_a"), _config_gin_values(model_dir, "lang_b")))
-  return found.pop() if len(found) == 1 else None
+def checkpoint_language_pair(run: RunSpec) -> tuple[str, str] | None:
+  """(side a, side b) of the run's bitext task, or None if not unique."""
+  pairs = set(map(tuple, run.language_pairs))
+  return pairs.pop() if len(pairs) == 1 else None
 
 
 def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str | None = None,
-                 vocabulary_path: str | None = None, **kwargs: Any) -> tuple[WordAligner, dict, int]:
-  """(WordAligner, meta, step) for the latest checkpoint in `model_dir`.
+                 vocabulary_path: str | None = None, **kwargs: Any) -> tuple[WordAligner, RunSpec, int]:
+  """(WordAligner, run manifest, step) for the latest checkpoint in `model_dir`.
 
-  The language pair defaults to the checkpoint's bitext task (side a -> side
-  b); with two languages, naming one side picks the other. `kwargs` go to
+  The language pair defaults to the run's bitext task (side a -> side b);
+  with two languages, naming one side picks the other. `kwargs` go to
   WordAligner (max_length, batch_size, options).
   """
   from flax_xalign.evaluation import mlm_eval
 
-  model, params, meta, step = mlm_eval.load_model(model_dir)
-  languages = list(meta["languages"])
+  model, params, run, step = mlm_eval.load_model(model_dir)
+  languages = list(run.languages)
   if src_lang is None or tgt_lang is None:
     if (src_lang or tgt_lang) and len(languages) == 2:
       named = src_lang or tgt_lang
       other = [l for l in languages if l != named]
       src_lang, tgt_lang = (named, other[-1]) if src_lang else (other[-1], named)
     else:
-      pair = checkpoint_language_pair(model_dir, meta)
+      pair = checkpoint_language_pair(run)
       if pair is None:
         raise UserError(f"cannot tell the source and target language of {model_dir} (languages "
                         f"{languages}); pass --src_lang and --tgt_lang.")
       src_lang, tgt_lang = pair
-  vocabulary = resolve_vocabulary(model_dir, meta, vocabulary_path=vocabulary_path)
+  vocabulary = resolve_vocabulary(model_dir, run, step=step, vocabulary_path=vocabulary_path)
   aligner = WordAligner(model, params, vocabulary, languages=languages, src_lang=src_lang, tgt_lang=tgt_lang,
-                        **kwargs)
-  return aligner, meta, step
+                        specials=run.vocabulary.specials, **kwargs)
+  return aligner, run, step
 
 
 # -------------------------------------------------------------- Bible gold
@@ -516,7 +449,8 @@ def _results_dict(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple
 def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[int] | None = None,
                        methods: Sequence[str] = METHODS, output_dir: str | None = None,
                        max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
-                       options: AlignOptions = AlignOptions(), verbose: bool = True) -> dict[str, Any]:
+                       options: ops.AlignmentSolver = ops.AlignmentSolver(), verbose: bool = True
+                       ) -> dict[str, Any]:
   """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English).
 
   Writes `aer.json` (the returned dict), `aer.md` (markdown table) and
@@ -530,13 +464,13 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
      "diagonal_baseline": scores of linking word i to word round(i * m / n),
      "seconds", "seconds_per_1000_pairs", "truncated_pairs", "files"}.
   """
-  from flax_xalign.training.checkpoints import read_checkpoint_meta
+  from flax_xalign.training.checkpoints import read_run_spec
 
-  languages = read_checkpoint_meta(model_dir)[1].get("languages", [])
+  languages = list(read_run_spec(model_dir)[1].languages)
   if not {"grc", "en"} <= set(languages):
     raise UserError(f"{model_dir} was trained on {languages}; the Bible gold alignments are Greek-English "
                     "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
-  aligner, meta, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
+  aligner, run, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
                                      batch_size=batch_size, options=options)
   pairs, sure = bible_gold(split, max_pairs=max_pairs)
   if verbose:
@@ -551,7 +485,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
   files = {"json": os.path.join(output_dir, "aer.json"), "markdown": os.path.join(output_dir, "aer.md"),
            "plot": os.path.join(output_dir, "aer_layers.png")}
   results = {
-      "model_dir": model_dir, "step": int(step), "task": meta.get("task"), "split": split,
+      "model_dir": model_dir, "step": int(step), "task": run.task, "split": split,
       "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", "similarity": options.similarity,
       "sinkhorn_kernel": options.sinkhorn_kernel, "layers": sorted({l for _, l in table}),
       "methods": list(dict.fromkeys(m for m, _ in table)), "scores": scores, "best": best,

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from flax_xalign.fileio import write_atomically
+from flax_xalign.fileio import save_figure, write_atomically
 
 OBJECTIVES = ("mlm", "xlm", "dict_mlm", "align_mlm")
 DEFAULT_TRANSFORMS = ("trans", "trans_inv")
@@ -93,16 +93,14 @@ def task_data(name: str) -> tuple[list, list]:
 def evaluate_run(run_dir: str, transform: str, objective: str, tasks: Sequence[str],
                  data: dict, args: argparse.Namespace) -> dict[str, Any]:
   from flax_xalign.evaluation import mlm_eval, transfer
-  from flax_xalign.tasks import get_vocabulary
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
   loaded = mlm_eval.load_model(run_dir)
-  _, params, meta, step = loaded
-  mlm_eval.register_synthetic_tasks(meta)
-  spec = synthetic_tasks.SyntheticTasks(**meta["synthetic_tasks"])
-  language = spec.language()
-  vocabulary = get_vocabulary(meta["task"]).base  # The natural SentencePiece model.
-  alignment = mlm_eval.synthetic_alignment(run_dir, params, meta) or {}
+  _, params, run, step = loaded
+  mlm_eval.register_run_tasks(run)
+  language = synthetic_tasks.language_of(run.task)
+  vocabulary = mlm_eval.run_vocabulary(run_dir, run).base  # The natural SentencePiece model.
+  alignment = mlm_eval.synthetic_alignment(run_dir, params, run, step) or {}
   row: dict[str, Any] = {
       "objective": objective, "transform": transform, "step": int(step), "model_dir": run_dir,
       "alignment": alignment.get("all"), "alignment_heldout": alignment.get("heldout"),
@@ -175,9 +173,7 @@ def plot(rows: Sequence[dict], tasks: Sequence[str], rhos: dict, path: str) -> N
       ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=120)
   finally:
     plt.close(fig)
 

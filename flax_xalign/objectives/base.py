@@ -1,24 +1,44 @@
 """What every objective sees and returns, and the registry that composes them.
 
-An objective is a callable `(StepContext) -> LossTerm`. The pretraining model
-corrupts a batch once, runs the encoder once and hands every objective the same
-context; objectives that need more (a second pass, a no-grad forward) run it
-themselves through `ctx.apply`. New objectives plug in with `@register(name)`
-and are then named from gin (`train.objectives = {'mlm': 1.0, 'tlm': 1.0}`).
+An objective is a callable `(StepContext) -> LossTerm` that declares what it
+needs (`requires`: asset names, looked up in `ctx.assets`) and may hook into
+the step at four places, all optional:
+
+* `check(run)` — configuration errors, raised before MODEL_DIR is touched;
+* `adapt_encoder(config) -> config` — network pieces it needs (DWA's pointer
+  head), so no objective name appears in the trainer;
+* `corrupt(ctx: CorruptionContext) -> CorruptionContext` — changes the shared
+  corruption before the one forward pass (DICT-MLM's dictionary swaps; SCS-MLM
+  sets `input_embeddings`);
+* `monitor(params, assets) -> {metric: scalar}` — evaluation-only metrics of
+  the parameters (ALIGN-MLM's alignment score); `monitor_requires` names the
+  assets it reads, built when the run can have them.
+
+The pretraining model corrupts a batch once, runs the encoder once and hands
+every objective the same context; objectives that need more (a second pass, a
+no-grad forward) run it themselves through `ctx.apply`. New objectives plug in
+with `@register(name)` and are then named from gin
+(`train.objectives = {'mlm': 1.0, 'tlm': 1.0}`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Callable, Mapping, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol
 
 import jax
 
+from flax_xalign.data.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.masking import MaskedTokens
 
+if TYPE_CHECKING:
+  from flax_xalign.models.config import EncoderConfig
+  from flax_xalign.run_spec import RunSpec
+
 Batch = Mapping[str, jax.Array]
+Assets = Mapping[str, Mapping[str, jax.Array]]
 
 
 class LossTerm(NamedTuple):
@@ -33,6 +53,41 @@ class LossTerm(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
+class CorruptionContext:
+  """What a `corrupt` hook may read and change before the shared forward pass.
+
+  Attributes:
+    params: the encoder's parameters (differentiated).
+    assets: the step's asset arguments, `{name: {key: array}}`.
+    rng: a key for this objective's corruption.
+    batch: the uncorrupted batch (`tokens, lang_ids, segment_ids, positions,
+      pair_side`, each [batch, length]).
+    masked: the shared masking; `masked.inputs` is what the encoder reads.
+    lang_ids: [batch, length] language ids the encoder reads.
+    input_embeddings: None, or [batch, length, embed] that replace the token
+      embedding lookup of `masked.inputs` (positions and language embeddings
+      are still added).
+    specials: the vocabulary's special ids.
+    vocab_size: the model's embedding rows.
+    train: True in training.
+  """
+
+  params: Any
+  assets: Assets
+  rng: jax.Array
+  batch: Batch
+  masked: MaskedTokens
+  lang_ids: jax.Array
+  input_embeddings: jax.Array | None
+  specials: SpecialTokens
+  vocab_size: int
+  train: bool
+
+  def replace(self, **changes: Any) -> "CorruptionContext":
+    return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
 class StepContext:
   """Everything an objective may read in one train or eval step.
 
@@ -41,12 +96,14 @@ class StepContext:
     apply: `apply(params, *args, method=None, **kwargs)` on the encoder module.
     batch: the uncorrupted batch (`tokens, lang_ids, segment_ids, positions,
       pair_side`, each [batch, length]).
-    masked: the shared masking of `batch['tokens']`.
+    masked: the shared masking of `batch['tokens']` (after `corrupt` hooks).
     hidden: [batch, length, embed] last-layer states of the masked input.
     all_hidden: per-layer states (embeddings first) when an objective asked.
     logits: [batch, predictions, vocab] MLM logits at `masked.positions`.
     rng: a key reserved for objectives (fold in your own constant).
     train: True in training (dropout on), False in evaluation.
+    assets: the step's asset arguments, `{name: {key: array}}`.
+    specials: the vocabulary's special ids.
   """
 
   params: Any
@@ -58,6 +115,8 @@ class StepContext:
   logits: jax.Array
   rng: jax.Array
   train: bool
+  assets: Assets = dataclasses.field(default_factory=dict)
+  specials: SpecialTokens = SpecialTokens()
 
   def at_predictions(self, feature: str) -> jax.Array:
     """[batch, predictions] values of a batch feature at the masked slots."""
@@ -65,12 +124,44 @@ class StepContext:
 
 
 class Objective(Protocol):
-  """A loss term. `needs_all_hidden` asks the model for every layer's states."""
+  """A loss term; see the module docstring for the optional hooks."""
 
+  requires: tuple[str, ...]
   needs_all_hidden: bool
 
   def __call__(self, ctx: StepContext) -> LossTerm:
     ...
+
+
+class ObjectiveBase:
+  """Defaults for the optional parts of the protocol (subclass it, or not)."""
+
+  requires: tuple[str, ...] = ()
+  monitor_requires: tuple[str, ...] = ()
+  needs_all_hidden: bool = False
+
+  def check(self, run: "RunSpec") -> None:
+    """Raise UserError for settings this objective cannot train with."""
+
+  def adapt_encoder(self, config: "EncoderConfig") -> "EncoderConfig":
+    return config
+
+
+def requires_of(objective: Any) -> tuple[str, ...]:
+  return tuple(getattr(objective, "requires", ()))
+
+
+def monitor_requires_of(objective: Any) -> tuple[str, ...]:
+  return tuple(getattr(objective, "monitor_requires", ())) if hasattr(objective, "monitor") else ()
+
+
+def adapt_encoder(config: "EncoderConfig", objectives: Iterable[Any]) -> "EncoderConfig":
+  """The encoder config with every objective's `adapt_encoder` applied."""
+  for objective in objectives:
+    hook = getattr(objective, "adapt_encoder", None)
+    if hook is not None:
+      config = hook(config)
+  return config
 
 
 _REGISTRY: dict[str, Callable[..., Objective]] = {}
@@ -102,3 +193,21 @@ def get(name: str, **kwargs: Any) -> Objective:
         "Set them in gin, e.g. train.objectives = {'mlm': 1.0, 'tlm': 1.0}."
     )
   return _REGISTRY[name](**kwargs)
+
+
+def build(names_: Iterable[str], options: Mapping[str, Any] | None = None) -> dict[str, Objective]:
+  """{name: objective} built with its options (kwargs mapping, or a config dataclass as `config=`)."""
+  options = dict(options or {})
+  built = {}
+  for name in names_:
+    value = options.get(name, {})
+    kwargs = dict(value) if isinstance(value, Mapping) else {"config": value}
+    built[name] = get(name, **kwargs)
+  return built
+
+
+def describe_options(value: Any) -> Any:
+  """JSON-friendly record of an objective's options (for the run manifest)."""
+  if dataclasses.is_dataclass(value):
+    return dataclasses.asdict(value)
+  return dict(value)

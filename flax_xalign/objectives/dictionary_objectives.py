@@ -3,17 +3,21 @@
 * `align` (Tang et al., "ALIGN-MLM"): L_ALIGN = -(1/|B|) sum_i cos(E[b_i1], E[b_i2])
   over every dictionary pair on the *input* token-embedding table, every step,
   whatever is in the batch (as the authors' code does). ALIGN-MLM is
-  `{'mlm': 1.0, 'align': 10.0}` (α = 10), without language embeddings.
+  `{'mlm': 1.0, 'align': 10.0}` (α = 10), without language embeddings. Its
+  monitor is the alignment score (`alignment_all`, `alignment_heldout`).
 * `dict_mlm` (Chaudhary et al. 2020, as set up by Tang et al.): MLM where each
   masked position whose original token has a dictionary entry is, with
-  probability 1/2, shown as its translation (language id flipped to the
+  probability 1/2, shown as its translation (language id set to the
   translation's language) instead of being corrupted; the label stays the
   original token. Other masked positions get the usual 80/10/10 corruption.
   (The authors' collator leaves a "to translate" token without an entry
   unchanged, which shows its label; here it is corrupted like any other.)
 
-Dictionaries are [n, 2] int arrays of (natural id, derived id) pairs; see
-`flax_xalign.data.dictionary` for how a run draws, saves and reloads one.
+Both read the `dictionary` asset, a step argument (never a constant of the
+compiled step, so a refreshed or self-induced dictionary of the same capacity
+reuses the program): `pairs` int32 [n, 2] (source id, target id), `mask` bool
+[n] (padding rows of a capacity-padded table are False) and `lang_ids` int32
+[2] (language ids of the source and target column).
 """
 
 from __future__ import annotations
@@ -23,26 +27,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from flax_xalign import ops
 from flax_xalign.errors import UserError
-from flax_xalign.objectives.base import Batch, LossTerm, StepContext, register
-from flax_xalign.objectives.masking import MaskedTokens
+from flax_xalign.objectives.base import Assets, CorruptionContext, LossTerm, ObjectiveBase, StepContext, register
 from flax_xalign.objectives.mlm import MaskedLMObjective
-
-# Objectives whose factory takes `dictionary=` (pretrain() supplies it).
-NEEDS_DICTIONARY = ("align", "dict_mlm")
-
-
-def _check_dictionary(dictionary: Any, name: str) -> np.ndarray:
-  if dictionary is None:
-    raise UserError(
-        f"The {name!r} objective needs a bilingual dictionary; train it on a synthetic-language task "
-        "(tasks/synthetic.py) so the dictionary can be drawn, or pass dictionary=[[src, tgt], ...].")
-  pairs = np.asarray(dictionary, np.int32)
-  if pairs.ndim != 2 or pairs.shape[1] != 2 or not len(pairs):
-    raise UserError(f"A dictionary is an [n, 2] array of (source id, target id) pairs, got shape {pairs.shape}.")
-  return pairs
 
 
 def embedding_cosine(table: jax.Array, pairs: jax.Array) -> jax.Array:
@@ -54,33 +43,61 @@ def embedding_cosine(table: jax.Array, pairs: jax.Array) -> jax.Array:
   return dot / jnp.maximum(norms, 1e-8)
 
 
+def id_table(ids: jax.Array, values: jax.Array, valid: jax.Array, size: int, fill: int) -> jax.Array:
+  """[size] int32 with table[ids[i]] = values[i] where valid[i], `fill` elsewhere."""
+  index = jnp.where(valid, ids, size)  # Out of range: dropped.
+  return jnp.full((size,), fill, jnp.int32).at[index].set(values.astype(jnp.int32), mode="drop")
+
+
+def alignment_score(table: jax.Array, token_map: Any, dictionary: Any | None = None, *,
+                    block: int = 1024) -> dict[str, jax.Array]:
+  """The ALIGN-MLM alignment score of an embedding table (jit-friendly).
+
+  Args:
+    table: [vocab, embed] input token embeddings.
+    token_map: the `token_map` asset (`queries`, `targets`, `candidates`).
+    dictionary: the `dictionary` asset; its source ids are left out of
+      `heldout` (the leak-free score), or None.
+    block: query rows per similarity block.
+
+  Returns:
+    {"all": share of queries whose cosine nearest candidate is their target,
+     "heldout": the same over queries outside the dictionary}.
+  """
+  nearest = ops.nearest_neighbours(table, token_map["queries"], token_map["candidates"], block=block)
+  hit = (nearest == token_map["targets"]).astype(jnp.float32)
+  held = jnp.ones_like(hit)
+  if dictionary is not None:
+    pairs = dictionary["pairs"]
+    in_dictionary = id_table(pairs[:, 0], jnp.ones_like(pairs[:, 0]), dictionary["mask"], table.shape[0], 0)
+    held = 1.0 - in_dictionary[token_map["queries"]].astype(jnp.float32)
+  return {"all": jnp.mean(hit), "heldout": jnp.sum(hit * held) / jnp.maximum(jnp.sum(held), 1.0)}
+
+
 @dataclasses.dataclass(frozen=True)
-class EmbeddingAlignment:
+class EmbeddingAlignment(ObjectiveBase):
   """The `align` term: minus the mean dictionary cosine on the input embeddings."""
 
-  pairs: np.ndarray
-  needs_all_hidden: bool = False
+  requires: tuple[str, ...] = ("dictionary",)
+  monitor_requires: tuple[str, ...] = ("dictionary", "token_map")
 
   def __call__(self, ctx: StepContext) -> LossTerm:
+    dictionary = ctx.assets["dictionary"]
     table = ctx.params["token_embed"]["embedding"]
-    cos = embedding_cosine(table, jnp.asarray(self.pairs))
-    mean = jnp.mean(cos)
-    return LossTerm(loss=-mean, metrics={"cosine": mean, "pairs": jnp.asarray(len(self.pairs), jnp.float32)})
+    cos = embedding_cosine(table, dictionary["pairs"])
+    weights = dictionary["mask"].astype(jnp.float32)
+    count = jnp.sum(weights)
+    mean = jnp.sum(cos * weights) / jnp.maximum(count, 1.0)
+    return LossTerm(loss=-mean, metrics={"cosine": mean, "pairs": count})
+
+  def monitor(self, params: Any, assets: Assets) -> dict[str, jax.Array]:
+    score = alignment_score(params["token_embed"]["embedding"], assets["token_map"], assets["dictionary"])
+    return {f"alignment_{k}": v for k, v in score.items()}
 
 
 @register("align")
-def align(dictionary: Any = None) -> EmbeddingAlignment:
-  return EmbeddingAlignment(pairs=_check_dictionary(dictionary, "align"))
-
-
-def translation_table(pairs: np.ndarray, vocab_size: int) -> np.ndarray:
-  """[vocab] int32: the translation of each id in either direction, -1 if none."""
-  table = np.full((vocab_size,), -1, np.int32)
-  if pairs.max() >= vocab_size:
-    raise UserError(f"Dictionary ids reach {int(pairs.max())} but the model's vocabulary has {vocab_size} rows.")
-  table[pairs[:, 0]] = pairs[:, 1]
-  table[pairs[:, 1]] = pairs[:, 0]
-  return table
+def align() -> EmbeddingAlignment:
+  return EmbeddingAlignment()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,37 +105,42 @@ class DictionaryMaskedLM(MaskedLMObjective):
   """MLM on dictionary code-switched masked positions (`dict_mlm`).
 
   Attributes:
-    table: [vocab] translation of every id (-1 if none).
-    first_derived_id: ids >= this belong to the derived language (V).
-    natural_lang_id / derived_lang_id: language ids written on swapped tokens.
     swap_rate: share of eligible masked positions shown as translations.
   """
 
-  table: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), np.int32))
-  first_derived_id: int = 0
-  natural_lang_id: int = 0
-  derived_lang_id: int = 0
+  requires: tuple[str, ...] = ("dictionary",)
   swap_rate: float = 0.5
 
-  def corrupt(self, batch: Batch, masked: MaskedTokens, lang_ids: jax.Array,
-              rng: jax.Array) -> tuple[MaskedTokens, jax.Array]:
+  def corrupt(self, ctx: CorruptionContext) -> CorruptionContext:
     """Replaces some masked slots' inputs by their translations."""
-    translation = jnp.asarray(self.table)[masked.targets]  # [batch, predictions]
-    swap = ((jax.random.uniform(rng, masked.targets.shape) < self.swap_rate)
-            & (translation >= 0) & (masked.weights > 0))
+    dictionary = ctx.assets["dictionary"]
+    pairs, valid, sides = dictionary["pairs"], dictionary["mask"], dictionary["lang_ids"]
+    # Translation of every id in either direction (-1 if none), and the
+    # language id a swapped token is shown with (its translation's side).
+    translation = id_table(pairs[:, 1], pairs[:, 0], valid,
+                           ctx.vocab_size, -1)
+    translation = jnp.where(translation >= 0, translation,
+                            id_table(pairs[:, 0], pairs[:, 1], valid, ctx.vocab_size, -1))
+    lang_of_translation = id_table(pairs[:, 0], jnp.broadcast_to(sides[1], pairs[:, 0].shape), valid,
+                                   ctx.vocab_size, 0)
+    lang_of_translation = jnp.maximum(
+        lang_of_translation,
+        id_table(pairs[:, 1], jnp.broadcast_to(sides[0], pairs[:, 1].shape), valid, ctx.vocab_size, 0))
+    masked = ctx.masked
+    shown = translation[masked.targets]  # [batch, predictions]
+    swap = ((jax.random.uniform(ctx.rng, masked.targets.shape) < self.swap_rate)
+            & (shown >= 0) & (masked.weights > 0))
     rows = jnp.arange(masked.inputs.shape[0])[:, None]
     current = jnp.take_along_axis(masked.inputs, masked.positions, axis=1)
-    inputs = masked.inputs.at[rows, masked.positions].set(jnp.where(swap, translation, current))
-    new_lang = jnp.where(translation >= self.first_derived_id, self.derived_lang_id, self.natural_lang_id)
-    current_lang = jnp.take_along_axis(lang_ids, masked.positions, axis=1)
-    lang_ids = lang_ids.at[rows, masked.positions].set(jnp.where(swap, new_lang, current_lang))
-    return masked._replace(inputs=inputs), lang_ids
+    inputs = masked.inputs.at[rows, masked.positions].set(jnp.where(swap, shown, current))
+    current_lang = jnp.take_along_axis(ctx.lang_ids, masked.positions, axis=1)
+    lang_ids = ctx.lang_ids.at[rows, masked.positions].set(
+        jnp.where(swap, lang_of_translation[masked.targets], current_lang))
+    return ctx.replace(masked=masked._replace(inputs=inputs), lang_ids=lang_ids)
 
 
 @register("dict_mlm")
-def dict_mlm(dictionary: Any = None, *, vocab_size: int, first_derived_id: int,
-             natural_lang_id: int = 0, derived_lang_id: int = 0, swap_rate: float = 0.5) -> DictionaryMaskedLM:
-  pairs = _check_dictionary(dictionary, "dict_mlm")
-  return DictionaryMaskedLM(bitext=False, table=translation_table(pairs, vocab_size),
-                            first_derived_id=first_derived_id, natural_lang_id=natural_lang_id,
-                            derived_lang_id=derived_lang_id, swap_rate=swap_rate)
+def dict_mlm(*, swap_rate: float = 0.5) -> DictionaryMaskedLM:
+  if not 0.0 <= swap_rate <= 1.0:
+    raise UserError(f"dict_mlm swap_rate must be in [0, 1], got {swap_rate!r}.")
+  return DictionaryMaskedLM(bitext=False, swap_rate=swap_rate)

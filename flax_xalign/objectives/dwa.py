@@ -30,16 +30,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from flax_xalign import ops
+from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.errors import UserError
+from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.base import Batch, LossTerm, StepContext, register
+from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, register
 
-NUM_SPECIAL_TOKENS = 5
-SIMILARITIES = ("dot", "cosine")
+if TYPE_CHECKING:
+  from flax_xalign.run_spec import RunSpec
+
 _MASKED_SCORE = -1e9
 
 
@@ -51,13 +56,8 @@ class DwaConfig:
     self_label_layer: hidden layer used for self-labelling (0 = embeddings,
       num_layers = last). None: the paper's layer 10 of 12 scaled to the
       model's depth, round(10 / 12 * num_layers).
-    similarity: "dot" (the paper and its code) or "cosine".
-    sinkhorn_kernel: "entropic" (exp(S / mu), the paper's Eq. 3-6) or
-      "clamped" (max(eps, S), the published code); see `ops.sinkhorn`.
-    mu: entropic regularisation (paper: 1.0).
-    sinkhorn_iters: Sinkhorn iterations (paper: 2).
-    itermax_alpha: Itermax discount α (paper: 0.9).
-    itermax_rounds: Itermax rounds (paper: 2).
+    solver: similarity, Sinkhorn and Itermax settings (`ops.AlignmentSolver`,
+      shared with the word aligner; the paper's values by default).
     pointer_layer: layer whose states feed the pointer network; None is the
       last layer (the states TLM reads, so no extra work).
     pointer_projections: False uses the states themselves as queries and keys
@@ -65,25 +65,9 @@ class DwaConfig:
   """
 
   self_label_layer: int | None = None
-  similarity: str = "dot"
-  sinkhorn_kernel: str = "entropic"
-  mu: float = 1.0
-  sinkhorn_iters: int = 2
-  itermax_alpha: float = 0.9
-  itermax_rounds: int = 2
+  solver: ops.AlignmentSolver = ops.AlignmentSolver()
   pointer_layer: int | None = None
   pointer_projections: bool = True
-
-  def __post_init__(self):
-    if self.similarity not in SIMILARITIES:
-      raise ValueError(f"DwaConfig.similarity must be one of {SIMILARITIES}, got {self.similarity!r}.")
-    if self.sinkhorn_kernel not in ("entropic", "clamped"):
-      raise ValueError(
-          f"DwaConfig.sinkhorn_kernel must be 'entropic' or 'clamped', got {self.sinkhorn_kernel!r}.")
-    if not self.mu > 0:
-      raise ValueError(f"DwaConfig.mu must be > 0, got {self.mu!r}.")
-    if self.sinkhorn_iters < 1 or self.itermax_rounds < 1:
-      raise ValueError("DwaConfig.sinkhorn_iters and itermax_rounds must be >= 1.")
 
 
 def default_self_label_layer(num_layers: int) -> int:
@@ -98,15 +82,15 @@ def _layer(index: int | None, num_layers: int, default: int, what: str) -> int:
   return layer
 
 
-def pair_masks(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Where alignment links may lie.
+def pair_masks(batch: Batch, specials: SpecialTokens) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Where alignment links may lie (never on special tokens).
 
   Returns:
     (link_mask [batch, length, length] bool: source i and target j of the same
     packed pair, both real subwords; source [batch, length]; target [batch,
     length]).
   """
-  real = batch["tokens"] >= NUM_SPECIAL_TOKENS
+  real = specials.is_regular(batch["tokens"])
   source = real & (batch["pair_side"] == 1)
   target = real & (batch["pair_side"] == 2)
   seg = batch["segment_ids"]
@@ -114,37 +98,25 @@ def pair_masks(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
   return source[:, :, None] & target[:, None, :] & same, source, target
 
 
-def similarity_matrix(hidden: jax.Array, kind: str) -> jax.Array:
-  """hidden [batch, length, embed] -> [batch, length, length] float32 scores."""
-  h = hidden.astype(jnp.float32)
-  if kind == "cosine":
-    h = h * jax.lax.rsqrt(jnp.maximum(jnp.sum(h * h, axis=-1, keepdims=True), 1e-12))
-  return jnp.einsum("bie,bje->bij", h, h)
-
-
-def self_label(hidden: jax.Array, batch: Batch, config: DwaConfig) -> tuple[jax.Array, ops.SinkhornResult]:
+def self_label(hidden: jax.Array, batch: Batch, config: DwaConfig,
+               specials: SpecialTokens) -> tuple[jax.Array, ops.SinkhornResult]:
   """Sinkhorn + Itermax alignment labels from one layer's states.
 
   Args:
     hidden: [batch, length, embed] states of the uncorrupted batch.
     batch: `tokens, pair_side, segment_ids` ([batch, length]).
     config: the DWA hyperparameters.
+    specials: the vocabulary's special ids (never aligned).
 
   Returns:
     (links [batch, length, length] bool from source position i to target
     position j, the Sinkhorn result).
   """
-  link_mask, _, _ = pair_masks(batch)
+  link_mask, _, _ = pair_masks(batch, specials)
   seg = batch["segment_ids"]
-  scores = similarity_matrix(hidden, config.similarity)
-  a, b = ops.uniform_marginals(link_mask, row_segments=seg, col_segments=seg)
-  plan = ops.sinkhorn(
-      scores, link_mask, mu=config.mu, num_iters=config.sinkhorn_iters,
-      kernel=config.sinkhorn_kernel,
-      row_marginal=a if config.sinkhorn_kernel == "entropic" else None,
-      col_marginal=b if config.sinkhorn_kernel == "entropic" else None)
-  links = ops.itermax(plan.plan, link_mask, alpha=config.itermax_alpha,
-                      max_count=config.itermax_rounds, row_segments=seg, col_segments=seg)
+  solver = config.solver
+  plan = solver.plan(solver.scores(hidden, hidden), link_mask, row_segments=seg, col_segments=seg)
+  links = solver.itermax(plan.plan, link_mask, row_segments=seg, col_segments=seg)
   return links, plan
 
 
@@ -186,10 +158,19 @@ def pointer_loss(queries: jax.Array, keys: jax.Array, links: jax.Array, key_mask
 
 
 @dataclasses.dataclass(frozen=True)
-class DenoisingWordAlignment:
+class DenoisingWordAlignment(ObjectiveBase):
   """The `dwa` objective; see the module docstring."""
 
   config: DwaConfig = DwaConfig()
+
+  def check(self, run: "RunSpec") -> None:
+    if not run.language_pairs:
+      raise UserError(f"the 'dwa' objective aligns translation pairs, but {run.task!r} has no bitext task; "
+                      "train it on a mixture with a TSV/bitext task (e.g. bible_grc_en_mlm_tlm).")
+
+  def adapt_encoder(self, config: EncoderConfig) -> EncoderConfig:
+    """The pointer network's query/key projections live on the encoder."""
+    return config if config.pointer_head else config.replace(pointer_head=True)
 
   @property
   def needs_all_hidden(self) -> bool:
@@ -207,8 +188,8 @@ class DenoisingWordAlignment:
     num_layers = len(clean.all_hidden) - 1
     label_layer = _layer(cfg.self_label_layer, num_layers, default_self_label_layer(num_layers),
                          "self_label_layer")
-    links, plan = self_label(jax.lax.stop_gradient(clean.all_hidden[label_layer]), batch, cfg)
-    link_mask, _, _ = pair_masks(batch)
+    links, plan = self_label(jax.lax.stop_gradient(clean.all_hidden[label_layer]), batch, cfg, ctx.specials)
+    link_mask, _, _ = pair_masks(batch, ctx.specials)
     entropy_sum, entropy_rows = row_entropy(plan.log_plan, link_mask)
 
     if cfg.pointer_layer is None:

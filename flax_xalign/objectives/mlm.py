@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from flax_xalign.objectives.base import LossTerm, StepContext, register
+from flax_xalign.objectives.base import LossTerm, ObjectiveBase, StepContext, register
 
 
 def masked_cross_entropy(
@@ -37,7 +37,7 @@ def masked_cross_entropy(
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskedLMObjective:
+class MaskedLMObjective(ObjectiveBase):
   """Cross-entropy at the masked slots of one data stream.
 
   Attributes:

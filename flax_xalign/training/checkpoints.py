@@ -1,13 +1,18 @@
-"""Orbax checkpoints: train state, data-iterator state and run metadata, together.
+"""Orbax checkpoints: train state, data iterator, run manifest and assets, together.
 
-Each checkpoint step directory holds three items written by one
+Each checkpoint step directory holds four items written by one
 CheckpointManager (async, keep N, atomic finalisation by rename):
   state/          the TrainState (params, optimiser state, step), sharded arrays
   data_iterator/  the tf.data iterator of every process (tf.train.Checkpoint)
-  meta/           JSON: model config, vocabulary fingerprint, languages, task
-Resuming restores all three, so the next batch and the next RNG are the ones an
-uninterrupted run would have used. `meta` is checked before anything is loaded:
-a MODEL_DIR made with another vocabulary or model size is refused, not mixed.
+  meta/           JSON: the run manifest (`run`, a RunSpec) and the
+                  fingerprint of every asset at this step (`assets`)
+  assets/         the assets' files at this step (dictionary.tsv, vocabulary
+                  model, ...), written by each asset's own `save`
+Resuming restores all four, so the next batch, the next RNG and the assets are
+the ones an uninterrupted run would have used; restored asset files are checked
+against the fingerprints in `meta`, so a file edited by hand is refused, never
+trained with. `meta` is checked before anything is loaded: a MODEL_DIR made
+with another vocabulary, model size or language set is refused, not mixed.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from flax_xalign import run_spec as run_spec_lib
+from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
 
-STATE, DATA_ITERATOR, META = "state", "data_iterator", "meta"
-# Meta keys whose mismatch makes a checkpoint unusable for this run.
-COMPATIBILITY_KEYS = ("vocabulary", "model", "languages")
+STATE, DATA_ITERATOR, META, ASSETS = "state", "data_iterator", "meta", "assets"
+# Run-manifest fields whose mismatch makes a checkpoint unusable for this run.
+COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages")
 
 
 class DataIteratorHandler(ocp.CheckpointHandler):
@@ -67,6 +74,33 @@ class DataIteratorRestore(ocp.args.CheckpointArgs):
   iterator: Any
 
 
+class AssetsHandler(ocp.CheckpointHandler):
+  """Writes each asset's files with its own `save` (the chief process only)."""
+
+  def save(self, directory: epath.Path, args: "AssetsSave") -> None:
+    if jax.process_index() != 0:
+      return
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, asset in args.assets.items():
+      asset.save(os.fspath(directory), args.values[name])
+
+  def restore(self, directory: epath.Path, args: "AssetsRestore") -> dict[str, Any]:
+    return {name: asset.load(os.fspath(directory)) for name, asset in args.assets.items()}
+
+
+@ocp.args.register_with_handler(AssetsHandler, for_save=True)
+@dataclasses.dataclass
+class AssetsSave(ocp.args.CheckpointArgs):
+  assets: Mapping[str, Asset]
+  values: Mapping[str, Any]
+
+
+@ocp.args.register_with_handler(AssetsHandler, for_restore=True)
+@dataclasses.dataclass
+class AssetsRestore(ocp.args.CheckpointArgs):
+  assets: Mapping[str, Asset]
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
   """When and how many checkpoints to keep."""
@@ -76,8 +110,33 @@ class CheckpointConfig:
   async_save: bool = True
 
 
+def make_meta(run: "run_spec_lib.RunSpec", asset_fingerprints: Mapping[str, Any]) -> dict[str, Any]:
+  """The `meta` item: the manifest and this step's asset fingerprints."""
+  return {run_spec_lib.META_KEY: run.to_json(), ASSETS: json.loads(json.dumps(dict(asset_fingerprints)))}
+
+
+def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec", *, where: str) -> None:
+  """Refuses to resume or warm-start when vocabulary, model or languages differ."""
+  for field in COMPATIBILITY_FIELDS:
+    ours, theirs = getattr(run, field), getattr(saved, field)
+    if field == "vocabulary":
+      ours, theirs = ours.fingerprint(), theirs.fingerprint()
+    elif field == "model":
+      ours, theirs = dataclasses.asdict(ours), dataclasses.asdict(theirs)
+    else:
+      ours, theirs = list(ours), list(theirs)
+    if ours != theirs:
+      raise UserError(
+          f"{where} holds a checkpoint made with a different {field}:\n"
+          f"  checkpoint: {json.dumps(theirs, sort_keys=True)}\n"
+          f"  this run:   {json.dumps(ours, sort_keys=True)}\n"
+          "Use a new MODEL_DIR for this configuration, or rerun with the settings the "
+          "checkpoint was made with. Nothing in the directory was changed."
+      )
+
+
 class Checkpointer:
-  """A CheckpointManager under `<model_dir>/checkpoints` with our three items."""
+  """A CheckpointManager under `<model_dir>/checkpoints` with our four items."""
 
   def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig()):
     self.directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"  # Orbax wants absolute.
@@ -93,6 +152,7 @@ class Checkpointer:
             STATE: ocp.StandardCheckpointHandler(),
             DATA_ITERATOR: DataIteratorHandler(),
             META: ocp.JsonCheckpointHandler(),
+            ASSETS: AssetsHandler(),
         },
     )
 
@@ -103,44 +163,45 @@ class Checkpointer:
     restored = self._manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
     return dict(restored[META])
 
-  def check_compatible(self, step: int, meta: Mapping[str, Any]) -> None:
-    """Refuses a checkpoint whose model, vocabulary or languages differ."""
-    saved = self.read_meta(step)
-    for key in COMPATIBILITY_KEYS:
-      ours = json.loads(json.dumps(meta.get(key)))  # tuples -> lists, as saved
-      if key in saved and saved[key] != ours:
-        raise UserError(
-            f"{self.directory} holds a checkpoint (step {step}) made with a different {key}:\n"
-            f"  checkpoint: {json.dumps(saved[key], sort_keys=True)}\n"
-            f"  this run:   {json.dumps(ours, sort_keys=True)}\n"
-            "Use a new MODEL_DIR for this configuration, or rerun with the settings the "
-            "checkpoint was made with. Nothing in the directory was changed."
-        )
+  def read_run(self, step: int) -> tuple["run_spec_lib.RunSpec", dict[str, Any]]:
+    """(the manifest, this step's asset fingerprints); one clear error for pre-manifest runs."""
+    meta = self.read_meta(step)
+    run = run_spec_lib.from_meta(meta, where=f"{self.directory.parent}")
+    return run, dict(meta.get(ASSETS, {}))
 
-  def save(self, step: int, state: Any, iterator: Any, meta: Mapping[str, Any], *, force: bool = False) -> bool:
-    saved = self._manager.save(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardSave(state),
-            DATA_ITERATOR: DataIteratorSave(iterator),
-            META: ocp.args.JsonSave(dict(meta)),
-        }),
-        force=force,
-    )
+  def save(self, step: int, state: Any, iterator: Any, meta: Mapping[str, Any], *,
+           assets: Mapping[str, Asset] | None = None, asset_values: Mapping[str, Any] | None = None,
+           force: bool = False) -> bool:
+    items = {
+        STATE: ocp.args.StandardSave(state),
+        DATA_ITERATOR: DataIteratorSave(iterator),
+        META: ocp.args.JsonSave(dict(meta)),
+    }
+    if assets:
+      items[ASSETS] = AssetsSave(dict(assets), dict(asset_values or {}))
+    saved = self._manager.save(step, args=ocp.args.Composite(**items), force=force)
     if saved:
       logging.info("checkpoint for step %d started (async)", step)
     return saved
 
-  def restore(self, step: int, abstract_state: Any, iterator: Any) -> Any:
-    """Restores state onto the shardings carried by `abstract_state`."""
-    restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardRestore(abstract_state),
-            DATA_ITERATOR: DataIteratorRestore(iterator),
-        }),
-    )
-    return restored[STATE]
+  def restore(self, step: int, abstract_state: Any, iterator: Any, *,
+              assets: Mapping[str, Asset] | None = None) -> tuple[Any, dict[str, Any]]:
+    """(state on the shardings of `abstract_state`, asset values checked against `meta`).
+
+    Assets the checkpoint does not hold (an objective added on resume) are
+    left out of the returned values.
+    """
+    items = {STATE: ocp.args.StandardRestore(abstract_state), DATA_ITERATOR: DataIteratorRestore(iterator)}
+    _, fingerprints = self.read_run(step)
+    saved_assets = {n: a for n, a in (assets or {}).items() if n in fingerprints}
+    if saved_assets:
+      items[ASSETS] = AssetsRestore(saved_assets)
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    values = dict(restored[ASSETS]) if saved_assets else {}
+    where = os.fspath(self.directory / str(step) / ASSETS)
+    for name, value in values.items():
+      check_fingerprint(saved_assets[name], value, fingerprints[name], where=where)
+    return restored[STATE], values
 
   def wait(self) -> None:
     self._manager.wait_until_finished()
@@ -148,6 +209,14 @@ class Checkpointer:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def _reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = None) -> ocp.CheckpointManager:
+  """A read-only manager that knows every item (so Orbax does not warn about the ones not read)."""
+  return ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True),
+      item_handlers={STATE: state or ocp.StandardCheckpointHandler(), DATA_ITERATOR: DataIteratorHandler(),
+                     META: ocp.JsonCheckpointHandler(), ASSETS: AssetsHandler()})
 
 
 def _checkpoints_dir(checkpoint_dir: str) -> epath.Path:
@@ -170,10 +239,51 @@ def _latest(manager: ocp.CheckpointManager, directory: epath.Path, step: int | N
 def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tuple[int, dict[str, Any]]:
   """(step, meta) of a checkpoint, read without creating or changing anything."""
   directory = _checkpoints_dir(checkpoint_dir)
-  with ocp.CheckpointManager(directory, item_handlers={META: ocp.JsonCheckpointHandler()}) as manager:
+  with _reader(directory) as manager:
     step = _latest(manager, directory, step)
     restored = manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
   return step, dict(restored[META])
+
+
+def find_latest_step(model_dir: str) -> int | None:
+  """The latest finished checkpoint step of MODEL_DIR, or None; creates nothing."""
+  directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"
+  if not directory.exists():
+    return None
+  with _reader(directory) as manager:
+    return manager.latest_step()
+
+
+def read_run_at(model_dir: str, step: int) -> tuple["run_spec_lib.RunSpec", dict[str, Any]]:
+  """(manifest, asset fingerprints) of one checkpoint step; creates nothing."""
+  _, run, fingerprints = read_run_spec(model_dir, step=step)
+  return run, fingerprints
+
+
+def read_run_spec(checkpoint_dir: str, *, step: int | None = None
+                  ) -> tuple[int, "run_spec_lib.RunSpec", dict[str, Any]]:
+  """(step, run manifest, that step's asset fingerprints), read without changing anything."""
+  step, meta = read_checkpoint_meta(checkpoint_dir, step=step)
+  run = run_spec_lib.from_meta(meta, where=checkpoint_dir)
+  return step, run, dict(meta.get(ASSETS, {}))
+
+
+def step_assets_dir(checkpoint_dir: str, step: int) -> str:
+  """The `assets/` folder of a checkpoint step (where each asset's files are)."""
+  return os.fspath(_checkpoints_dir(checkpoint_dir) / str(step) / ASSETS)
+
+
+def load_step_assets(checkpoint_dir: str, step: int, assets: Mapping[str, Asset],
+                     fingerprints: Mapping[str, Any]) -> dict[str, Any]:
+  """Values of `assets` saved at `step`, each checked against its fingerprint."""
+  directory = step_assets_dir(checkpoint_dir, step)
+  values = {}
+  for name, asset in assets.items():
+    if name not in fingerprints:
+      raise UserError(f"checkpoint step {step} of {checkpoint_dir} holds no asset {name!r}.")
+    values[name] = asset.load(directory)
+    check_fingerprint(asset, values[name], fingerprints[name], where=directory)
+  return values
 
 
 def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | None = None) -> Any:
@@ -186,7 +296,7 @@ def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | Non
     step: which step; the latest by default.
   """
   directory = _checkpoints_dir(checkpoint_dir)
-  with ocp.CheckpointManager(directory, item_handlers={STATE: ocp.PyTreeCheckpointHandler()}) as manager:
+  with _reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
     step = _latest(manager, directory, step)
     target = {"params": abstract_params}
     restored = manager.restore(
@@ -222,7 +332,7 @@ def warm_start_params(checkpoint_dir: str, params: Any, *, step: int | None = No
   from flax import traverse_util
 
   directory = _checkpoints_dir(checkpoint_dir)
-  with ocp.CheckpointManager(directory, item_handlers={STATE: ocp.PyTreeCheckpointHandler()}) as manager:
+  with _reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
     step = _latest(manager, directory, step)
     saved_tree = manager.item_metadata(step)[STATE].tree["params"]
   saved = traverse_util.flatten_dict(saved_tree)

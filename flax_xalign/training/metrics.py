@@ -18,6 +18,7 @@ import jax
 import numpy as np
 from clu import metric_writers
 
+from flax_xalign.fileio import write_atomically
 from flax_xalign.models import flops
 
 def peak_flops_per_device(override: float | None = None) -> float | None:
@@ -51,10 +52,7 @@ class MetricsLogger:
       return
     with open(self.path) as f:
       kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      f.writelines(kept)
-    os.replace(tmp, self.path)
+    write_atomically(self.path, "".join(kept))
 
   def write(self, step: int, scalars: Mapping[str, Any], *, prefix: str = "") -> dict[str, Any]:
     row = {"step": int(step), **{f"{prefix}{k}": _to_python(v) for k, v in scalars.items()}}

@@ -108,6 +108,15 @@ class Partitioner:
         is_leaf=lambda x: isinstance(x, P),
     )
 
+  def logical_sharding(self, names: Sequence[str | None], shape: Sequence[int]) -> NamedSharding:
+    """The sharding of one array with logical axis `names` (None: replicated dimension).
+
+    The assets' shardings: they go through the same rules table as the
+    parameters, with the same divisibility fallback.
+    """
+    spec = nn.logical_to_mesh_axes(tuple(names), self.rules)
+    return NamedSharding(self.mesh, self._fit(spec, shape))
+
   def data_sharding(self, ndim: int = 2) -> NamedSharding:
     """Batch-major arrays: dim 0 over 'data', the rest replicated."""
     return NamedSharding(self.mesh, P(DATA_AXIS, *([None] * (ndim - 1))))

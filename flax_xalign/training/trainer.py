@@ -1,13 +1,17 @@
-"""The train loop: sharded state, jitted step, checkpoints, evaluation, signals.
+"""The train loop: sharded state, jitted step, assets, checkpoints, evaluation, signals.
 
-`train()` receives its collaborators (model, partitioner, data, checkpointer,
-logger) so tests can pass small ones. Determinism: the step RNG is
-`fold_in(key(seed), step)` and the data iterator's state is checkpointed, so a
+`train()` receives its collaborators (model, partitioner, data, assets,
+checkpointer, logger) so tests can pass small ones. The step is
+`train_step(state, batch, rng, assets)`: assets are arguments, so refreshing
+one (after the steps its `refresh_every` names) reuses the compiled program.
+Determinism: the step RNG is `fold_in(key(seed), step)`, and the data
+iterator's state and the assets are checkpointed with the train state, so a
 resumed run reproduces the losses of an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import signal
@@ -22,9 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from flax_xalign.assets.runtime import RunAssets
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.pretraining import PretrainingModel
-from flax_xalign.training.checkpoints import Checkpointer
+from flax_xalign.run_spec import RunSpec
+from flax_xalign.training.checkpoints import Checkpointer, make_meta
 from flax_xalign.training.metrics import MetricsLogger, Throughput
 from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
 from flax_xalign.training.partitioning import Partitioner
@@ -59,11 +65,14 @@ class LoopConfig:
 
 @dataclasses.dataclass
 class TrainResult:
+  """What `train` returns; `trace_counts` says how often each step function compiled."""
+
   state: TrainState
   last_step: int
   interrupted: bool
   stop_signal: int | None
   history: list[dict[str, Any]]
+  trace_counts: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class _StopRequest:
@@ -98,13 +107,20 @@ def _to_host(batch: Any) -> dict[str, np.ndarray]:
 
 
 class Trainer:
-  """Builds the sharded state and the jitted train/eval steps for one model."""
+  """Builds the sharded state and the jitted train/eval steps for one model.
+
+  Attributes:
+    trace_counts: how often each step function was traced (= compiled); a
+      refresh of an asset must not add to it.
+  """
 
   def __init__(self, *, model: PretrainingModel, optimizer: OptimizerConfig,
-               partitioner: Partitioner, loop: LoopConfig):
+               partitioner: Partitioner, loop: LoopConfig, assets: RunAssets | None = None):
     self.model = model
     self.partitioner = partitioner
     self.loop = loop
+    self.assets = assets if assets is not None else RunAssets.empty()
+    self.trace_counts: collections.Counter[str] = collections.Counter()
     partitioner.check_batch_size(loop.batch_size)
     self.tx, self.schedule = make_optimizer(optimizer, loop.train_steps)
     self.base_rng = jax.random.key(loop.seed)
@@ -124,21 +140,23 @@ class Trainer:
         nn.meta.unbox(abstract_boxed), self.state_shardings)
     self._init = jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=self.state_shardings)
     self._init_rng = init_rng
+    self.assets.place(partitioner.logical_sharding)
     with self.mesh_context():
       batch_sharding = partitioner.data_sharding(2)
       replicated = partitioner.replicated()
+      asset_shardings = self.assets.shardings
       self.train_step = jax.jit(
           self._train_step,
-          in_shardings=(self.state_shardings, batch_sharding, replicated),
+          in_shardings=(self.state_shardings, batch_sharding, replicated, asset_shardings),
           out_shardings=(self.state_shardings, replicated),
           donate_argnums=(0,),
       )
       self.eval_step = jax.jit(
           self._eval_step,
-          in_shardings=(self.state_shardings.params, batch_sharding, replicated),
+          in_shardings=(self.state_shardings.params, batch_sharding, replicated, asset_shardings),
           out_shardings=replicated,
       )
-      self.monitor_step = jax.jit(model.monitor, in_shardings=(self.state_shardings.params,),
+      self.monitor_step = jax.jit(self._monitor_step, in_shardings=(self.state_shardings.params, asset_shardings),
                                   out_shardings=replicated)
 
   def mesh_context(self):
@@ -153,41 +171,52 @@ class Trainer:
   def init_state(self) -> TrainState:
     return self._init(self._init_rng)
 
-  def _train_step(self, state: TrainState, batch: Any, base_rng: jax.Array):
+  def _train_step(self, state: TrainState, batch: Any, base_rng: jax.Array, assets: Any):
+    self.trace_counts["train_step"] += 1  # Runs only while tracing.
     rng = jax.random.fold_in(base_rng, state.step)
     grad_fn = jax.value_and_grad(self.model.loss_fn, has_aux=True)
-    (_, metrics), grads = grad_fn(state.params, batch, rng, train=True)
+    (_, metrics), grads = grad_fn(state.params, batch, rng, assets, train=True)
     updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, learning_rate=self.schedule(state.step), grad_norm=optax.tree.norm(grads))
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
-  def _eval_step(self, params: Any, batch: Any, rng: jax.Array):
-    _, metrics = self.model.loss_fn(params, batch, rng, train=False)
+  def _eval_step(self, params: Any, batch: Any, rng: jax.Array, assets: Any):
+    self.trace_counts["eval_step"] += 1
+    _, metrics = self.model.loss_fn(params, batch, rng, assets, train=False)
     return metrics
+
+  def _monitor_step(self, params: Any, assets: Any):
+    return self.model.monitor(params, assets)
+
+  def step(self, state: TrainState, host_batch: HostBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One train step on a host batch with the current assets (call inside `mesh_context`)."""
+    return self.train_step(state, self.shard(host_batch), self.base_rng, self.assets.device)
 
   def shard(self, host_batch: HostBatch) -> dict[str, jax.Array]:
     return self.partitioner.shard_batch(dict(host_batch))
 
   def evaluate(self, params: Any, batches: Iterable[HostBatch], *, max_batches: int) -> dict[str, float]:
-    """Mean metrics over up to `max_batches` batches with fixed masking RNGs."""
+    """Mean metrics over up to `max_batches` batches with fixed masking RNGs, plus monitors."""
     eval_rng = jax.random.fold_in(self.base_rng, 0x5EED)
     sums: dict[str, float] = {}
     count = 0
+    assets = self.assets.device
     with self.mesh_context():
       for i, batch in enumerate(batches):
         if max_batches and i >= max_batches:
           break
-        metrics = jax.device_get(self.eval_step(params, self.shard(batch), jax.random.fold_in(eval_rng, i)))
+        metrics = jax.device_get(self.eval_step(params, self.shard(batch), jax.random.fold_in(eval_rng, i),
+                                                assets))
         for k, v in metrics.items():
           sums[k] = sums.get(k, 0.0) + float(v)
         count += 1
     if not count:
       raise UserError("The evaluation split produced no full batch; lower BATCH_SIZE or add data.")
     means = {k: v / count for k, v in sums.items()}
-    if self.model.monitors:
+    if self.model.has_monitors(assets):
       with self.mesh_context():
-        means.update({k: float(v) for k, v in jax.device_get(self.monitor_step(params)).items()})
+        means.update({k: float(v) for k, v in jax.device_get(self.monitor_step(params, assets)).items()})
     return means
 
 
@@ -210,7 +239,7 @@ def train(
     eval_batches: Callable[[], Iterable[HostBatch]] | None,
     checkpointer: Checkpointer,
     logger: MetricsLogger,
-    meta: Mapping[str, Any],
+    run: RunSpec,
     flops_per_step: float,
     on_resume: Callable[[int], None] | None = None,
     step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None = None,
@@ -222,9 +251,10 @@ def train(
     trainer: model, optimiser and sharded steps.
     train_iterator: a checkpointable iterator of host batches (tf.data).
     eval_batches: returns a fresh iterable of held-out host batches.
-    checkpointer: where state, iterator and `meta` are saved.
+    checkpointer: where state, iterator, manifest and assets are saved.
     logger: metrics sink.
-    meta: run metadata saved with every checkpoint and checked on resume.
+    run: the run manifest, saved with every checkpoint with the assets'
+      fingerprints at that step.
     flops_per_step: model FLOPs of one train step (for MFU).
     on_resume: called with the restored step before training continues.
     step_callback: called as `(step, metrics)` after every step (progress bars,
@@ -237,8 +267,11 @@ def train(
   if latest is not None:
     # The caller has already refused incompatible checkpoints (`check_compatible`)
     # before writing anything into MODEL_DIR.
+    # Assets the caller already loaded from this step are not read twice.
+    restore_assets = {} if trainer.assets.source_step == latest else trainer.assets.assets
     with trainer.mesh_context():
-      state = checkpointer.restore(latest, trainer.abstract_state, train_iterator)
+      state, values = checkpointer.restore(latest, trainer.abstract_state, train_iterator, assets=restore_assets)
+    trainer.assets.set_values(values)
     print(f"resumed from {checkpointer.directory}/{latest}", flush=True)
     if on_resume:
       on_resume(latest)
@@ -262,7 +295,8 @@ def train(
         host_batch = _to_host(next(train_iterator))
       except StopIteration:
         raise UserError("The training data ran out; use a repeating dataset (num_epochs=None).")
-      state, metrics = trainer.train_step(state, trainer.shard(host_batch), trainer.base_rng)
+      state, metrics = trainer.step(state, host_batch)
+      trainer.assets.refresh(state.params, step)
       unchecked.append((step, metrics["loss"]))
       if step_callback is not None:
         step_callback(step, metrics)
@@ -296,7 +330,9 @@ def train(
       if step % loop.checkpoint_every == 0 or last or stop.signal is not None or preempted:
         _check_finite(unchecked)
         unchecked.clear()
-        checkpointer.save(step, state, train_iterator, meta, force=True)
+        values = trainer.assets.host_values()
+        checkpointer.save(step, state, train_iterator, make_meta(run, trainer.assets.fingerprints()),
+                          assets=trainer.assets.assets, asset_values=values, force=True)
         throughput.reset()  # Keep the synchronous part of saving out of tokens/s.
       if stop.signal is not None or preempted:
         interrupted = True
@@ -305,7 +341,7 @@ def train(
   checkpointer.wait()
   logger.flush()
   return TrainResult(state=state, last_step=step, interrupted=interrupted,
-                     stop_signal=stop.signal, history=history)
+                     stop_signal=stop.signal, history=history, trace_counts=dict(trainer.trace_counts))
 
 
 def _reached_preemption(step: int) -> bool:

@@ -5,7 +5,6 @@ vector has norm sqrt(embed), so without language embeddings a sentence aligned
 with itself must give the diagonal at layer 0, whatever the weights.
 """
 
-import dataclasses
 import json
 
 import flax.linen as nn
@@ -15,12 +14,12 @@ import pytest
 
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer, word_align
-from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.ops import AlignmentSolver
+from tests.testlib import tiny_encoder_config
 
-CONFIG = EncoderConfig(vocab_size=83, num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40,
-                       max_positions=32, num_languages=3, dropout_rate=0.0, attention_dropout_rate=0.0)
+CONFIG = tiny_encoder_config(vocab_size=83, dropout_rate=0.0)
 DE = ["das", "haus", "sieht", "ein", "alt", "hund", "und", "die", "katze", "läuft", "über", "den", "grün", "fluss"]
 EN = ["the", "house", "sees", "a", "old", "dog", "and", "the", "cat", "runs", "over", "the", "green", "river"]
 
@@ -30,21 +29,27 @@ def init_model(config=CONFIG, seed=0):
   return model, nn.meta.unbox(model.init(jax.random.key(seed), batch=1, length=8))
 
 
-def write_checkpoint(model_dir, params, vocabulary, *, task, languages, config=CONFIG, config_gin=None):
-  """A MODEL_DIR with one checkpoint, written the way the trainer writes it."""
+def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language_pairs=(), config=CONFIG):
+  """A MODEL_DIR with one checkpoint, written the way the trainer writes it (manifest + vocabulary asset)."""
   import tensorflow as tf
 
-  from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer
-  from flax_xalign.training.pretrain import vocabulary_fingerprint
+  from flax_xalign.assets.vocabulary import VocabularyAsset, spec_of
+  from flax_xalign.run_spec import RunSpec
+  from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer, make_meta
 
-  meta = {"model": dataclasses.asdict(config), "vocabulary": vocabulary_fingerprint(vocabulary),
-          "languages": list(languages), "task": task, "objectives": {"mlm": 1.0},
-          "task_feature_lengths": {"tokens": 19}}
+  asset = VocabularyAsset(vocabulary)
+  run = RunSpec(task=task, languages=tuple(languages), language_pairs=tuple(language_pairs),
+                task_feature_lengths={"tokens": 19}, vocabulary=spec_of(vocabulary), model=config,
+                objectives={"mlm": 1.0}, task_definitions=None)
+  value = asset.build(run)
+  run = run.replace(assets={"vocabulary": asset.fingerprint(value)})
+  model_dir.mkdir(parents=True, exist_ok=True)
+  asset.save(str(model_dir), value)
   checkpointer = Checkpointer(str(model_dir), CheckpointConfig(async_save=False))
-  checkpointer.save(1, {"params": params, "step": np.int32(1)}, iter(tf.data.Dataset.range(2)), meta, force=True)
+  checkpointer.save(1, {"params": params, "step": np.int32(1)}, iter(tf.data.Dataset.range(2)),
+                    make_meta(run, run.assets), assets={"vocabulary": asset}, asset_values={"vocabulary": value},
+                    force=True)
   checkpointer.close()
-  if config_gin is not None:
-    (model_dir / "config.gin").write_text(config_gin)
   return model_dir
 
 
@@ -169,39 +174,71 @@ def test_bad_layer_method_and_language(aligner, tiny_model, vocabulary):
   with pytest.raises(UserError, match=r"'fr' is not one of the checkpoint's languages \['de', 'en'\]"):
     word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="fr", tgt_lang="en")
   with pytest.raises(UserError, match="unknown similarity"):
-    word_align.AlignOptions(similarity="l2")
+    AlignmentSolver(similarity="l2")
 
 
 def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, aligner):
   _, params = tiny_model
   model_dir = write_checkpoint(tmp_path / "registered", params, vocabulary, task="tiny_mix",
-                               languages=["de", "en"])
-  loaded, _, step = word_align.load_aligner(str(model_dir), batch_size=4)
-  assert (loaded.src_lang, loaded.tgt_lang, step) == ("de", "en", 1)  # From tiny_de_en's side order.
+                               languages=["de", "en"], language_pairs=[("de", "en")])
+  loaded, run, step = word_align.load_aligner(str(model_dir), batch_size=4)
+  assert (loaded.src_lang, loaded.tgt_lang, step) == ("de", "en", 1)  # From the manifest's bitext sides.
+  assert loaded.specials == run.vocabulary.specials
   pairs = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
   assert loaded.align(pairs, layer=2) == aligner.align(pairs, layer=2)
 
-  # A task this process does not know: vocabulary and languages from config.gin.
-  gin = (f"pairs/TsvBitextTask.vocabulary_path = '{tiny_corpus['vocab']}'\n"
-         "pairs/TsvBitextTask.lang_a = 'en'\npairs/TsvBitextTask.lang_b = 'de'\n")
-  model_dir = write_checkpoint(tmp_path / "gin", params, vocabulary, task="gone_mix", languages=["de", "en"],
-                               config_gin=gin)
+  # A task this process does not know: vocabulary and sides come from the run directory alone.
+  model_dir = write_checkpoint(tmp_path / "gone", params, vocabulary, task="gone_mix", languages=["de", "en"],
+                               language_pairs=[("en", "de")])
   loaded, _, _ = word_align.load_aligner(str(model_dir))
   assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
-  (model_dir / "config.gin").write_text("")
-  with pytest.raises(UserError, match="cannot find the vocabulary"):
-    word_align.load_aligner(str(model_dir), src_lang="de", tgt_lang="en")
-  with pytest.raises(UserError, match="pass --src_lang and --tgt_lang"):
-    word_align.load_aligner(str(model_dir), vocabulary_path=tiny_corpus["vocab"])
-  loaded, _, _ = word_align.load_aligner(str(model_dir), tgt_lang="de", vocabulary_path=tiny_corpus["vocab"])
+  links = loaded.align(pairs, layer=2)
+  # Without the MODEL_DIR copy the checkpoint step's copy serves; without both, one clear error.
+  (model_dir / "vocabulary.model").unlink()
+  assert word_align.load_aligner(str(model_dir))[0].align(pairs, layer=2) == links
+  (model_dir / "checkpoints" / "1" / "assets" / "vocabulary.model").unlink()
+  with pytest.raises(UserError, match="vocabulary.model is missing"):
+    word_align.load_aligner(str(model_dir))
+  loaded, _, _ = word_align.load_aligner(str(model_dir), vocabulary_path=tiny_corpus["vocab"])
   assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
+  other = _other_vocabulary(tmp_path, tiny_corpus)
+  with pytest.raises(UserError, match="is not the vocabulary"):
+    word_align.load_aligner(str(model_dir), vocabulary_path=str(other))
+
+  # No recorded bitext sides: the languages must be named (one is enough with two languages).
+  model_dir = write_checkpoint(tmp_path / "mono", params, vocabulary, task="gone_mono", languages=["de", "en"])
+  with pytest.raises(UserError, match="pass --src_lang and --tgt_lang"):
+    word_align.load_aligner(str(model_dir))
+  loaded, _, _ = word_align.load_aligner(str(model_dir), tgt_lang="de")
+  assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
+
+
+def _other_vocabulary(tmp_path, tiny_corpus):
+  from flax_xalign.data import vocab
+
+  return vocab.train_sentencepiece(open(tiny_corpus["files"][("en", "train")], encoding="utf-8"),
+                                   vocab_size=37, model_path=tmp_path / "other.model")
+
+
+def test_checkpoint_without_run_manifest_is_refused(tmp_path, tiny_model):
+  import tensorflow as tf
+
+  from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer
+
+  _, params = tiny_model
+  checkpointer = Checkpointer(str(tmp_path / "old"), CheckpointConfig(async_save=False))
+  legacy_meta = {"model": {}, "vocabulary": {"size": 83, "sha256": "0" * 64}, "languages": ["de", "en"],
+                 "task": "tiny_mix"}
+  checkpointer.save(1, {"params": params, "step": np.int32(1)}, iter(tf.data.Dataset.range(2)), legacy_meta,
+                    force=True)
+  checkpointer.close()
+  with pytest.raises(UserError, match="before run manifests"):
+    word_align.load_aligner(str(tmp_path / "old"))
 
 
 def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus, tiny_model, vocabulary):
   _, params = tiny_model
-  gin = f"x/TextTask.vocabulary_path = '{tiny_corpus['vocab']}'\n"
-  model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_bible", languages=["en", "grc"],
-                               config_gin=gin)
+  model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_bible", languages=["en", "grc"])
   out = tmp_path / "report"
   results = word_align.evaluate_alignment(str(model_dir), max_pairs=6, output_dir=str(out), batch_size=4,
                                                verbose=False)

@@ -6,8 +6,12 @@ import numpy as np
 import optax
 import pytest
 
+from flax_xalign.assets.synthetic import SyntheticDictionary
 from flax_xalign.data import dictionary as dictionary_lib
+from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
+from flax_xalign.objectives.base import CorruptionContext
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import dictionary_objectives as dobj
 from flax_xalign.objectives.masking import MaskedTokens
@@ -33,16 +37,29 @@ def test_draw_is_seeded_exact_and_skips_specials_and_shared(tmp_path):
   assert not np.array_equal(pairs, dictionary_lib.draw(id_map, rate=0.5, seed=4))
 
 
-def test_ensure_saves_once_and_reloads_never_redraws(tmp_path):
-  first = dictionary_lib.ensure(str(tmp_path), _id_map(), rate=0.25, seed=1)
-  text = (tmp_path / "dictionary.tsv").read_text()
-  assert text.startswith("natural_id\tderived_id\tpiece\n")
-  again = dictionary_lib.ensure(str(tmp_path), _id_map(), rate=0.5, seed=99)
-  np.testing.assert_array_equal(first, again)
-  other = np.arange(V)
-  other[5:] += 2 * V
-  with pytest.raises(UserError, match="does not match"):
-    dictionary_lib.ensure(str(tmp_path), other, rate=0.25, seed=1)
+def _dictionary(pairs, lang_ids=(1, 2)):
+  """A `dictionary` asset value as the step receives it."""
+  pairs = np.asarray(pairs, np.int32)
+  return {"pairs": jnp.asarray(pairs), "mask": jnp.ones(len(pairs), bool), "lang_ids": jnp.asarray(lang_ids)}
+
+
+def test_dictionary_asset_saves_loads_and_refuses_other_languages(tmp_path):
+  language = SyntheticLanguage(transforms="trans", vocab_size=V, seed=0)
+  asset = SyntheticDictionary(language, rate=0.5, lang_ids=(1, 2), piece=lambda i: f"p{i}")
+  run = type("Run", (), {"seed": 1})()
+  value = asset.build(run)
+  np.testing.assert_array_equal(value["pairs"], dictionary_lib.draw(language.id_map(), rate=0.5, seed=1))
+  asset.save(str(tmp_path), value)
+  lines = (tmp_path / "dictionary.tsv").read_text().splitlines()
+  assert lines[0] == "natural_id\tderived_id\tpiece" and len(lines) == 1 + len(value["pairs"])
+  assert all(line.split("\t")[2] == f"p{line.split(chr(9))[0]}" for line in lines[1:])
+  loaded = asset.load(str(tmp_path))
+  assert asset.fingerprint(loaded) == asset.fingerprint(value)
+  asset.check(loaded, run)
+  other = SyntheticDictionary(SyntheticLanguage(transforms="trans", vocab_size=V + 2, seed=0), rate=0.5,
+                              lang_ids=(1, 2))
+  with pytest.raises(UserError, match="does not match this run's synthetic language"):
+    other.check(loaded, run)
   (tmp_path / "bad.tsv").write_text("natural_id\tderived_id\tpiece\n5\tx\n")
   with pytest.raises(UserError, match="bad.tsv:2"):
     dictionary_lib.load(str(tmp_path / "bad.tsv"))
@@ -52,19 +69,24 @@ def test_align_loss_is_minus_mean_cosine():
   rng = np.random.default_rng(0)
   table = rng.normal(size=(2 * V, 4)).astype(np.float32)
   pairs = np.array([[5, 18], [7, 20], [12, 25]])
-  term = dobj.align(dictionary=pairs)
-  ctx = type("Ctx", (), {"params": {"token_embed": {"embedding": jnp.asarray(table)}}})()
+  term = dobj.align()
+  assert term.requires == ("dictionary",)
+  ctx = type("Ctx", (), {"params": {"token_embed": {"embedding": jnp.asarray(table)}},
+                         "assets": {"dictionary": _dictionary(pairs)}})()
   out = term(ctx)
   ref = np.mean([table[a] @ table[b] / np.linalg.norm(table[a]) / np.linalg.norm(table[b]) for a, b in pairs])
   np.testing.assert_allclose(float(out.loss), -ref, rtol=1e-6)
-  with pytest.raises(UserError, match="needs a bilingual dictionary"):
-    dobj.align(dictionary=None)
+  # Capacity padding: masked rows do not count.
+  padded = _dictionary(np.concatenate([pairs, [[6, 19], [0, 0]]]))
+  padded["mask"] = jnp.asarray([True, True, True, False, False])
+  ctx.assets = {"dictionary": padded}
+  np.testing.assert_allclose(float(term(ctx).loss), -ref, rtol=1e-6)
+  assert float(term(ctx).metrics["pairs"]) == 3
 
 
 def test_dict_mlm_swaps_half_of_eligible_slots_keeps_labels():
   pairs = np.array([[5, 18], [6, 19], [7, 20]])
-  term = dobj.dict_mlm(dictionary=pairs, vocab_size=2 * V, first_derived_id=V,
-                       natural_lang_id=1, derived_lang_id=2)
+  term = dobj.dict_mlm()
   b, length, p = 64, 9, 3
   tokens = np.tile(np.array([3, 5, 6, 7, 8, 19, 9, 1, 0]), (b, 1))
   positions = np.tile(np.array([1, 4, 5]), (b, 1))  # tokens 5 (in dict), 8 (not), 19 (derived, in dict)
@@ -72,8 +94,12 @@ def test_dict_mlm_swaps_half_of_eligible_slots_keeps_labels():
                         positions=jnp.asarray(positions), targets=jnp.asarray(tokens[:, [1, 4, 5]]),
                         weights=jnp.ones((b, p)))
   lang = jnp.asarray(np.tile(np.array([1, 1, 1, 1, 1, 2, 1, 1, 0]), (b, 1)))
-  new, new_lang = term.corrupt({}, masked, lang, jax.random.key(0))
-  inputs, new_lang = np.asarray(new.inputs), np.asarray(new_lang)
+  ctx = CorruptionContext(params={}, assets={"dictionary": _dictionary(pairs)}, rng=jax.random.key(0), batch={},
+                          masked=masked, lang_ids=lang, input_embeddings=None, specials=PROJECT,
+                          vocab_size=2 * V, train=True)
+  out = term.corrupt(ctx)
+  new = out.masked
+  inputs, new_lang = np.asarray(new.inputs), np.asarray(out.lang_ids)
   np.testing.assert_array_equal(np.asarray(new.targets), tokens[:, [1, 4, 5]])  # labels unchanged
   assert set(inputs[:, 1]) == {4, 18} and set(inputs[:, 5]) == {4, 6}
   assert set(inputs[:, 4]) == {4}  # no entry: never swapped
@@ -87,15 +113,15 @@ def test_dict_mlm_swaps_half_of_eligible_slots_keeps_labels():
 def test_align_mlm_model_trains_embeddings_toward_dictionary(tiny_encoder):
   encoder = tiny_encoder.replace(vocab_size=2 * V, num_languages=0)
   pairs = np.array([[5, 18], [6, 19]])
-  model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0, "align": 10.0},
-                           objective_options={"align": {"dictionary": pairs}})
+  model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0, "align": 10.0})
+  assets = {"dictionary": _dictionary(pairs)}
   params = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
                         model.init(jax.random.key(0), batch=1, length=7), is_leaf=lambda x: hasattr(x, "unbox"))
   batch = {k: jnp.asarray(np.tile(v, (2, 1)), jnp.int32) for k, v in {
       "tokens": [3, 5, 6, 7, 8, 1, 0], "lang_ids": [1, 1, 1, 1, 1, 1, 0], "segment_ids": [1] * 6 + [0],
       "positions": list(range(6)) + [0], "pair_side": [0] * 7}.items()}
-  loss_grad = jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch, jax.random.key(1))[0]))
-  (_, metrics) = model.loss_fn(params, batch, jax.random.key(1))
+  loss_grad = jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch, jax.random.key(1), assets)[0]))
+  (_, metrics) = model.loss_fn(params, batch, jax.random.key(1), assets)
   before = float(metrics["align"])
   tx = optax.adam(3e-3)
   state = tx.init(params)
@@ -103,5 +129,5 @@ def test_align_mlm_model_trains_embeddings_toward_dictionary(tiny_encoder):
     _, g = loss_grad(params)
     updates, state = tx.update(g, state)
     params = optax.apply_updates(params, updates)
-  after = float(model.loss_fn(params, batch, jax.random.key(1))[1]["align"])
+  after = float(model.loss_fn(params, batch, jax.random.key(1), assets)[1]["align"])
   assert after < before - 0.1

@@ -5,6 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from flax_xalign import ops
+from flax_xalign.data.specials import PROJECT, SpecialTokens
+from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import dwa
 from flax_xalign.objectives.pretraining import PretrainingModel
@@ -27,7 +30,7 @@ def _batch(rows=1):
 
 
 def test_pair_masks_stay_inside_each_pair_and_skip_specials():
-  link_mask, source, target = dwa.pair_masks(_batch())
+  link_mask, source, target = dwa.pair_masks(_batch(), PROJECT)
   src = np.flatnonzero(np.asarray(source[0]))
   tgt = np.flatnonzero(np.asarray(target[0]))
   assert src.tolist() == [1, 2, 10, 11] and tgt.tolist() == [5, 6, 7, 14, 15]
@@ -57,10 +60,10 @@ def _aligned_hidden(pairs, length=LENGTH, dim=7, seed=0):
 @pytest.mark.parametrize("similarity", ["dot", "cosine"])
 def test_self_label_recovers_planted_alignment(kernel, similarity):
   gold = {(1, 6), (2, 5), (10, 15), (11, 14)}
-  config = dwa.DwaConfig(sinkhorn_kernel=kernel, similarity=similarity)
-  links, plan = jax.jit(lambda h, b: dwa.self_label(h, b, config))(_aligned_hidden(gold), _batch())
+  config = dwa.DwaConfig(solver=ops.AlignmentSolver(sinkhorn_kernel=kernel, similarity=similarity))
+  links, plan = jax.jit(lambda h, b: dwa.self_label(h, b, config, PROJECT))(_aligned_hidden(gold), _batch())
   found = {tuple(map(int, p)) for p in np.argwhere(np.asarray(links[0]))}
-  link_mask, _, _ = dwa.pair_masks(_batch())
+  link_mask, _, _ = dwa.pair_masks(_batch(), PROJECT)
   assert all(link_mask[0, i, j] for i, j in found)
   if kernel == "clamped":
     assert {(10, 15), (11, 14)} <= found  # the square block
@@ -107,10 +110,24 @@ def test_default_layer_scales_with_depth():
 
 
 def test_bad_config_is_refused():
-  with pytest.raises(ValueError, match="similarity"):
-    dwa.DwaConfig(similarity="l2")
-  with pytest.raises(ValueError, match="sinkhorn_kernel"):
-    dwa.DwaConfig(sinkhorn_kernel="exp")
+  with pytest.raises(UserError, match="similarity"):
+    ops.AlignmentSolver(similarity="l2")
+  with pytest.raises(UserError, match="Sinkhorn kernel"):
+    ops.AlignmentSolver(sinkhorn_kernel="exp")
+  with pytest.raises(UserError, match="mu must be > 0"):
+    ops.AlignmentSolver(mu=0.0)
+
+
+def test_pair_masks_follow_the_vocabulary_specials():
+  # An XLM-R-style layout: <s>=0, </s>=2; ids 3 and 1 are regular text here.
+  xlmr = SpecialTokens(bos=0, pad=1, eos=2, unk=3, mask=99, first_regular=4, end_regular=99)
+  batch = _batch()
+  tokens = np.asarray(batch["tokens"]).copy()
+  tokens[tokens == 3], tokens[tokens == 1] = 0, 2
+  batch = dict(batch, tokens=jnp.asarray(tokens))
+  _, source, target = dwa.pair_masks(batch, xlmr)
+  assert np.flatnonzero(np.asarray(source[0])).tolist() == [1, 2, 10, 11]
+  assert np.flatnonzero(np.asarray(target[0])).tolist() == [5, 6, 7, 14, 15]
 
 
 def test_dwa_term_trains_the_pointer_head(tiny_encoder):

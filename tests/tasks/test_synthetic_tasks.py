@@ -2,6 +2,9 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -35,8 +38,11 @@ def test_streams_transliterate_and_invert(suite):
   nat_words = vocab.decode(nat["tokens"].tolist()).split()
   der_words = vocab.decode((der["tokens"] - V).tolist()).split()
   assert der_words == nat_words[::-1]
-  batch = next(pipeline.get_dataset(names["xlm"], split="train", feature_lengths={"tokens": 48}, batch_size=8,
-                                    seed=0)[0].as_numpy_iterator())
+  from flax_xalign import tasks
+
+  provider, languages, _ = tasks.resolve(names["xlm"])
+  batch = next(pipeline.get_dataset(provider, languages=languages, split="train", feature_lengths={"tokens": 48},
+                                    batch_size=8, seed=0).as_numpy_iterator())
   pairs = batch["pair_side"] > 0
   assert pairs.any()
   side2 = batch["tokens"][(batch["pair_side"] == 2) & (batch["tokens"] >= 5)]
@@ -81,7 +87,56 @@ def test_dictionary_objectives_refuse_natural_tasks(tmp_path, tiny_corpus, tiny_
   from flax_xalign.errors import UserError
   from flax_xalign.training.pretrain import pretrain
 
-  with pytest.raises(UserError, match="need a bilingual token dictionary"):
+  with pytest.raises(UserError, match="need the asset 'dictionary'.*transliterated synthetic languages"):
     pretrain(model_dir=str(tmp_path / "x"), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
              batch_size=6, train_steps=1, encoder=tiny_encoder, objectives={"mlm": 1.0, "align": 10.0})
   assert not os.path.exists(tmp_path / "x")
+
+
+def _script(*args):
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "tests.tasks.synthetic_run_script", *map(str, args)], env=env,
+                        capture_output=True, text=True, timeout=900, cwd=repo)
+
+
+def _losses(model_dir):
+  rows = [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
+  return {r["step"]: {k: v for k, v in r.items() if k not in ("tokens_per_sec", "steps_per_sec",
+                                                                "model_tflops_per_sec")}
+          for r in rows if "loss" in r}
+
+
+def test_dict_mlm_killed_hard_resumes_exactly_and_refuses_edited_assets(tmp_path, suite):
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  proc = _script(full, 6, "dict_mlm")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  proc = _script(killed, 6, "dict_mlm", 5)
+  assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+  assert sorted(os.listdir(killed / "checkpoints")) == ["2", "4"]
+  proc = _script(killed, 6, "dict_mlm")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "restored from checkpoint step 4" in proc.stdout
+  a, b = _losses(full), _losses(killed)
+  assert sorted(b) == list(range(1, 7))
+  assert a == b  # Every logged value, bit for bit (as JSON).
+  # The step directories hold the assets; MODEL_DIR holds the run's copies.
+  for name in ("dictionary.tsv", "token_map.npz", "vocabulary.model"):
+    assert (killed / "checkpoints" / "6" / "assets" / name).read_bytes() == (killed / name).read_bytes(), name
+
+  # A dictionary edited by hand is refused on resume, in MODEL_DIR or in a step directory.
+  top = killed / "dictionary.tsv"
+  original = top.read_text()
+  lines = original.splitlines()
+  natural, derived, piece = lines[1].split("\t")
+  top.write_text("\n".join([lines[0], f"{natural}\t{int(derived) + 1}\t{piece}", *lines[2:]]) + "\n")
+  proc = _script(killed, 8, "dict_mlm")
+  assert proc.returncode != 0 and "was changed after the run wrote it" in proc.stderr
+  assert "dictionary.tsv" in proc.stderr
+  top.write_text(original)
+  step_copy = killed / "checkpoints" / "6" / "assets" / "dictionary.tsv"
+  step_copy.write_text(original.replace("\n", "\n", 1).rstrip("\n").rsplit("\n", 1)[0] + "\n")
+  proc = _script(killed, 8, "dict_mlm")
+  assert proc.returncode != 0 and "was changed after the run wrote it" in proc.stderr
+  assert os.path.join("checkpoints", "6", "assets") in proc.stderr
+  assert sorted(os.listdir(killed / "checkpoints")) == ["2", "4", "6"]  # Nothing was trained or written.

@@ -10,12 +10,12 @@ import sys
 import jax
 import numpy as np
 
-from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import PretrainingModel
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.partitioning import Partitioner, make_mesh
 from flax_xalign.training.trainer import LoopConfig, Trainer
+from tests.testlib import tiny_encoder_config
 
 L, B = 13, 8
 
@@ -36,8 +36,8 @@ def batch(seed):
 
 
 def run(devices, num_partitions, init_params=None):
-  cfg = EncoderConfig(vocab_size=61, num_layers=2, embed_dim=24, num_heads=4, head_dim=8, mlp_dim=40,
-                      max_positions=17, num_languages=3, dropout_rate=0.1, attention_dropout_rate=0.1)
+  # Four heads, so the 'heads' axis splits over the 2-way 'model' axis.
+  cfg = tiny_encoder_config(vocab_size=61, num_heads=4, max_positions=17, attention_dropout_rate=0.1)
   model = PretrainingModel(encoder=Encoder(cfg), objectives={"mlm": 1.0, "tlm": 1.0})
   partitioner = Partitioner(mesh=make_mesh(num_partitions, devices))
   trainer = Trainer(model=model, optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=0),
@@ -49,7 +49,7 @@ def run(devices, num_partitions, init_params=None):
   losses = []
   with trainer.mesh_context():
     for seed in range(2):
-      state, metrics = trainer.train_step(state, trainer.shard(batch(seed)), trainer.base_rng)
+      state, metrics = trainer.step(state, batch(seed))
       losses.append({k: float(metrics[k]) for k in ("loss", "mlm", "tlm")})
   params = jax.device_get(state.params)
   leaves = jax.tree.leaves(params)

@@ -12,9 +12,10 @@ from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.objectives.pretraining import PretrainingModel
-from flax_xalign.training.checkpoints import CheckpointConfig, read_checkpoint_meta, restore_params, warm_start_params
+from flax_xalign.training.checkpoints import CheckpointConfig, read_run_spec, restore_params, warm_start_params
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
+from tests.testlib import tiny_encoder_config
 
 LENGTHS = {"tokens": 19}
 
@@ -31,10 +32,7 @@ def _run(model_dir, encoder, *, steps, task="tiny_mix", objectives=None, **kw):
 
 @pytest.fixture(scope="module")
 def cold_run(tmp_path_factory, tiny_corpus):
-  from flax_xalign.models.config import EncoderConfig
-
-  encoder = EncoderConfig(num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40,
-                          max_positions=32, num_languages=3, dropout_rate=0.1, attention_dropout_rate=0.0)
+  encoder = tiny_encoder_config()
   model_dir = tmp_path_factory.mktemp("cold")
   _run(model_dir, encoder, steps=3)
   return model_dir, encoder
@@ -46,8 +44,8 @@ def _flat(tree):
 
 def test_warm_start_loads_shared_params_and_keeps_new_heads(cold_run):
   model_dir, encoder = cold_run
-  _, meta = read_checkpoint_meta(str(model_dir))
-  config = encoder.replace(vocab_size=meta["model"]["vocab_size"], pointer_head=True)
+  _, run, _ = read_run_spec(str(model_dir))
+  config = encoder.replace(vocab_size=run.model.vocab_size, pointer_head=True)
   model = PretrainingModel(encoder=Encoder(config), objectives={"dwa": 1.0})
   fresh = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
                        model.init(jax.random.key(5), batch=1, length=8), is_leaf=lambda x: hasattr(x, "unbox"))
@@ -74,10 +72,11 @@ def test_xlm_align_run_from_cold_start_logs_dwa(tmp_path, cold_run):
   assert len(train_rows) == 2
   for row in train_rows:
     assert np.isfinite(row["dwa"]) and row["dwa_labels"] > 0 and row["dwa_entropy"] >= 0
-  _, meta = read_checkpoint_meta(str(out))
-  assert meta["model"]["pointer_head"] is True
-  assert meta["init_from_checkpoint"] == str(model_dir)
-  assert meta["objective_options"]["dwa"]["self_label_layer"] == 1
+  _, run, _ = read_run_spec(str(out))
+  assert run.model.pointer_head is True
+  assert run.init_from_checkpoint == str(model_dir)
+  assert run.objective_options["dwa"]["self_label_layer"] == 1
+  assert run.objective_options["dwa"]["solver"]["sinkhorn_iters"] == 2
 
 
 def test_warm_start_from_other_vocabulary_is_refused(tmp_path, tiny_corpus, cold_run):

@@ -1,0 +1,67 @@
+"""A task resolved once: seqio provider, languages, vocabulary, and its batches.
+
+`resolve_task(name)` looks the name up in the tasks package (our registry or
+plain seqio), fixes the language list and reads the vocabulary's manifest
+record; `TaskData.dataset(...)` then builds this host's share of a global
+batch stream through `flax_xalign.data.pipeline`, which never imports the
+tasks package itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import jax
+
+from flax_xalign.assets import vocabulary as vocabulary_asset
+from flax_xalign.errors import UserError
+from flax_xalign.run_spec import VocabularySpec
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+  """A resolved task or mixture.
+
+  Attributes:
+    name: the task or mixture name.
+    provider: the seqio Task or Mixture.
+    languages: sorted language codes (language id = index + 1).
+    language_pairs: (side a, side b) of its bitext tasks.
+    vocabulary: the seqio vocabulary of its `tokens` feature.
+    vocabulary_spec: the vocabulary's manifest record (hash, size, specials).
+    definitions: how to re-register it elsewhere (None: a plain seqio task).
+  """
+
+  name: str
+  provider: Any
+  languages: tuple[str, ...]
+  language_pairs: tuple[tuple[str, str], ...]
+  vocabulary: Any
+  vocabulary_spec: VocabularySpec
+  definitions: tuple[dict[str, Any], ...] | None
+
+  def dataset(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int,
+              split: str = "train", shuffle: bool = True, num_epochs: int | None = None, pack: bool = True):
+    """This host's share of a global batch stream (`batch_size` is global)."""
+    from flax_xalign.data import pipeline
+
+    if batch_size % jax.process_count():
+      raise UserError(f"BATCH_SIZE={batch_size} must be divisible by the {jax.process_count()} hosts.")
+    return pipeline.get_dataset(
+        self.provider, languages=self.languages, split=split, feature_lengths=feature_lengths,
+        batch_size=batch_size // jax.process_count(), seed=seed, shuffle=shuffle,
+        shard_id=jax.process_index(), num_shards=jax.process_count(), pack=pack, num_epochs=num_epochs,
+        specials=self.vocabulary_spec.specials)
+
+
+def resolve_task(name: str, *, languages: Sequence[str] | None = None) -> TaskData:
+  """Resolves a registered task or mixture (UserError for unknown names)."""
+  from flax_xalign import tasks
+
+  provider, langs, vocabulary = tasks.registry.resolve(name, languages)
+  return TaskData(
+      name=name, provider=provider, languages=tuple(langs),
+      language_pairs=tuple(tasks.registry.language_pairs(name)),
+      vocabulary=vocabulary, vocabulary_spec=vocabulary_asset.spec_of(vocabulary),
+      definitions=tasks.registry.describe(name))
