@@ -162,7 +162,4 @@ def tiny_corpus(tmp_path_factory):
 
 @pytest.fixture
 def tiny_encoder():
-  from flax_xalign.models.config import EncoderConfig
-
-  return EncoderConfig(num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40,
-                       max_positions=32, num_languages=3, dropout_rate=0.1, attention_dropout_rate=0.0)
+  return testlib.tiny_encoder_config()

@@ -11,18 +11,9 @@ import os
 from flax_xalign import eval as eval_main
 from flax_xalign import train as train_main
 
-from tests.testlib import tree_snapshot
+from tests.testlib import tiny_encoder_gin, tree_snapshot
 
-TINY_MODEL = """
-EncoderConfig.num_layers = 2
-EncoderConfig.embed_dim = 24
-EncoderConfig.num_heads = 3
-EncoderConfig.head_dim = 8
-EncoderConfig.mlp_dim = 40
-EncoderConfig.max_positions = 32
-EncoderConfig.num_languages = 3
-EncoderConfig.attention_dropout_rate = 0.0
-"""
+TINY_MODEL = tiny_encoder_gin()
 
 
 def _gin_file(tmp_path, corpus, *, en_files=None, tsv_files=None, extra=""):

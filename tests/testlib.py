@@ -1,6 +1,26 @@
-"""Helpers shared by tests: a tiny two-language corpus and directory snapshots."""
+"""Helpers shared by tests: the tiny encoder config, a toy corpus, directory snapshots."""
 
 import os
+
+# The one tiny encoder of the tests. Odd, distinct sizes, and an attention
+# width (heads x head_dim = 30) that differs from embed (24), so a transposed
+# or confused axis fails loudly.
+TINY_ENCODER = dict(num_layers=2, embed_dim=24, num_heads=3, head_dim=10, mlp_dim=40, max_positions=32,
+                    num_languages=3, dropout_rate=0.1, attention_dropout_rate=0.0)
+
+
+def tiny_encoder_config(**overrides):
+  """An EncoderConfig of TINY_ENCODER with `overrides` applied."""
+  from flax_xalign.models.config import EncoderConfig
+
+  return EncoderConfig(**{**TINY_ENCODER, **overrides})
+
+
+def tiny_encoder_gin(**overrides):
+  """The same config as gin bindings (for entry-point tests)."""
+  values = {**TINY_ENCODER, **overrides}
+  return "\n".join(f"EncoderConfig.{k} = {v!r}" for k, v in values.items()) + "\n"
+
 
 WORDS_EN = "the a house dog cat sees runs big small red green old new tree river".split()
 WORDS_DE = "das ein haus hund katze sieht läuft groß klein rot grün alt neu baum fluss".split()

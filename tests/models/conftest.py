@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder_testlib import BASE_CONFIG
-from encoder_testlib import BATCH
-from encoder_testlib import LENGTH
+from tests.models.encoder_testlib import BASE_CONFIG
+from tests.models.encoder_testlib import BATCH
+from tests.models.encoder_testlib import LENGTH
 from flax_xalign.models.config import EncoderConfig
 
 

@@ -16,12 +16,11 @@ import numpy as np
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.models.encoder import unstack_layers
+from tests.testlib import tiny_encoder_config
 
 BATCH, LENGTH = 3, 13
-BASE_CONFIG = EncoderConfig(
-    vocab_size=61, num_layers=2, embed_dim=24, num_heads=3, head_dim=8,
-    mlp_dim=40, max_positions=17, dropout_rate=0.1,
-    attention_dropout_rate=0.1)
+BASE_CONFIG = tiny_encoder_config(vocab_size=61, max_positions=17, num_languages=0,
+                                  attention_dropout_rate=0.1)
 
 
 @functools.lru_cache(maxsize=None)

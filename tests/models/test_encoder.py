@@ -6,13 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder_testlib import abstract_variables
-from encoder_testlib import BATCH
-from encoder_testlib import encode
-from encoder_testlib import LENGTH
-from encoder_testlib import encode_embeddings_with_grad
-from encoder_testlib import mlm_logits
-from encoder_testlib import variables_for
+from tests.models.encoder_testlib import abstract_variables
+from tests.models.encoder_testlib import BATCH
+from tests.models.encoder_testlib import encode
+from tests.models.encoder_testlib import LENGTH
+from tests.models.encoder_testlib import encode_embeddings_with_grad
+from tests.models.encoder_testlib import mlm_logits
+from tests.models.encoder_testlib import variables_for
 from flax_xalign.models import axes
 from flax_xalign.models.encoder import attention_mask
 from flax_xalign.models.encoder import Encoder

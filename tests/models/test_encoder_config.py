@@ -9,9 +9,10 @@ import pytest
 from flax_xalign.models import config as config_lib
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
+from tests.testlib import TINY_ENCODER
 
 _GIN_DIR = pathlib.Path(__file__).resolve().parents[2] / "gin_configs/models"
-_SIZES = dict(num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40)
+_SIZES = {k: TINY_ENCODER[k] for k in ("num_layers", "embed_dim", "num_heads", "head_dim", "mlp_dim")}
 
 
 @pytest.mark.parametrize("field,value", [

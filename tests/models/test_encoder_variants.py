@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder_testlib import abstract_variables
-from encoder_testlib import encode
-from encoder_testlib import mlm_logits
-from encoder_testlib import variables_for
+from tests.models.encoder_testlib import abstract_variables
+from tests.models.encoder_testlib import encode
+from tests.models.encoder_testlib import mlm_logits
+from tests.models.encoder_testlib import variables_for
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.models.encoder import stack_layers
 from flax_xalign.models.encoder import unstack_layers

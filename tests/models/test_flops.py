@@ -8,7 +8,7 @@ from jax.extend import core as jax_core
 import jax.numpy as jnp
 import pytest
 
-from encoder_testlib import abstract_variables
+from tests.models.encoder_testlib import abstract_variables
 from flax_xalign.models import config as config_lib
 from flax_xalign.models import flops
 from flax_xalign.models.encoder import Encoder
@@ -17,12 +17,12 @@ _B, _T, _P = 3, 13, 4
 
 
 def test_matches_hand_count(config):
-  # e = a = 24, m = 40, V = 61, L = 2.
-  weights = 2 * _B * _T * (4 * 24 * 24 + 2 * 24 * 40)
-  attention = 4 * _B * _T**2 * 24
+  # e = 24, a = heads * head_dim = 30, m = 40, V = 61, L = 2.
+  weights = 2 * _B * _T * (4 * 24 * 30 + 2 * 24 * 40)
+  attention = 4 * _B * _T**2 * 30
   head = 2 * _B * _P * (24 * 24 + 24 * 61)
   forward = 2 * (weights + attention) + head
-  assert forward == 805248
+  assert forward == 919440
   assert flops.forward_flops_per_step(
       config, batch=_B, length=_T, num_predictions=_P) == forward
   assert flops.train_flops_per_step(
@@ -76,12 +76,13 @@ def test_matches_traced_matmuls(config):
 
 
 def test_count_params(config):
-  per_layer = 3 * (24 * 24 + 24) + (24 * 24 + 24) + 24 * 40 + 40 + 40 * 24 + 24
+  # q, k, v: [e, a] + [a]; out: [a, e] + [e]; e = 24, a = 30.
+  per_layer = 3 * (24 * 30 + 30) + (30 * 24 + 24) + 24 * 40 + 40 + 40 * 24 + 24
   per_layer += 2 * 2 * 24  # Two LayerNorms.
   embeddings = 61 * 24 + 17 * 24 + 2 * 24
   head = 24 * 24 + 24 + 2 * 24 + 61
   expected = embeddings + 2 * per_layer + head
-  assert flops.count_params(abstract_variables(config)) == expected == 11589
+  assert flops.count_params(abstract_variables(config)) == expected == 12777
 
 
 def test_base_preset_is_xlmr_base_sized():

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign import objectives
 from flax_xalign.objectives.mlm import masked_cross_entropy
 from flax_xalign.objectives.pretraining import PretrainingModel
+from tests.testlib import tiny_encoder_config
 
-CFG = EncoderConfig(vocab_size=61, num_layers=2, embed_dim=24, num_heads=3, head_dim=8, mlp_dim=40,
-                    max_positions=17, num_languages=3, dropout_rate=0.0, attention_dropout_rate=0.0)
+CFG = tiny_encoder_config(vocab_size=61, max_positions=17, dropout_rate=0.0)
 
 
 def _reference_ce(logits, targets, weights):
