@@ -353,8 +353,9 @@ def main(argv: list[str] | None = None) -> None:
   result = run(args)
   print_table(result)
   os.makedirs(os.path.dirname(args.output), exist_ok=True)
-  with open(args.output, "w") as f:
-    json.dump(result, f, indent=2)
+  from flax_xalign import fileio
+
+  fileio.write_atomically(args.output, json.dumps(result, indent=2))
   print(json.dumps(result), flush=True)
 
 

@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   from flax_xalign import gin_cli
   from flax_xalign.evaluation import aer as aer_lib
+  from flax_xalign.fileio import write_atomically
 
   start = time.time()
   cold = os.path.join(args.model_dir, "cold")
@@ -124,8 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
   print("\nflax_xalign demo 3/3: word alignment against the manual gold (test books) ...", flush=True)
   results = aer_comparison({"cold start": cold, "XLM-Align": aligned})
-  with open(os.path.join(args.model_dir, "aer.json"), "w") as f:
-    json.dump(results, f, indent=2, default=str)
+  write_atomically(os.path.join(args.model_dir, "aer.json"), json.dumps(results, indent=2, default=str))
   table = {(name, method, int(layer)): row for name, result in results.items()
            for method in METHODS for layer, row in result["scores"][method].items()}
   aer_lib.plot_layer_curve(table, os.path.join(args.model_dir, "aer_layers.png"),

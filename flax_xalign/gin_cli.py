@@ -16,6 +16,7 @@ from typing import Sequence
 import gin
 
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import write_atomically
 
 PACKAGE_GIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs")
 REPO_GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin_configs")
@@ -121,12 +122,7 @@ def _known_names() -> list[str]:
 
 def write_operative_config(model_dir: str, filename: str = "config.gin") -> None:
   """Writes gin's operative config atomically into `model_dir`."""
-  os.makedirs(model_dir, exist_ok=True)
-  path = os.path.join(model_dir, filename)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.write(gin.operative_config_str())
-  os.replace(tmp, path)
+  write_atomically(os.path.join(model_dir, filename), gin.operative_config_str())
 
 
 def required_binding_error(e: RuntimeError) -> UserError | None:

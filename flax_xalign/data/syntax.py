@@ -52,6 +52,7 @@ import numpy as np
 
 from flax_xalign import errors
 from flax_xalign.data import readers
+from flax_xalign.fileio import write_atomically
 
 CONLLU_COLUMNS = 10
 SUBJECT_RELATIONS = frozenset({"nsubj", "csubj"})
@@ -248,8 +249,7 @@ def write_conllu(sentences: Iterable[Sentence],
               f"{_sentence_name(sentence)}.")
       lines.append("\t".join(fields))
     lines.append("")
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in lines))
+  write_atomically(path, "".join(line + "\n" for line in lines))
 
 
 def apply_permutation(sentence: Sentence, perm: Sequence[int]) -> Sentence:

@@ -31,12 +31,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from flax_xalign.errors import UserError
-from flax_xalign.fileio import write_atomically  # noqa: F401  (also aer.write_atomically)
+from flax_xalign.fileio import save_figure, write_atomically  # noqa: F401  (also aer.write_atomically)
 
 Link = tuple[int, int]
 Alignment = frozenset  # of Link
@@ -310,16 +309,7 @@ def plot_layer_curve(table: Mapping[tuple, object], path: str, *, title: str | N
     if title:
       ax.set_title(title)
     fig.tight_layout()
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp", suffix=".png")
-    os.close(fd)
-    try:
-      fig.savefig(tmp, dpi=120)
-      os.replace(tmp, path)
-    finally:
-      if os.path.exists(tmp):
-        os.unlink(tmp)
+    save_figure(fig, path, dpi=120)
   finally:
     plt.close(fig)
   return path
