@@ -172,11 +172,9 @@ class Checkpointer:
   def save(self, step: int, state: Any, iterator: Any, meta: Mapping[str, Any], *,
            assets: Mapping[str, Asset] | None = None, asset_values: Mapping[str, Any] | None = None,
            force: bool = False) -> bool:
-    items = {
-        STATE: ocp.args.StandardSave(state),
-        DATA_ITERATOR: DataIteratorSave(iterator),
-        META: ocp.args.JsonSave(dict(meta)),
-    }
+    items = {STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(dict(meta))}
+    if iterator is not None:  # None: an imported model, which no data has touched yet.
+      items[DATA_ITERATOR] = DataIteratorSave(iterator)
     if assets:
       items[ASSETS] = AssetsSave(dict(assets), dict(asset_values or {}))
     saved = self._manager.save(step, args=ocp.args.Composite(**items), force=force)

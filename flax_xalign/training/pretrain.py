@@ -134,6 +134,10 @@ def pretrain(
   resume = None
   if latest is not None:
     saved, step_fingerprints = checkpoints_lib.read_run_at(model_dir, latest)
+    if not saved.objectives:
+      raise UserError(
+          f"{model_dir} holds an imported model, not a training run; train from it in a new MODEL_DIR with "
+          f"--gin.INIT_FROM_CHECKPOINT=\"{model_dir}\" (train.init_from_checkpoint).")
     checkpoints_lib.check_compatible(saved, run, where=os.path.join(model_dir, "checkpoints"))
     resume = (latest, saved, step_fingerprints)
   elif init_from_checkpoint:
@@ -196,8 +200,10 @@ def pretrain(
 def _check_warm_start(checkpoint_dir: str, run: run_spec_lib.RunSpec) -> None:
   """Refuses a warm start from a run with another vocabulary or language set (nothing written yet)."""
   _, source, _ = checkpoints_lib.read_run_spec(checkpoint_dir)
-  for key, ours, theirs in (("vocabulary", run.vocabulary.fingerprint(), source.vocabulary.fingerprint()),
-                            ("languages", list(run.languages), list(source.languages))):
+  checks = [("vocabulary", run.vocabulary.fingerprint(), source.vocabulary.fingerprint())]
+  if source.model.num_languages:  # Language ids matter only to a model with language embeddings.
+    checks.append(("languages", list(run.languages), list(source.languages)))
+  for key, ours, theirs in checks:
     if ours != theirs:
       raise UserError(
           f"init_from_checkpoint={checkpoint_dir} was trained with a different {key} "
