@@ -212,7 +212,7 @@ class Checkpointer:
 def _reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = None) -> ocp.CheckpointManager:
   """A read-only manager that knows every item (so Orbax does not warn about the ones not read)."""
   return ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(create=False, read_only=True),
+      directory, options=ocp.CheckpointManagerOptions(create=False),
       item_handlers={STATE: state or ocp.StandardCheckpointHandler(), DATA_ITERATOR: DataIteratorHandler(),
                      META: ocp.JsonCheckpointHandler(), ASSETS: AssetsHandler()})
 

@@ -1,0 +1,193 @@
+r"""Vocabulary trimming: keep only the pieces a task's corpus uses.
+
+A multilingual encoder carries a 250k-row embedding table (XLM-R, e5); a
+Greek-English corpus uses a few tens of thousands of those pieces. Trimming
+keeps the specials and every piece the corpus's segmentation uses, in their
+original order, and remaps everything consistently:
+
+* the SentencePiece model is rebuilt with only those pieces (ids renumbered
+  by rank; special ids recomputed from the new model);
+* the token embedding rows and the MLM output bias are gathered;
+* the config's vocabulary size shrinks; nothing else changes.
+
+For a unigram model this cannot change how the corpus is segmented (the
+best segmentation of every sentence only uses kept pieces, and removing
+pieces only removes other paths); `trim_model_dir` re-encodes the corpus with
+the trimmed model and checks it, piece for piece. BPE models (merge order)
+are refused: removing a piece can break a merge chain.
+
+  python -m flax_xalign.interop.trim --checkpoint=runs/e5 --task=bible_grc_en_mlm_tlm \
+      --output=runs/e5_bible
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from flax_xalign.errors import UserError
+
+_SPLITS = ("train", "validation", "test")
+
+
+def corpus_texts(task: str, splits: Sequence[str] = _SPLITS) -> Iterable[str]:
+  """Raw text of every example (both sides of pairs) of a registered task or mixture."""
+  from flax_xalign import tasks
+  from flax_xalign.tasks import registry
+
+  for name in tasks.task_names(task):
+    info = registry._TASKS.get(name)  # noqa: SLF001  (our tasks keep their raw-text loaders)
+    if info is None:
+      raise UserError(f"{name!r} is a plain seqio task; trimming reads raw text, which only flax_xalign's own "
+                      "tasks (TextTask, TsvBitextTask, the embedded corpora) expose.")
+    provider = tasks.get_provider(name)
+    for split in splits:
+      if split not in provider.splits:
+        continue
+      columns = info.loader(split)
+      for column in ("text", "text_b"):
+        yield from columns.get(column, ())
+
+
+def _proto(model: bytes):
+  from sentencepiece import sentencepiece_model_pb2 as pb
+
+  proto = pb.ModelProto()
+  proto.ParseFromString(model)
+  return proto, pb
+
+
+def kept_ids(model: bytes, texts: Iterable[str], *, batch: int = 4096) -> np.ndarray:
+  """Sorted ids to keep: every non-text piece (specials, user-defined, bytes) and every piece `texts` use."""
+  import sentencepiece as spm
+
+  proto, pb = _proto(model)
+  if proto.trainer_spec.model_type != pb.TrainerSpec.UNIGRAM:
+    raise UserError("only unigram SentencePiece models can be trimmed without changing how text is segmented "
+                    f"(this one is {pb.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type)}).")
+  processor = spm.SentencePieceProcessor(model_proto=model)
+  used = np.zeros(len(proto.pieces), bool)
+  used[[i for i, p in enumerate(proto.pieces) if p.type != pb.ModelProto.SentencePiece.NORMAL]] = True
+  chunk: list[str] = []
+  for text in texts:
+    chunk.append(text)
+    if len(chunk) == batch:
+      used[np.fromiter((i for ids in processor.encode(chunk) for i in ids), np.int64)] = True
+      chunk = []
+  if chunk:
+    used[np.fromiter((i for ids in processor.encode(chunk) for i in ids), np.int64)] = True
+  return np.flatnonzero(used)
+
+
+def trimmed_model(model: bytes, keep: np.ndarray) -> bytes:
+  """The SentencePiece model with only the pieces `keep` (sorted ids), special ids remapped."""
+  proto, _ = _proto(model)
+  new_id = {int(old): new for new, old in enumerate(keep)}
+  pieces = [proto.pieces[int(i)] for i in keep]
+  spec = proto.trainer_spec
+  for field in ("unk_id", "bos_id", "eos_id", "pad_id"):
+    old = getattr(spec, field)
+    if old >= 0:
+      setattr(spec, field, new_id[old])
+  spec.vocab_size = len(pieces)
+  del proto.pieces[:]
+  proto.pieces.extend(pieces)
+  return proto.SerializeToString()
+
+
+def trim_params(params: dict[str, Any], keep: np.ndarray, vocab_size: int) -> dict[str, Any]:
+  """Gathers the vocabulary rows (token embeddings, MLM output bias); refuses other vocab-sized leaves."""
+  import jax
+
+  params = jax.tree.map(np.asarray, params)
+  out = dict(params)
+  out["token_embed"] = {"embedding": params["token_embed"]["embedding"][keep]}
+  head = dict(params["mlm_head"])
+  head["output_bias"] = head["output_bias"][keep]
+  out["mlm_head"] = head
+  for path, leaf in jax.tree_util.tree_leaves_with_path(out):
+    if vocab_size in np.shape(leaf) and len(keep) != vocab_size:
+      raise UserError(f"parameter {jax.tree_util.keystr(path)} has a vocabulary-sized dimension that trimming "
+                      "does not know how to remap.")
+  return out
+
+
+def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[str] = _SPLITS,
+                   verbose: bool = True) -> dict[str, Any]:
+  """Writes a trimmed copy of MODEL_DIR `checkpoint` to `output`; returns a summary.
+
+  Raises:
+    UserError: not a SentencePiece vocabulary, a BPE model, a plain seqio
+      task, or (a bug) a corpus sentence that segments differently after trimming.
+  """
+  import seqio
+  import sentencepiece as spm
+
+  from flax_xalign.evaluation.mlm_eval import load_model, register_run_tasks, run_vocabulary
+  from flax_xalign.interop.model_dir import NOTICE_FILE, write_model_dir
+
+  start = time.perf_counter()
+  _, params, run, step = load_model(checkpoint)
+  register_run_tasks(run)
+  vocabulary = run_vocabulary(checkpoint, run)
+  if run.vocabulary.factor != 1 or not hasattr(vocabulary, "sp_model"):
+    raise UserError(f"{checkpoint}: only plain SentencePiece vocabularies can be trimmed.")
+  model = bytes(vocabulary.sp_model)
+  texts = list(corpus_texts(task, splits))
+  if not texts:
+    raise UserError(f"task {task!r} has no text in splits {list(splits)}.")
+  keep = kept_ids(model, texts)
+  new_model = trimmed_model(model, keep)
+  old, new = spm.SentencePieceProcessor(model_proto=model), spm.SentencePieceProcessor(model_proto=new_model)
+  for text in texts:  # The promise of this module, checked on the corpus itself.
+    if not np.array_equal(keep[new.encode(text)], old.encode(text)):
+      raise UserError(f"trimming changed the segmentation of {text[:60]!r}; this is a bug, please report it.")
+  config = run.model.replace(vocab_size=len(keep))
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "vocabulary.model")
+    with open(path, "wb") as f:
+      f.write(new_model)
+    notice_path = os.path.join(checkpoint, NOTICE_FILE)
+    notice = open(notice_path, encoding="utf-8").read() if os.path.exists(notice_path) else None
+    write_model_dir(output, config=config, params=trim_params(params, keep, run.model.vocab_size),
+                    vocabulary=seqio.SentencePieceVocabulary(path, extra_ids=0), languages=run.languages,
+                    language_pairs=run.language_pairs, notice=notice,
+                    origin={"trimmed_from": os.path.abspath(checkpoint), "step": int(step), "task": task,
+                            "splits": list(splits), "pieces_before": int(run.model.vocab_size),
+                            "pieces_after": int(len(keep))})
+  summary = {"pieces_before": int(run.model.vocab_size), "pieces_after": int(len(keep)),
+             "sentences": len(texts), "seconds": time.perf_counter() - start, "output": output}
+  if verbose:
+    print(f"trimmed {summary['pieces_before']:,} -> {summary['pieces_after']:,} pieces "
+          f"({summary['sentences']:,} sentences of {task}) in {summary['seconds']:.1f} s -> {output}", flush=True)
+  return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.trim", description=__doc__.splitlines()[0])
+  parser.add_argument("--checkpoint", required=True, help="MODEL_DIR to trim (an import or a training run)")
+  parser.add_argument("--task", required=True, help="registered task or mixture whose text decides what stays")
+  parser.add_argument("--output", required=True, help="new MODEL_DIR")
+  parser.add_argument("--splits", default=",".join(_SPLITS), help="comma-separated splits to read")
+  args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+  from flax_xalign import gin_cli
+
+  gin_cli.quiet_known_noise()
+  try:
+    summary = trim_model_dir(args.checkpoint, args.task, args.output, splits=tuple(args.splits.split(",")))
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(json.dumps(summary))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

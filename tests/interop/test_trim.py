@@ -1,0 +1,86 @@
+"""Vocabulary trimming: segmentation of the corpus, hidden states and logits are unchanged."""
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+import seqio
+import sentencepiece as spm
+
+from flax_xalign.errors import UserError
+from flax_xalign.evaluation import mlm_eval
+from flax_xalign.interop import trim
+from flax_xalign.interop.model_dir import write_model_dir
+from flax_xalign.models.encoder import Encoder
+from flax_xalign.objectives.pretraining import PretrainingModel
+from tests import testlib
+
+
+@pytest.fixture(scope="module")
+def big_model(tmp_path_factory, tiny_corpus):
+  """An 'imported' model whose unigram vocabulary was trained on more text than tiny_en uses."""
+  from flax_xalign.data import vocab
+
+  import random
+
+  root = tmp_path_factory.mktemp("trim")
+  rng = random.Random(3)
+  words = ["".join(rng.choice("zqxjkvwyfgh") for _ in range(rng.randint(3, 7))) for _ in range(400)]
+  extra = [" ".join(rng.choice(words) for _ in range(6)) for _ in range(600)]
+  sentences = [line.strip() for line in open(tiny_corpus["files"][("en", "train")], encoding="utf-8")] + extra
+  path = vocab.train_sentencepiece(sentences, vocab_size=120, model_path=root / "big.model", model_type="unigram")
+  vocabulary = seqio.SentencePieceVocabulary(str(path), extra_ids=0)
+  config = testlib.tiny_encoder_config(vocab_size=120, num_languages=0, dropout_rate=0.0)
+  model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
+  params = nn.meta.unbox(model.init(jax.random.key(9), batch=1, length=8))
+  params["mlm_head"]["output_bias"] = jax.random.normal(jax.random.key(1), (120,))  # Non-trivial bias.
+  model_dir = root / "model"
+  write_model_dir(str(model_dir), config=config, params=params, vocabulary=vocabulary, languages=["en"],
+                  notice="weights licence")
+  return model_dir
+
+
+def _encode(model, params, ids):
+  ids = np.asarray([ids], np.int32)
+  n = ids.shape[1]
+  out = model.encoder.apply({"params": params}, ids, lang_ids=None, positions=np.arange(n)[None],
+                            segment_ids=np.ones_like(ids), deterministic=True)
+  logits = model.encoder.apply({"params": params}, out.hidden, method=Encoder.mlm_logits)
+  return np.asarray(out.hidden[0]), np.asarray(logits[0])
+
+
+def test_trim_keeps_segmentation_states_and_logits(big_model, tmp_path, tiny_corpus):
+  output = tmp_path / "trimmed"
+  summary = trim.trim_model_dir(str(big_model), "tiny_en", str(output), verbose=False)
+  assert 5 < summary["pieces_after"] < summary["pieces_before"] == 120
+  old_model, old_params, old_run, _ = mlm_eval.load_model(str(big_model))
+  new_model, new_params, new_run, _ = mlm_eval.load_model(str(output))
+  assert new_run.model.vocab_size == summary["pieces_after"]
+  assert new_run.vocabulary.specials == old_run.vocabulary.specials.__class__(
+      **{**old_run.vocabulary.specials.as_dict(), "end_regular": None})  # Same specials; ids below 5 kept.
+  assert (output / "NOTICE").read_text() == "weights licence"
+  old_vocab = mlm_eval.run_vocabulary(str(big_model), old_run)
+  new_vocab = mlm_eval.run_vocabulary(str(output), new_run)
+  old_sp = spm.SentencePieceProcessor(model_proto=old_vocab.sp_model)
+  keep = np.asarray([old_sp.piece_to_id(new_vocab.tokenizer.id_to_piece(i)) for i in range(new_vocab.vocab_size)])
+  for text in list(trim.corpus_texts("tiny_en"))[:20]:
+    old_ids, new_ids = old_vocab.encode(text), new_vocab.encode(text)
+    np.testing.assert_array_equal(keep[new_ids], old_ids)
+    old_hidden, old_logits = _encode(old_model, old_params, old_ids)
+    new_hidden, new_logits = _encode(new_model, new_params, new_ids)
+    np.testing.assert_array_equal(new_hidden, old_hidden)
+    np.testing.assert_allclose(new_logits, old_logits[:, keep], rtol=1e-6, atol=1e-6)
+  # Text the corpus never used is absent.
+  pieces = [new_vocab.tokenizer.id_to_piece(i) for i in range(new_vocab.vocab_size)]
+  corpus_letters = set(open(tiny_corpus["files"][("en", "train")], encoding="utf-8").read())
+  foreign = set("zqxjkvwyfgh") - corpus_letters  # Letters only the extra words use.
+  assert foreign and not foreign & set("".join(p for p in pieces if not p.startswith("<")))
+
+
+def test_bpe_models_and_unknown_tasks_are_refused(big_model, tmp_path, tiny_corpus):
+  bpe = open(tiny_corpus["vocab"], "rb").read()  # The tiny corpus vocabulary is BPE.
+  with pytest.raises(UserError, match="only unigram"):
+    trim.kept_ids(bpe, ["the house"])
+  with pytest.raises(UserError, match="Unknown task"):
+    trim.trim_model_dir(str(big_model), "no_such_task", str(tmp_path / "x"), verbose=False)
+  assert trim.main([f"--checkpoint={big_model}", "--task=no_such_task", f"--output={tmp_path / 'y'}"]) == 2
