@@ -5,7 +5,9 @@ A vocabulary decides which ids are padding, `<s>`, `</s>`, `<unk>` and
 masked, drawn as random replacements, aligned or translated). Our own
 SentencePiece models use `PROJECT` (0..4 special, regular from 5); an imported
 XLM-R vocabulary is another instance (`<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3,
-`<mask>`=250001, regular ids 4..250000).
+`<mask>`=250001, regular ids 4..250000), and a BERT WordPiece vocabulary a
+third ([PAD]=0, [UNK]=100, [CLS]=101 as `<s>`, [SEP]=102 as `</s>`,
+[MASK]=103, regular after the reserved [unusedN] block).
 
 The run's vocabulary asset (`flax_xalign.assets.vocabulary`) records the ids
 in the run manifest; the model, objectives, feature converter, aligner and
@@ -78,15 +80,22 @@ PROJECT = SpecialTokens()
 
 
 def special_tokens_of(vocabulary: Any) -> SpecialTokens:
-  """The special ids of a seqio / SentencePiece vocabulary, read from its model.
+  """The special ids of a seqio vocabulary, read from its model.
 
-  Works on anything exposing a SentencePiece processor as `.tokenizer` (seqio's
-  `SentencePieceVocabulary`, our `LazyVocabulary` and `DoubledVocabulary`) or
-  a processor itself. The regular ids are those above every special id.
+  A vocabulary that knows its own layout says so through `special_tokens()`
+  (`flax_xalign.data.wordpiece.WordPieceVocabulary`: BERT's [PAD], [UNK],
+  [CLS], [SEP], [MASK]; checked here by that method, not by type, so this
+  module stays free of TensorFlow). Otherwise it must expose a SentencePiece
+  processor as `.tokenizer` (seqio's `SentencePieceVocabulary`, our
+  `LazyVocabulary` and `DoubledVocabulary`) or be a processor itself; its
+  regular ids are those above every special id.
 
   Raises:
     ValueError: the model has no `<mask>` piece or lacks one of the ids.
   """
+  own = getattr(vocabulary, "special_tokens", None)
+  if callable(own):
+    return own()
   processor = getattr(vocabulary, "tokenizer", vocabulary)
   ids = {"pad": processor.pad_id(), "eos": processor.eos_id(), "unk": processor.unk_id(),
          "bos": processor.bos_id()}
