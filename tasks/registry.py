@@ -41,6 +41,7 @@ import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
+from flax_xalign.data import normalize as normalize_lib
 from flax_xalign.data import pipeline
 
 # seqio's own rule for task names, applied before seqio sees the name.
@@ -114,16 +115,21 @@ def in_memory_dataset(split: str, shuffle_files: bool,
 def tokenize_and_tag(dataset: tf.data.Dataset,
                      output_features: Mapping[str, seqio.Feature], *,
                      lang: str, lang_b: str = "",
-                     id_maps: Tuple[Any, Any] = (None, None)) -> tf.data.Dataset:
+                     id_maps: Tuple[Any, Any] = (None, None),
+                     normalize: str = "") -> tf.data.Dataset:
   """Preprocessor: text (and text_b) -> tokens, tokens_b, lang, lang_b.
 
-  `id_maps` optionally re-map each side's token ids (a [V] int table, e.g. a
-  synthetic language's transliteration id -> id + V) after tokenisation.
+  `normalize` names a text normaliser (`flax_xalign.data.normalize`) applied
+  to both sides before tokenisation; "" leaves the text as it is. `id_maps`
+  optionally re-map each side's token ids (a [V] int table, e.g. a synthetic
+  language's transliteration id -> id + V) after tokenisation.
   """
   vocabulary = output_features["tokens"].vocabulary
   tables = [None if m is None else tf.constant(list(m), tf.int32) for m in id_maps]
+  normalize_lib.check_normalizer(normalize)
 
   def encode(text, table):
+    text = normalize_lib.normalize_tf(text, normalize)
     ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
     return ids if table is None else tf.gather(table, ids)
 
@@ -164,11 +170,13 @@ def register_task(name: str, *, loader: Loader,
                   splits: Sequence[str] = ("train", "validation", "test"),
                   definition: Any = None,
                   id_maps: Tuple[Any, Any] = (None, None),
-                  spec: Any = None) -> seqio.Task:
+                  spec: Any = None, normalize: str = "") -> seqio.Task:
   """Registers a monolingual (MLM) or, with `lang_b`, a bitext (TLM) task.
 
   Idempotent: registering the same `definition` again returns the task.
-  `spec` is what `describe` reports (see `TaskInfo`).
+  `spec` is what `describe` reports (see `TaskInfo`); `normalize` names the
+  text normaliser applied before tokenising (`tokenize_and_tag`), which
+  `definition` and `spec` should record.
   """
   definition = definition if definition is not None else (name, loader)
   if _already(name, definition):
@@ -178,6 +186,7 @@ def register_task(name: str, *, loader: Loader,
     if not isinstance(code, str) or not code or "\t" in code:
       raise errors.UserError(
           f"Task {name!r}: language code {code!r} must be a non-empty string.")
+  normalize_lib.check_normalizer(normalize, where=f"Task {name!r}: normalize")
   task = seqio.Task(
       name,
       source=seqio.FunctionDataSource(
@@ -185,7 +194,8 @@ def register_task(name: str, *, loader: Loader,
           splits=tuple(splits), caching_permitted=False),
       output_features=output_features(vocabulary),
       preprocessors=[functools.partial(tokenize_and_tag, lang=lang,
-                                       lang_b=lang_b or "", id_maps=tuple(id_maps))])
+                                       lang_b=lang_b or "", id_maps=tuple(id_maps),
+                                       normalize=normalize)])
   seqio.TaskRegistry.add_provider(name, task)
   languages = tuple(sorted({lang, lang_b} - {None}))
   _TASKS[name] = TaskInfo(languages=languages, loader=loader,

@@ -2,6 +2,9 @@
 
     TextTask(name="my_de_mlm", files={"train": "/data/de/*.txt"}, lang="de",
              vocabulary_path="/data/spm.model").register()
+    TextTask(name="my_grc_mlm", files={"train": "/data/grc/*.txt"}, lang="grc",
+             vocabulary_path="/models/e5/vocabulary.model",
+             normalize="nfd_strip_marks").register()
     TsvBitextTask(name="my_de_en_tlm", files={"train": "/data/de_en.tsv"},
                   lang_a="de", lang_b="en",
                   vocabulary_path="/data/spm.model").register()
@@ -17,6 +20,14 @@ In gin, build them with `@TextTask()` etc. and hand the list to `register_all`
   columns (side A, side B); blank lines are skipped; TLM examples.
 * `files` maps a split name to a glob (or a list of globs); matches are read in
   sorted order.
+* `vocabulary_path`: a SentencePiece model with the five special tokens, ours
+  (`python -m flax_xalign.data.vocab`) or an imported model's
+  `vocabulary.model` (e.g. XLM-R's layout, `<s>`=0 and `<pad>`=1); its ids are
+  read from the model (`flax_xalign.data.specials.special_tokens_of`).
+* `normalize`: a text normaliser applied before tokenising, one of
+  `flax_xalign.data.normalize.NORMALIZERS`: "" (none), "nfd_strip_marks"
+  (drop diacritics, e.g. polytonic Greek), "nfkc", "lower". Align such a model
+  with the same `--normalize`.
 * `AlphaMixture`: samples its tasks with rates n ** alpha, n = the number of
   training examples of each task (a file task counts its non-empty lines; a
   plain seqio task, registered directly with seqio, reports
@@ -37,6 +48,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from flax_xalign import errors
+from flax_xalign.data import normalize as normalize_lib
 from flax_xalign.data import vocab as vocab_lib
 
 from . import registry
@@ -156,7 +168,8 @@ def _vocabulary_path(task: str, path: str) -> str:
   if not isinstance(path, str) or not path:
     raise errors.UserError(
         f"Task {task!r}: vocabulary_path must name a SentencePiece .model file "
-        "(train one with `python -m flax_xalign.data.vocab`).")
+        "(train one with `python -m flax_xalign.data.vocab`, or use an imported "
+        "model's vocabulary.model).")
   return _absolute(path)
 
 
@@ -164,46 +177,62 @@ def _vocabulary(path: str) -> vocab_lib.LazyVocabulary:
   return vocab_lib.LazyVocabulary(vocab_lib.FixedPath(path))
 
 
+def _normalizer(task: str, name: str) -> str:
+  return normalize_lib.check_normalizer(name, where=f"Task {task!r}: normalize")
+
+
 @dataclasses.dataclass(frozen=True)
 class TextTask:
-  """Monolingual text files, one sentence/document per line (MLM)."""
+  """Monolingual text files, one sentence/document per line (MLM).
+
+  `normalize` names the text normaliser applied before tokenising (see the
+  module docstring); "" keeps the text as it is.
+  """
   name: str
   files: Mapping[str, Globs]
   lang: str
   vocabulary_path: str
+  normalize: str = ""
 
   def register(self) -> "TextTask":
     """Registers the seqio task (idempotent); returns self."""
     files = _normalise_files(self.name, self.files)
     spec = dataclasses.replace(self, files=dict(files),
-                               vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path))
+                               vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path),
+                               normalize=_normalizer(self.name, self.normalize))
     registry.register_task(
         self.name, loader=FileLoader(self.name, files, tsv=False),
         vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang, splits=[split for split, _ in files],
-        definition=spec, spec=spec)
+        definition=spec, spec=spec, normalize=spec.normalize)
     return self
 
 
 @dataclasses.dataclass(frozen=True)
 class TsvBitextTask:
-  """Tab-separated bitext files, `side A<TAB>side B` per line (TLM)."""
+  """Tab-separated bitext files, `side A<TAB>side B` per line (TLM).
+
+  `normalize` applies to both sides (see the module docstring).
+  """
   name: str
   files: Mapping[str, Globs]
   lang_a: str
   lang_b: str
   vocabulary_path: str
+  normalize: str = ""
 
   def register(self) -> "TsvBitextTask":
     """Registers the seqio task (idempotent); returns self."""
     files = _normalise_files(self.name, self.files)
     spec = dataclasses.replace(self, files=dict(files),
-                               vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path))
+                               vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path),
+                               normalize=_normalizer(self.name, self.normalize))
     registry.register_task(
         self.name, loader=FileLoader(self.name, files, tsv=True),
         vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang_a, lang_b=self.lang_b,
-        splits=[split for split, _ in files], definition=spec, spec=spec)
+        splits=[split for split, _ in files], definition=spec, spec=spec,
+        normalize=spec.normalize)
     return self
 
 

@@ -9,7 +9,8 @@ missing `lang` (`lang_b`) is the converter's language when it has exactly one.
 Output (int32 [L] each, L = `task_feature_lengths["tokens"]`):
 
 * `tokens`: `<s> a </s>` for a monolingual example, `<s> a </s> <s> b </s>` for
-  a pair; 0 is padding.
+  a pair; padding is the vocabulary's `<pad>` id (`specials.pad`: 0 for our
+  own layout, 1 for an imported XLM-R vocabulary).
 * `lang_ids`: index of the language in the sorted language list + 1.
 * `segment_ids`: 1..k for the k examples packed into the row; 0 on padding.
 * `positions`: 0.. within each side (they restart on the second side of a pair).
@@ -22,10 +23,15 @@ gets the smaller half when it is odd) and a short side gives its unused share to
 the other.
 
 Packing is seqio's greedy packer (`trim_and_pack_dataset`), which fills rows
-from windows of L consecutive examples. Its packer finds an example's length by
-counting non-zero entries, so `positions` and `pair_side` travel through it
-shifted by +1 and are shifted back afterwards. Everything is plain tf.data and
-tf ops (no py_function), so iterators can be saved with `tf.train.Checkpoint`.
+from windows of L consecutive examples. Its packer (and its padder, unpacked)
+pads with 0 and finds an example's length by counting non-zero entries, while
+0 is a real id in `positions`, `pair_side` and, in an XLM-R vocabulary
+(`<s>` = 0), in `tokens`. So these three travel through it shifted by +1;
+afterwards they are shifted back and padding becomes `specials.pad` in
+`tokens` and 0 elsewhere. With our own layout (`<pad>` = 0, no real token 0)
+the batches are the same as packing the ids unshifted. Everything is plain
+tf.data and tf ops (no py_function), so iterators can be saved with
+`tf.train.Checkpoint`.
 """
 
 from typing import Dict, Mapping, Sequence, Tuple
@@ -40,7 +46,8 @@ from flax_xalign.data.specials import SpecialTokens
 MODEL_FEATURE_KEYS = ("tokens", "lang_ids", "segment_ids", "positions",
                       "pair_side")
 _LAYOUT_KEYS = ("tokens", "lang_ids", "positions", "pair_side")
-_SHIFTED_KEYS = ("positions", "pair_side")
+# Keys where 0 is a real value: shifted by +1 through seqio's packer and padder.
+_SHIFTED_KEYS = ("tokens", "positions", "pair_side")
 _INPUTS = {"tokens": (tf.int32, 1), "tokens_b": (tf.int32, 1),
            "lang": (tf.string, 0), "lang_b": (tf.string, 0)}
 # Shortest row that holds a pair with one token per side.
@@ -70,9 +77,9 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
   Attributes:
     languages: the sorted, distinct language codes; id = index + 1.
-    specials: the vocabulary's special ids; `<s>` and `</s>` frame each side,
-      and padding must be 0 (seqio's packer pads with 0 and finds lengths by
-      counting non-zero ids).
+    specials: the vocabulary's special ids; `<s>` and `</s>` frame each side
+      and `<pad>` fills `tokens` after the last example of a row (any id:
+      see the module docstring).
   """
 
   TASK_FEATURES = {"tokens": seqio.FeatureConverter.FeatureSpec(tf.int32)}
@@ -95,12 +102,6 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
       raise errors.UserError(
           f"specials must be a flax_xalign.data.specials.SpecialTokens, got "
           f"{specials!r}.")
-    if specials.pad != 0:
-      raise errors.UserError(
-          f"The vocabulary pads with id {specials.pad}, but the feature "
-          "converter needs padding id 0 (seqio's packer pads with 0 and counts "
-          "non-zero ids to find lengths); remap the vocabulary so that <pad> "
-          "is id 0.")
     self.specials = specials
     # Lengths are enforced by our own trimming; seqio's length assertions
     # would only reject over-long raw inputs that we trim anyway.
@@ -205,38 +206,37 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     ds = ds.map(lambda ex: self._layout(ex, length),
                 num_parallel_calls=tf.data.AUTOTUNE)
     lengths = {k: length for k in _LAYOUT_KEYS}
+    ds = ds.map(_shift_up, num_parallel_calls=tf.data.AUTOTUNE)
     if self.pack:
-      ds = ds.map(_shift(+1), num_parallel_calls=tf.data.AUTOTUNE)
       ds = seqio.utils.trim_and_pack_dataset(ds, lengths)
-      ds = ds.map(_unpack, num_parallel_calls=tf.data.AUTOTUNE)
     else:
       ds = seqio.utils.trim_and_pad_dataset(ds, lengths)
-      ds = ds.map(_add_single_segment, num_parallel_calls=tf.data.AUTOTUNE)
+    pad = self.specials.pad
+    ds = ds.map(lambda ex: _shift_down(ex, pad),
+                num_parallel_calls=tf.data.AUTOTUNE)
     return ds.map(lambda ex: _set_shapes(ex, length))
 
 
-def _shift(offset: int):
-  def fn(ex):
-    return {k: v + offset if k in _SHIFTED_KEYS else v for k, v in ex.items()}
-  return fn
+def _shift_up(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """+1 on the keys where 0 is a real value, so that 0 means padding."""
+  return {k: v + 1 if k in _SHIFTED_KEYS else v for k, v in ex.items()}
 
 
-def _unpack(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-  """Keeps seqio's segment ids and undoes the +1 shift on padding-aware keys."""
-  occupied = tf.cast(tf.not_equal(ex["tokens"], 0), tf.int32)
+def _shift_down(ex: Mapping[str, tf.Tensor], pad: int) -> Dict[str, tf.Tensor]:
+  """Undoes `_shift_up` after packing or padding; padding -> `pad` / 0.
+
+  Packed rows keep seqio's segment ids (1..k); an unpacked row is segment 1.
+  """
+  occupied = tf.not_equal(ex["tokens"], 0)
+  as_int = tf.cast(occupied, tf.int32)
+  segment_ids = ex.get("tokens_segment_ids", as_int)
   return {
-      "tokens": ex["tokens"],
+      "tokens": tf.where(occupied, ex["tokens"] - 1, pad),
       "lang_ids": ex["lang_ids"],
-      "segment_ids": ex["tokens_segment_ids"],
-      "positions": (ex["positions"] - 1) * occupied,
-      "pair_side": (ex["pair_side"] - 1) * occupied,
+      "segment_ids": segment_ids,
+      "positions": (ex["positions"] - 1) * as_int,
+      "pair_side": (ex["pair_side"] - 1) * as_int,
   }
-
-
-def _add_single_segment(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-  out = dict(ex)
-  out["segment_ids"] = tf.cast(tf.not_equal(ex["tokens"], 0), tf.int32)
-  return out
 
 
 def _set_shapes(ex: Mapping[str, tf.Tensor],

@@ -112,7 +112,7 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
     num_shards: number of hosts reading disjoint shards.
     pack: pack several examples per row (segment ids 1..k).
     num_epochs: passes over the data; None repeats forever.
-    specials: the vocabulary's special ids (`<s>`, `</s>`; padding must be 0).
+    specials: the vocabulary's special ids (`<s>`, `</s>` and the padding id).
 
   Returns:
     A dataset of dicts of int32 `[batch_size, L]` tensors `tokens, lang_ids,

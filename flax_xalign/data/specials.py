@@ -26,7 +26,7 @@ class SpecialTokens:
   """Special ids of one vocabulary and the range of its regular ids.
 
   Attributes:
-    pad: padding id (0 in every batch the feature converter packs).
+    pad: padding id (the feature converter pads batches with it).
     eos: `</s>`, closes a sentence or a side of a pair.
     unk: `<unk>`.
     bos: `<s>`, opens a sentence or a side of a pair.
@@ -107,4 +107,9 @@ def special_tokens_of(vocabulary: Any) -> SpecialTokens:
   if missing:
     raise ValueError(f"the SentencePiece model defines no {', '.join(missing)} id; retrain it with "
                      "`python -m flax_xalign.data.vocab`.")
-  return SpecialTokens(**ids, mask=mask, first_regular=max(*ids.values(), mask) + 1)
+  special = {*ids.values(), mask}
+  first = 0
+  while first in special:  # Regular ids run from after the leading specials ...
+    first += 1
+  end = min((i for i in special if i > first), default=None)  # ... up to the next special (XLM-R's <mask>).
+  return SpecialTokens(**ids, mask=mask, first_regular=first, end_regular=end)

@@ -10,7 +10,7 @@ name     what it changes                        applied to
 =======  =====================================  ==============================
 `trans`  the script: every regular token id i   token ids, after tokenisation
          becomes i + V (a copy of the
-         vocabulary); specials 0..4 stay
+         vocabulary); special ids stay
 `inv`    word order, reversed                   words, before tokenisation
 `syn`    word order, re-linearised from a       words, before tokenisation
          dependency parse (`syntax.py`)
@@ -26,9 +26,15 @@ has no punctuation). Words are never changed by `transform_words`; labels
 attached to words (POS, NER, ...) move with them, and NER tags are repaired
 so that every span opens with `B-` (`repair_bio`).
 
+Which ids are regular comes from the natural vocabulary's `specials`
+(`flax_xalign.data.specials.SpecialTokens`, our `PROJECT` layout by default):
+pad, eos, unk, bos and mask, and every id outside [first_regular,
+end_regular), keep their id, wherever they are (an XLM-R-layout vocabulary has
+`<s>`=0 ... `<unk>`=3 and `<mask>` last).
+
 Partial vocabulary overlap (`overlap`, ALIGN-MLM's `--one_to_one_file`): a
-seeded random set of `round(overlap * (V - 5))` regular ids keeps its id, so
-those tokens are shared by both languages.
+seeded random set of `round(overlap * R)` of the R regular ids keeps its id,
+so those tokens are shared by both languages.
 
 Example, derived POS data from the Greek corpus:
 
@@ -54,10 +60,9 @@ import numpy as np
 
 from flax_xalign import errors
 from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.specials import SpecialTokens
 from flax_xalign.data import syntax as syntax_lib
 
-# Specials of the natural language's SentencePiece model (ours): never changed.
-NUM_SPECIAL_TOKENS = PROJECT.first_regular
 TRANSFORMS = ("trans", "inv", "syn")
 WORD_TRANSFORMS = ("inv", "syn")
 _SHARED_IDS_STREAM = 0
@@ -153,17 +158,21 @@ class SyntheticLanguage:
     transforms: names from `TRANSFORMS`, e.g. ("trans",), ("trans", "inv"),
       ("trans", "syn"), ("inv",); a string is parsed with `parse_transforms`.
     vocab_size: V, the size of the natural vocabulary (ids 0..V-1).
-    overlap: the fraction of regular ids (5..V-1) that stay shared (keep
-      their id); exactly `round(overlap * (V - 5))` of them (Python's round).
-      Only with "trans".
+    overlap: the fraction of the R regular ids (`regular_ids()`; 5..V-1 for
+      our layout) that stay shared (keep their id); exactly
+      `round(overlap * R)` of them (Python's round). Only with "trans".
     seed: draws the shared ids and, with `sentence_seed`, the syntax choices.
     syntax: the target order; required iff "syn" is in `transforms`.
+    specials: the natural vocabulary's special ids; every id that is not
+      regular (pad, eos, unk, bos, mask, anything outside [first_regular,
+      end_regular)) maps to itself.
   """
   transforms: tuple[str, ...]
   vocab_size: int
   overlap: float = 0.0
   seed: int = 0
   syntax: Optional[syntax_lib.ReorderSpec] = None
+  specials: SpecialTokens = PROJECT
 
   def __post_init__(self):
     transforms = self.transforms
@@ -172,10 +181,14 @@ class SyntheticLanguage:
     else:
       transforms = parse_transforms(",".join(transforms))
     object.__setattr__(self, "transforms", transforms)
-    if self.vocab_size <= NUM_SPECIAL_TOKENS:
+    if not isinstance(self.specials, SpecialTokens):
+      raise errors.UserError(
+          f"SyntheticLanguage: specials must be a flax_xalign.data.specials."
+          f"SpecialTokens, got {self.specials!r}.")
+    if not self._regular.any():
       raise errors.UserError(
           f"SyntheticLanguage: vocab_size={self.vocab_size} leaves no "
-          f"regular ids (ids 0..{NUM_SPECIAL_TOKENS - 1} are special).")
+          f"regular ids (the special ids are {self.specials}).")
     if not 0.0 <= self.overlap <= 1.0:
       raise errors.UserError(
           f"SyntheticLanguage: overlap={self.overlap} is outside [0, 1].")
@@ -207,8 +220,16 @@ class SyntheticLanguage:
     return 2 * self.vocab_size if self.transliterates else self.vocab_size
 
   @functools.cached_property
+  def _regular(self) -> np.ndarray:
+    """bool [V]: True for the regular ids, the only ones transliterated."""
+    ids = np.arange(self.vocab_size, dtype=np.int32)
+    s = self.specials
+    regular = np.asarray(s.is_regular(ids), dtype=bool)
+    return regular & ~np.isin(ids, [s.pad, s.eos, s.unk, s.bos, s.mask])
+
+  @functools.cached_property
   def _shared_ids(self) -> np.ndarray:
-    regular = np.arange(NUM_SPECIAL_TOKENS, self.vocab_size, dtype=np.int32)
+    regular = np.flatnonzero(self._regular).astype(np.int32)
     if not self.transliterates:
       return regular
     count = int(round(self.overlap * regular.size))
@@ -219,11 +240,14 @@ class SyntheticLanguage:
   def _id_map(self) -> np.ndarray:
     mapping = np.arange(self.vocab_size, dtype=np.int32)
     if self.transliterates:
-      moved = np.ones(self.vocab_size, dtype=bool)
-      moved[:NUM_SPECIAL_TOKENS] = False
+      moved = self._regular.copy()
       moved[self._shared_ids] = False
       mapping[moved] += self.vocab_size
     return mapping
+
+  def regular_ids(self) -> np.ndarray:
+    """int32: the sorted regular ids of the natural vocabulary (`specials`)."""
+    return np.flatnonzero(self._regular).astype(np.int32)
 
   def shared_ids(self) -> np.ndarray:
     """The sorted regular ids that keep their id (all of them without trans).
@@ -232,7 +256,7 @@ class SyntheticLanguage:
 
   def id_map(self) -> np.ndarray:
     """int32 [V]: natural id -> derived id (i + V for a regular, non-shared id
-    of a transliterating language; i otherwise)."""
+    of a transliterating language; i otherwise, every special id included)."""
     return self._id_map.copy()
 
   def transliterate_ids(self, ids) -> np.ndarray:

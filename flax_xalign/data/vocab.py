@@ -1,7 +1,7 @@
-"""SentencePiece vocabularies with the project's fixed special ids.
+"""SentencePiece vocabularies: our own layout for training, any layout to load.
 
-Every model trained here reserves the same ids, which the objectives and the
-feature converter rely on:
+Every model trained here (`train_sentencepiece`, the CLI, the Bible model)
+reserves the same ids, `flax_xalign.data.specials.PROJECT`:
 
 ====  =========  ============================================
 id    piece      use
@@ -13,9 +13,18 @@ id    piece      use
 4     `<mask>`   MLM mask (a SentencePiece user-defined symbol)
 ====  =========  ============================================
 
-seqio's `SentencePieceVocabulary` assumes pad=0, eos=1, unk=2 and, with
-`extra_ids > 0`, appends sentinels *and* still reports `vocab_size` without
-them; we never use extra ids, so `vocab_size` is exactly the piece count.
+`load_vocabulary` accepts any SentencePiece model that defines the five
+specials (pad, eos, unk and bos ids, and a `<mask>` piece), wherever they are:
+e.g. an imported XLM-R model rebuilt so that SentencePiece's ids are the
+model's (`<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, text pieces, `<mask>` last).
+Nothing downstream assumes our layout: every module reads the ids with
+`specials.special_tokens_of` (the run manifest records them). seqio's
+`SentencePieceVocabulary.pad_id` always answers 0, whatever the model says;
+use `special_tokens_of(vocabulary).pad`.
+
+seqio's `SentencePieceVocabulary` with `extra_ids > 0` appends sentinels *and*
+still reports `vocab_size` without them; we never use extra ids, so
+`vocab_size` is exactly the piece count.
 
 `bible_vocabulary()` builds the default Greek + English model from the
 embedded corpus's training split and caches it with a manifest of its inputs.
@@ -143,36 +152,46 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_size: int,
 
 
 def check_special_ids(processor: spm.SentencePieceProcessor,
-                      path: PathLike) -> None:
-  """Raises UserError unless `processor` has the project's special ids."""
-  found = {
-      "pad_id": processor.pad_id(), "eos_id": processor.eos_id(),
-      "unk_id": processor.unk_id(), "bos_id": processor.bos_id()}
-  expected = {"pad_id": PAD_ID, "eos_id": EOS_ID, "unk_id": UNK_ID,
-              "bos_id": BOS_ID}
-  size = processor.get_piece_size()
-  mask = processor.id_to_piece(MASK_ID) if size > MASK_ID else None
-  if found != expected or mask != SPECIAL_PIECES[MASK_ID]:
+                      path: PathLike) -> specials.SpecialTokens:
+  """The special ids of a SentencePiece model; UserError if it lacks one.
+
+  Any layout is accepted (ours, XLM-R's, ...) as long as the model defines
+  pad, eos, unk and bos ids, a `<mask>` piece, and text pieces besides them.
+
+  Raises:
+    UserError: naming `path` and what is missing.
+  """
+  try:
+    found = specials.special_tokens_of(processor)
+  except ValueError as e:
     raise errors.UserError(
-        f"SentencePiece model {path} does not use flax_xalign's special ids: "
-        f"found {found} and piece {mask!r} at id {MASK_ID}; expected "
-        f"{expected} and '<mask>' at id {MASK_ID}. Retrain it with "
-        "`python -m flax_xalign.data.vocab --input=FILE --vocab_size=N "
-        "--output=PREFIX`.")
+        f"SentencePiece model {path} lacks special tokens flax_xalign needs "
+        f"(<pad>, </s>, <unk>, <s> ids and a <mask> piece): {e}") from e
+  size = processor.get_piece_size()
+  low, high = found.regular_range(size)
+  if low >= high:
+    raise errors.UserError(
+        f"SentencePiece model {path} has no text pieces besides its special "
+        f"tokens ({found}, {size} pieces); retrain it with `python -m "
+        "flax_xalign.data.vocab`.")
+  return found
 
 
 def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   """Loads a SentencePiece model as a seqio vocabulary, checking special ids.
 
   Args:
-    path: a `.model` file written by `train_sentencepiece` (or the CLI).
+    path: a `.model` file: written by `train_sentencepiece` (or the CLI), or
+      any model with the five specials (`check_special_ids`), such as an
+      imported XLM-R model's `vocabulary.model`. Read its ids with
+      `specials.special_tokens_of(vocabulary)`.
 
   Returns:
     A `seqio.SentencePieceVocabulary` with no extra ids, so its `vocab_size`
     equals the number of pieces.
 
   Raises:
-    UserError: the file is missing, unreadable or has other special ids.
+    UserError: the file is missing, unreadable or lacks a special token.
   """
   path = str(path)
   if not os.path.isfile(path):

@@ -1,7 +1,10 @@
 """Tests for XAlignFeatureConverter on hand-made examples."""
 
+import itertools
+
 import numpy as np
 import pytest
+import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
@@ -128,9 +131,8 @@ def test_bad_configuration_is_a_user_error():
     fc.XAlignFeatureConverter(["en"])(wide, {"tokens": 9})
   assert fc.XAlignFeatureConverter(["grc", "en", "en"]).languages == (
       "en", "grc")
-  with pytest.raises(errors.UserError, match="padding id 0"):
-    fc.XAlignFeatureConverter(["en"], specials=specials.SpecialTokens(
-        bos=0, pad=1, eos=2, unk=3, mask=4))
+  with pytest.raises(errors.UserError, match="must be a flax_xalign"):
+    fc.XAlignFeatureConverter(["en"], specials={"pad": 0})
 
 
 def _plain(examples, keep):
@@ -187,3 +189,157 @@ def test_special_ids_come_from_special_tokens():
       pair["tokens"], [8, 20, 21, 7, 8, 30, 31, 32, 7] + [0] * 4)
   assert converter.specials == other
   assert fc.XAlignFeatureConverter(["en"]).specials == specials.PROJECT
+
+
+# ------------------------------------------- padding ids other than 0 (XLM-R)
+
+XLMR = specials.SpecialTokens(bos=0, pad=1, eos=2, unk=3, mask=60,
+                              first_regular=4, end_regular=60)
+
+
+def _random_examples(seed, count=60):
+  """Monolingual examples and pairs of varied lengths, regular ids 5..59."""
+  rng = np.random.default_rng(seed)
+  examples = []
+  for _ in range(count):
+    a = rng.integers(5, 60, rng.integers(0, 12)).tolist()
+    if rng.random() < 0.4:
+      b = rng.integers(5, 60, rng.integers(1, 12)).tolist()
+      examples.append((a or [7], b, "grc", "en"))
+    else:
+      examples.append((a, [], str(rng.choice(["en", "grc"])), ""))
+  return examples
+
+
+def test_xlmr_padding_unpacked_and_packed():
+  converter = fc.XAlignFeatureConverter(["en", "grc"], pack=False,
+                                        specials=XLMR)
+  mono, pair = converter(_dataset([MONO, PAIR]), {"tokens": 13}
+                         ).as_numpy_iterator()
+  np.testing.assert_array_equal(mono["tokens"], [0, 10, 11, 12, 2] + [1] * 8)
+  np.testing.assert_array_equal(mono["segment_ids"], [1] * 5 + [0] * 8)
+  np.testing.assert_array_equal(mono["positions"], [0, 1, 2, 3, 4] + [0] * 8)
+  np.testing.assert_array_equal(
+      pair["tokens"], [0, 20, 21, 2, 0, 30, 31, 32, 2] + [1] * 4)
+  np.testing.assert_array_equal(
+      pair["positions"], [0, 1, 2, 3, 0, 1, 2, 3, 4] + [0] * 4)
+  np.testing.assert_array_equal(pair["pair_side"], [1] * 4 + [2] * 5 + [0] * 4)
+  packed = fc.XAlignFeatureConverter(["en", "grc"], specials=XLMR)
+  rows = list(packed(_dataset([MONO, PAIR, ([40], [], "grc", "")]),
+                     {"tokens": 15}).as_numpy_iterator())
+  # <s> = 0 inside a row does not end an example: the same rows as our layout.
+  np.testing.assert_array_equal(
+      rows[0]["tokens"], [0, 10, 11, 12, 2, 0, 20, 21, 2, 0, 30, 31, 32, 2, 1])
+  np.testing.assert_array_equal(rows[0]["segment_ids"], [1] * 5 + [2] * 9 + [0])
+  np.testing.assert_array_equal(
+      rows[0]["positions"], [0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2, 3, 4, 0])
+  np.testing.assert_array_equal(rows[1]["tokens"], [0, 40, 2] + [1] * 12)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_xlmr_batches_are_project_batches_with_specials_moved(pack):
+  """Packing decisions do not depend on where the special ids are."""
+  examples = _random_examples(0)
+  moved = np.arange(61)
+  moved[[0, 1, 3]] = [XLMR.pad, XLMR.eos, XLMR.bos]  # 0 pad, 1 </s>, 3 <s>.
+  ours = _convert(examples, 17, pack=pack)
+  converter = fc.XAlignFeatureConverter(["en", "grc"], pack=pack,
+                                        specials=XLMR)
+  theirs = list(converter(_dataset(examples), {"tokens": 17})
+                .as_numpy_iterator())
+  assert len(theirs) == len(ours) > 10
+  for want, row in zip(ours, theirs):
+    np.testing.assert_array_equal(row["tokens"], moved[want["tokens"]])
+    for key in ("segment_ids", "positions", "pair_side", "lang_ids"):
+      np.testing.assert_array_equal(row[key], want[key], err_msg=key)
+    padding = row["segment_ids"] == 0
+    assert (row["tokens"][padding] == XLMR.pad).all()
+    assert (row["tokens"][~padding] != XLMR.pad).all()
+
+
+# ---------------------------------- our layout: the same batches as before
+
+def _shift_positions(ex):
+  return {k: v + 1 if k in ("positions", "pair_side") else v
+          for k, v in ex.items()}
+
+
+class _UnshiftedTokensConverter(fc.XAlignFeatureConverter):
+  """The converter as it was before padding ids other than 0: `tokens` went
+  through seqio's packer unshifted, padding found as tokens == 0. Kept as the
+  reference that our own layout (pad = 0) must still match bit for bit."""
+
+  def _convert_features(self, ds, task_feature_lengths):
+    length = int(task_feature_lengths["tokens"])
+    self._check_inputs(ds)
+    ds = self._complete_inputs(ds)
+    ds = ds.filter(lambda ex: tf.size(ex["tokens"]) + tf.size(ex["tokens_b"])
+                   > 0)
+    ds = ds.map(lambda ex: self._layout(ex, length))
+    lengths = {k: length for k in fc._LAYOUT_KEYS}
+    if self.pack:
+      ds = ds.map(_shift_positions)
+      ds = seqio.utils.trim_and_pack_dataset(ds, lengths)
+
+      def unpack(ex):
+        occupied = tf.cast(tf.not_equal(ex["tokens"], 0), tf.int32)
+        return {"tokens": ex["tokens"], "lang_ids": ex["lang_ids"],
+                "segment_ids": ex["tokens_segment_ids"],
+                "positions": (ex["positions"] - 1) * occupied,
+                "pair_side": (ex["pair_side"] - 1) * occupied}
+
+      ds = ds.map(unpack)
+    else:
+      ds = seqio.utils.trim_and_pad_dataset(ds, lengths)
+      ds = ds.map(lambda ex: dict(ex, segment_ids=tf.cast(
+          tf.not_equal(ex["tokens"], 0), tf.int32)))
+    return ds.map(lambda ex: fc._set_shapes(ex, length))
+
+
+@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("length", [6, 17, 40])
+def test_project_layout_is_bit_identical_to_the_unshifted_converter(pack,
+                                                                    length):
+  examples = _random_examples(length)
+  expected = list(_UnshiftedTokensConverter(["en", "grc"], pack=pack)(
+      _dataset(examples), {"tokens": length}).as_numpy_iterator())
+  got = _convert(examples, length, pack=pack)
+  assert len(got) == len(expected) > 0
+  for want, row in zip(expected, got):
+    assert set(row) == set(want)
+    for key, value in want.items():
+      assert row[key].dtype == value.dtype
+      np.testing.assert_array_equal(row[key], value, err_msg=key)
+
+
+def test_project_task_batches_are_bit_identical_to_the_unshifted_converter(
+    toy_corpus, monkeypatch):
+  """Same tasks, same seeds, through the pipeline: the same batches."""
+  from flax_xalign import tasks
+  from flax_xalign.data import pipeline
+  from flax_xalign.tasks import user
+
+  root, model = toy_corpus
+  user.TextTask(name="fc_en", files={"train": str(root / "en.txt")},
+                lang="en", vocabulary_path=str(model)).register()
+  user.TsvBitextTask(name="fc_de_en", files={"train": str(root / "de_en.tsv")},
+                     lang_a="de", lang_b="en",
+                     vocabulary_path=str(model)).register()
+  user.AlphaMixture(name="fc_mix", tasks=("fc_en", "fc_de_en")).register()
+  provider, languages, _ = tasks.resolve("fc_mix")
+
+  def batches(pack, seed):
+    ds = pipeline.get_dataset(provider, languages=languages, split="train",
+                              feature_lengths={"tokens": 29}, batch_size=3,
+                              seed=seed, pack=pack)
+    return list(itertools.islice(ds.as_numpy_iterator(), 8))
+
+  for pack, seed in ((True, 0), (True, 5), (False, 1)):
+    got = batches(pack, seed)
+    with monkeypatch.context() as patch:
+      patch.setattr(fc, "XAlignFeatureConverter", _UnshiftedTokensConverter)
+      expected = batches(pack, seed)
+    assert len(got) == len(expected) == 8
+    for want, batch in zip(expected, got):
+      for key, value in want.items():
+        np.testing.assert_array_equal(batch[key], value, err_msg=key)

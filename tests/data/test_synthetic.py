@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from flax_xalign import errors
+from flax_xalign.data import specials
 from flax_xalign.data import syntax
 from flax_xalign.data import synthetic
 
@@ -188,3 +189,54 @@ def test_compositions_apply_word_transforms_in_order():
   # and leaves the determiners where inversion put them.
   words, _ = inv_syn.transform_words(GREEK, parse=parse, sentence_seed=seed)
   assert words == ["λόγον", "τὸν", "ἀγαθὸς", "ἄνθρωπος", "ὁ", "βλέπει"]
+
+
+def test_project_id_maps_are_unchanged():
+  """Recorded from the code before `specials` existed (fixed ids 0..4)."""
+  import hashlib
+
+  lang = synthetic.SyntheticLanguage(("trans",), V, overlap=0.25, seed=3)
+  assert lang.specials == specials.PROJECT
+  assert lang.shared_ids().tolist() == [7, 8, 9, 13, 15, 22, 28, 31, 34, 39,
+                                        43, 47, 51, 59]
+  np.testing.assert_array_equal(lang.regular_ids(), np.arange(5, V))
+  big = synthetic.SyntheticLanguage(("trans", "inv"), 8003, overlap=0.1,
+                                    seed=3)
+  assert hashlib.sha256(big.id_map().tobytes()).hexdigest() == (
+      "7573272c2ae0966d6761a8293e3cb47393b2d227add9048f38aa138f5dadbf1b")
+
+
+XLMR = specials.SpecialTokens(bos=0, pad=1, eos=2, unk=3, mask=V - 1,
+                              first_regular=4, end_regular=V - 1)
+
+
+def test_xlmr_layout_keeps_its_specials():
+  lang = synthetic.SyntheticLanguage(("trans",), V, specials=XLMR)
+  mapping = lang.id_map()
+  np.testing.assert_array_equal(lang.regular_ids(), np.arange(4, V - 1))
+  np.testing.assert_array_equal(mapping[:4], np.arange(4))  # <s> <pad> </s> <unk>
+  assert mapping[V - 1] == V - 1  # <mask>, last.
+  np.testing.assert_array_equal(mapping[4:V - 1], np.arange(4, V - 1) + V)
+  np.testing.assert_array_equal(lang.transliterate_ids([[0, 4, 2, 1]]),
+                                [[0, 4 + V, 2, 1]])
+  shared = synthetic.SyntheticLanguage(("trans",), V, overlap=0.5, seed=1,
+                                       specials=XLMR).shared_ids()
+  assert shared.size == round(0.5 * (V - 5))
+  assert shared.min() >= 4 and shared.max() < V - 1
+
+
+def test_every_special_id_is_fixed_wherever_it_is():
+  # <mask> inside [first_regular, end_regular), ids above end_regular unused.
+  odd = specials.SpecialTokens(pad=0, eos=1, unk=2, bos=3, mask=30,
+                               first_regular=4, end_regular=50)
+  lang = synthetic.SyntheticLanguage(("trans",), V, specials=odd)
+  mapping = lang.id_map()
+  fixed = [0, 1, 2, 3, 30, *range(50, V)]
+  np.testing.assert_array_equal(mapping[fixed], fixed)
+  moved = np.setdiff1d(np.arange(V), fixed)
+  np.testing.assert_array_equal(mapping[moved], moved + V)
+  np.testing.assert_array_equal(lang.regular_ids(), moved)
+  with pytest.raises(errors.UserError, match="no regular ids"):
+    synthetic.SyntheticLanguage(("trans",), 4, specials=XLMR)
+  with pytest.raises(errors.UserError, match="SpecialTokens"):
+    synthetic.SyntheticLanguage(("trans",), V, specials={"pad": 0})

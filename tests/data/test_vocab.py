@@ -6,6 +6,7 @@ import pytest
 import sentencepiece as spm
 
 from flax_xalign import errors
+from flax_xalign.data import specials
 from flax_xalign.data import vocab
 from tests.conftest import tiny_sentences
 
@@ -20,6 +21,7 @@ def test_special_ids_and_vocab_size(toy_corpus):
   ids = v.encode("the cat <mask> sat")
   assert vocab.MASK_ID in ids and min(ids) > 0
   assert v.decode(v.encode("the cat sat")) == "the cat sat"
+  assert specials.special_tokens_of(v) == specials.PROJECT  # What we train.
 
 
 def test_training_is_deterministic(tmp_path, toy_corpus):
@@ -30,13 +32,35 @@ def test_training_is_deterministic(tmp_path, toy_corpus):
   assert again.read_bytes() == model.read_bytes()
 
 
-def test_foreign_model_is_rejected(tmp_path):
-  prefix = tmp_path / "plain"
+def _plain_model(prefix, **options):
   spm.SentencePieceTrainer.train(
       sentence_iterator=iter(tiny_sentences("en", 100)), model_prefix=prefix,
-      vocab_size=40, minloglevel=2)  # SentencePiece defaults: unk=0, bos=1.
-  with pytest.raises(errors.UserError, match="special ids"):
-    vocab.load_vocabulary(f"{prefix}.model")
+      vocab_size=40, minloglevel=2, num_threads=1, **options)
+  return f"{prefix}.model"
+
+
+def test_any_layout_with_the_five_specials_loads(tmp_path):
+  path = _plain_model(tmp_path / "xlmr_ids", bos_id=0, pad_id=1, eos_id=2,
+                      unk_id=3, user_defined_symbols=["<mask>"])
+  v = vocab.load_vocabulary(path)
+  assert v.vocab_size == 40
+  assert specials.special_tokens_of(v) == specials.SpecialTokens(
+      bos=0, pad=1, eos=2, unk=3, mask=4, first_regular=5)
+  assert vocab.check_special_ids(v.tokenizer, path) == specials.special_tokens_of(v)
+  ids = v.encode("the cat <mask> sat")
+  assert 4 in ids and 0 not in ids and 1 not in ids
+
+
+def test_models_lacking_a_special_are_rejected(tmp_path):
+  # SentencePiece's defaults: unk=0, bos=1, eos=2, no pad, no <mask>.
+  path = _plain_model(tmp_path / "plain")
+  with pytest.raises(errors.UserError,
+                     match=r"plain\.model lacks special tokens.*no '<mask>' piece"):
+    vocab.load_vocabulary(path)
+  path = _plain_model(tmp_path / "nopad", user_defined_symbols=["<mask>"])
+  with pytest.raises(errors.UserError,
+                     match=r"nopad\.model lacks special tokens.*defines no pad id"):
+    vocab.load_vocabulary(path)
   with pytest.raises(errors.UserError, match="does not exist"):
     vocab.load_vocabulary(tmp_path / "missing.model")
   (tmp_path / "junk.model").write_bytes(b"not a model")

@@ -220,3 +220,52 @@ def test_describe_kinds():
     tasks.register_described([{"kind": "Nope", "args": {}}])
   with pytest.raises(errors.UserError, match="Bad TextTask definition"):
     tasks.register_described([{"kind": "TextTask", "args": {"name": "x"}}])
+
+
+def _task_examples(name):
+  ds = seqio.get_mixture_or_task(name).get_dataset(
+      None, split="train", shuffle=False, num_epochs=1)
+  return list(ds.as_numpy_iterator())
+
+
+def test_normalize_strips_marks_before_tokenising(tmp_path, model):
+  from flax_xalign.data import normalize
+  from flax_xalign.data import vocab as vocab_lib
+
+  vocabulary = vocab_lib.load_vocabulary(model)
+  lines = ["thé càt sät ön ä mät", "a rëd dög rän tö thë rïver", "the old tree"]
+  text = _write(tmp_path, "accented.txt", "\n".join(lines) + "\n")
+  tsv = _write(tmp_path, "accented.tsv", "".join(f"{l}\t{l[::-1]}\n" for l in lines))
+  user.TextTask(name="u_norm_en", files={"train": text}, lang="en",
+                vocabulary_path=model, normalize="nfd_strip_marks").register()
+  user.TextTask(name="u_raw_en", files={"train": text}, lang="en",
+                vocabulary_path=model).register()
+  user.TsvBitextTask(name="u_norm_tsv", files={"train": tsv}, lang_a="de",
+                     lang_b="en", vocabulary_path=model,
+                     normalize="nfd_strip_marks").register()
+  stripped = [normalize.normalize_text(l, "nfd_strip_marks") for l in lines]
+  assert stripped[:2] == ["the cat sat on a mat", "a red dog ran to the river"]
+  normalised, raw = _task_examples("u_norm_en"), _task_examples("u_raw_en")
+  for line, clean, ex, ex_raw in zip(lines, stripped, normalised, raw):
+    assert ex["tokens"].tolist() == vocabulary.encode(clean)
+    assert ex_raw["tokens"].tolist() == vocabulary.encode(line)
+  assert normalised[0]["tokens"].tolist() != raw[0]["tokens"].tolist()
+  assert normalised[2]["tokens"].tolist() == raw[2]["tokens"].tolist()
+  for clean, ex in zip(stripped, _task_examples("u_norm_tsv")):
+    assert ex["tokens"].tolist() == vocabulary.encode(clean)
+    assert ex["tokens_b"].tolist() == vocabulary.encode(clean[::-1])
+  (definition,) = tasks.describe("u_norm_en")
+  assert definition["args"]["normalize"] == "nfd_strip_marks"
+  assert tasks.describe("u_raw_en")[0]["args"]["normalize"] == ""
+  tasks.register_described(json.loads(json.dumps(tasks.describe("u_norm_tsv"))))
+  # A definition written before the option existed means no normaliser.
+  legacy = dict(definition["args"], name="u_legacy_en")
+  del legacy["normalize"]
+  tasks.register_described([{"kind": "TextTask", "args": legacy}])
+  assert tasks.describe("u_legacy_en")[0]["args"]["normalize"] == ""
+  with pytest.raises(errors.UserError, match=r"Task 'u_norm_bad': normalize='NFD' is not a known"):
+    user.TextTask(name="u_norm_bad", files={"train": text}, lang="en",
+                  vocabulary_path=model, normalize="NFD").register()
+  with pytest.raises(errors.UserError, match="different definition"):
+    user.TextTask(name="u_norm_en", files={"train": text}, lang="en",
+                  vocabulary_path=model, normalize="lower").register()
