@@ -2,6 +2,7 @@ r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
 
   python -m flax_xalign.align --checkpoint=runs/demo --input=pairs.tsv --output=out.txt \
       [--layer=3] [--method=sinkhorn] [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
+      [--normalize=nfd_strip_marks] [--encoding=joint|separate] \
       [--gold=gold.txt --gold_format=pharaoh|naacl [--sweep]]
 
 Input: one sentence pair per line, `source<TAB>target`, words separated by
@@ -11,7 +12,11 @@ the checkpoint's bitext task; the layer to 2/3 of the depth (XLM-Align's 8 of
 12). With --gold, also prints P/R/F1/AER; with --sweep, scores every layer and
 method against --gold, prints the table, writes <output>_layers.png beside
 --output and writes the alignments of the best (method, layer) unless
---layer/--method pin one.
+--layer/--method pin one. --normalize normalises every word before tokenising
+it (e.g. nfd_strip_marks drops polytonic Greek's diacritics); word indices
+refer to the input words either way. --encoding=separate encodes each side as
+if alone (SimAlign's way; best for sentence encoders such as multilingual-e5),
+joint (the default, XLM-Align's) encodes the pair in one attention segment.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  from flax_xalign.data import normalize
   from flax_xalign.evaluation import aer, word_align
 
   parser = argparse.ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
@@ -63,6 +69,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--max_length", type=int, default=256, help="positions per pair (both sides + 4)")
   parser.add_argument("--vocabulary", default=None, help="SentencePiece model, if the task is not known here")
+  parser.add_argument("--normalize", choices=normalize.NORMALIZERS, default="",
+                      help="text normaliser applied to each word before tokenising (default: none)")
+  parser.add_argument("--encoding", choices=word_align.ENCODINGS, default="joint",
+                      help="joint: one attention segment per pair (XLM-Align); separate: each side alone (SimAlign)")
   parser.add_argument("--gold", default=None, help="gold alignments, one entry per input pair")
   parser.add_argument("--gold_format", choices=aer.GOLD_FORMATS, default="pharaoh")
   parser.add_argument("--sweep", action="store_true", help="score all layers and methods against --gold")
@@ -91,7 +101,8 @@ def run(args: argparse.Namespace) -> None:
   options = ops.AlignmentSolver(similarity=args.similarity, sinkhorn_kernel=args.sinkhorn_kernel)
   aligner, _, step = word_align.load_aligner(
       args.checkpoint, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
-      max_length=args.max_length, batch_size=args.batch_size, options=options)
+      max_length=args.max_length, batch_size=args.batch_size, options=options, normalize=args.normalize,
+      encoding=args.encoding)
   layer = args.layer if args.layer is not None else round(2 * aligner.num_layers / 3)
   method = args.method or "sinkhorn"
   aligner.validate([layer], [method])

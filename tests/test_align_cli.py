@@ -107,3 +107,26 @@ def test_align_a_checkpoint_made_by_train(tmp_path, tiny_corpus, pairs_file, cap
   assert align_main.main([f"--checkpoint={model_dir}", f"--input={pairs_file}", f"--output={out}"]) == 0
   assert "(de -> en)" in capsys.readouterr().out
   assert len(aer.read_pharaoh(str(out))) == len(PAIRS)
+
+
+def test_normalize_flag_strips_marks_from_every_word(tmp_path, checkpoint, pairs_file, capsys):
+  from flax_xalign.data.normalize import normalize_text
+
+  marks = str.maketrans({"a": "à", "e": "é", "u": "ü", "o": "ö"})
+  accented, unmarked = tmp_path / "accented.tsv", tmp_path / "unmarked.tsv"
+  text = "".join(f"{' '.join(a).translate(marks)}\t{' '.join(b).translate(marks)}\n" for a, b in PAIRS)
+  accented.write_text(text, encoding="utf-8")
+  unmarked.write_text(normalize_text(text, "nfd_strip_marks"), encoding="utf-8")
+  assert "läüft" in accented.read_text(encoding="utf-8") and "lauft" in unmarked.read_text(encoding="utf-8")
+  plain, stripped, raw = tmp_path / "plain.txt", tmp_path / "stripped.txt", tmp_path / "raw.txt"
+  common = [f"--checkpoint={checkpoint}", "--layer=2", "--method=argmax", "--batch_size=4"]
+  assert align_main.main([*common, f"--input={unmarked}", f"--output={plain}"]) == 0
+  assert align_main.main([*common, f"--input={accented}", f"--output={stripped}",
+                          "--normalize=nfd_strip_marks"]) == 0
+  assert align_main.main([*common, f"--input={accented}", f"--output={raw}"]) == 0
+  assert stripped.read_text() == plain.read_text()
+  assert raw.read_text() != plain.read_text()  # The marks matter without the flag.
+  capsys.readouterr()
+  with pytest.raises(SystemExit):
+    align_main.main([*common, f"--input={pairs_file}", f"--output={plain}", "--normalize=nfd"])
+  assert "invalid choice: 'nfd'" in capsys.readouterr().err

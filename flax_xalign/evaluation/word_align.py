@@ -22,6 +22,18 @@ can never align. Pairs longer than the budget keep a prefix of whole words per
 side (shared like the feature converter's `pair_budget`); the dropped words
 cannot align, and one warning reports how many pairs were cut.
 
+`encoding` says how the two sides meet the encoder: "joint" (XLM-Align's
+aligner: one attention segment over `<s> a </s> <s> b </s>`, so each side
+sees the other) or "separate" (SimAlign, awesome-align: the sides are two
+segments of the row, so each is encoded as if alone). A model trained with
+TLM-style pairs suits "joint"; a sentence encoder such as multilingual-e5
+aligns far better with "separate".
+
+`normalize` names a text normaliser (`flax_xalign.data.normalize`, e.g.
+"nfd_strip_marks" for polytonic Greek) applied to each word before it is
+tokenised; use the one the model's training text went through. Word indices
+always refer to the words as given.
+
 `WordAligner` encodes each batch once and derives every requested layer and
 method from the same forward pass, so a full per-layer `sweep` costs one
 encoder pass over the data. Batches are sorted by length and padded to a few
@@ -48,12 +60,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_xalign import ops
+from flax_xalign.data import normalize as normalize_lib
 from flax_xalign.data.specials import SpecialTokens, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer
 from flax_xalign.run_spec import RunSpec
 
 METHODS = ("argmax", "itermax", "sinkhorn")
+ENCODINGS = ("joint", "separate")
 SIMILARITIES = ops.align_solver.SIMILARITIES
 SINKHORN_KERNELS = ops.align_solver.SINKHORN_KERNELS
 Pair = tuple[Sequence[str], Sequence[str]]
@@ -203,20 +217,33 @@ class WordAligner:
     vocabulary: the SentencePiece vocabulary the model was trained with.
     languages: the run's sorted language codes (`RunSpec.languages`);
       language id = index + 1.
-    src_lang, tgt_lang: codes of side a (source) and side b (target).
+    src_lang, tgt_lang: codes of side a (source) and side b (target). With
+      language embeddings (`config.num_languages > 0`) they must be among
+      `languages`. A model without them (`num_languages == 0`, e.g. an
+      imported BERT, XLM-R or e5) ignores language ids, so any code is
+      accepted: a listed one keeps its id, any other gets id 0.
     max_length: row length budget of one pair (both sides + 4 specials).
     batch_size: pairs per forward pass.
     options: the AlignmentSolver (similarity, method hyperparameters).
     specials: the vocabulary's special ids; by default read from `vocabulary`.
+    normalize: the text normaliser applied to each word before tokenising
+      (`flax_xalign.data.normalize.NORMALIZERS`; "" for none).
+    encoding: "joint" (one attention segment per pair) or "separate" (each
+      side its own segment); see the module docstring.
   """
 
   def __init__(self, model: Any, params: Any, vocabulary: Any, *, languages: Sequence[str], src_lang: str,
                tgt_lang: str, max_length: int = 256, batch_size: int = 32,
-               options: ops.AlignmentSolver = ops.AlignmentSolver(), specials: SpecialTokens | None = None):
+               options: ops.AlignmentSolver = ops.AlignmentSolver(), specials: SpecialTokens | None = None,
+               normalize: str = "", encoding: str = "joint"):
+    if encoding not in ENCODINGS:
+      raise UserError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}.")
+    self.encoding = encoding
     self.encoder = getattr(model, "encoder", model)
     self.config = self.encoder.config
     self.params = params
     self.vocabulary = vocabulary
+    self.normalize = normalize_lib.check_normalizer(normalize)
     self.languages = list(languages)
     self.src_lang, self.tgt_lang = src_lang, tgt_lang
     self.src_lang_id, self.tgt_lang_id = (self._lang_id(src_lang), self._lang_id(tgt_lang))
@@ -237,6 +264,8 @@ class WordAligner:
 
   def _lang_id(self, code: str) -> int:
     if code not in self.languages:
+      if not self.config.num_languages:
+        return 0  # The encoder reads lang_ids only to index its language embeddings.
       raise UserError(f"language {code!r} is not one of the checkpoint's languages {self.languages}; "
                       "pick the source and target languages from that list.")
     return self.languages.index(code) + 1
@@ -244,14 +273,15 @@ class WordAligner:
   # ---------------------------------------------------------------- encoding
 
   def word_pieces(self, words: Sequence[str]) -> list[list[int]]:
-    """Subword ids of each word (tokenised alone; cached)."""
+    """Subword ids of each word (normalised, then tokenised alone; cached)."""
     missing = [w for w in dict.fromkeys(words) if w not in self._pieces]
     if missing:
+      texts = [normalize_lib.normalize_text(w, self.normalize) for w in missing]
       processor = getattr(self.vocabulary, "tokenizer", None)
       if processor is not None:
-        encoded = processor.encode(missing)
+        encoded = processor.encode(texts)
       else:
-        encoded = [self.vocabulary.encode(w) for w in missing]
+        encoded = [self.vocabulary.encode(w) for w in texts]
       self._pieces.update((w, [int(t) for t in ids]) for w, ids in zip(missing, encoded))
     return [self._pieces[w] for w in words]
 
@@ -279,6 +309,8 @@ class WordAligner:
       batch["lang_ids"][r, :n] = e.lang_ids
       batch["positions"][r, :n] = e.positions
       batch["segment_ids"][r, :n] = 1
+      if self.encoding == "separate":  # Side b (after <s> a </s>) is its own attention segment.
+        batch["segment_ids"][r, len(e.src_words) + 2:n] = 2
       batch["num_src"][r], batch["num_tgt"][r] = len(e.src_words), len(e.tgt_words)
       batch["tgt_start"][r] = len(e.src_words) + 3
     return batch
@@ -399,7 +431,7 @@ def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str |
 
   The language pair defaults to the run's bitext task (side a -> side b);
   with two languages, naming one side picks the other. `kwargs` go to
-  WordAligner (max_length, batch_size, options).
+  WordAligner (max_length, batch_size, options, normalize).
   """
   from flax_xalign.evaluation import mlm_eval
 
@@ -449,8 +481,8 @@ def _results_dict(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple
 def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[int] | None = None,
                        methods: Sequence[str] = METHODS, output_dir: str | None = None,
                        max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
-                       options: ops.AlignmentSolver = ops.AlignmentSolver(), verbose: bool = True
-                       ) -> dict[str, Any]:
+                       options: ops.AlignmentSolver = ops.AlignmentSolver(), normalize: str = "",
+                       encoding: str = "joint", verbose: bool = True) -> dict[str, Any]:
   """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English).
 
   Writes `aer.json` (the returned dict), `aer.md` (markdown table) and
@@ -458,7 +490,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
 
   Returns:
     {"model_dir", "step", "task", "split", "pairs", "src_lang", "tgt_lang",
-     "similarity", "sinkhorn_kernel", "layers", "methods",
+     "similarity", "sinkhorn_kernel", "normalize", "encoding", "layers", "methods",
      "scores": {method: {layer (str): {precision, recall, f1, aer, num_*}}},
      "best": {method: {"layer", precision, recall, f1, aer, ...}},
      "diagonal_baseline": scores of linking word i to word round(i * m / n),
@@ -466,12 +498,14 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
   """
   from flax_xalign.training.checkpoints import read_run_spec
 
-  languages = list(read_run_spec(model_dir)[1].languages)
-  if not {"grc", "en"} <= set(languages):
+  run = read_run_spec(model_dir)[1]
+  languages = list(run.languages)
+  if run.model.num_languages and not {"grc", "en"} <= set(languages):
     raise UserError(f"{model_dir} was trained on {languages}; the Bible gold alignments are Greek-English "
                     "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
   aligner, run, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
-                                     batch_size=batch_size, options=options)
+                                    batch_size=batch_size, options=options, normalize=normalize,
+                                    encoding=encoding)
   pairs, sure = bible_gold(split, max_pairs=max_pairs)
   if verbose:
     print(f"word alignment: {len(pairs)} Greek-English verses ({split}), layers 0..{aligner.num_layers}, "
@@ -487,7 +521,8 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
   results = {
       "model_dir": model_dir, "step": int(step), "task": run.task, "split": split,
       "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", "similarity": options.similarity,
-      "sinkhorn_kernel": options.sinkhorn_kernel, "layers": sorted({l for _, l in table}),
+      "sinkhorn_kernel": options.sinkhorn_kernel, "normalize": normalize, "encoding": encoding,
+      "layers": sorted({l for _, l in table}),
       "methods": list(dict.fromkeys(m for m, _ in table)), "scores": scores, "best": best,
       "diagonal_baseline": aer.score(diagonal, sure).as_dict(),
       "seconds": aligner.last_run["seconds"], "seconds_per_1000_pairs": aligner.last_run["seconds_per_1000_pairs"],

@@ -73,9 +73,14 @@ def aligner(tiny_model, vocabulary):
 
 
 @pytest.fixture(scope="module")
-def plain_aligner(vocabulary):
+def plain_model():
+  return init_model(CONFIG.replace(num_languages=0), seed=1)
+
+
+@pytest.fixture(scope="module")
+def plain_aligner(plain_model, vocabulary):
   """No language embeddings: identical sentences have identical layer-0 vectors."""
-  model, params = init_model(CONFIG.replace(num_languages=0), seed=1)
+  model, params = plain_model
   return word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
                                 batch_size=4)
 
@@ -171,6 +176,8 @@ def test_bad_layer_method_and_language(aligner, tiny_model, vocabulary):
   with pytest.raises(UserError, match="unknown alignment method 'maxmatch'"):
     aligner.align([(DE, EN)], layer=1, method="maxmatch")
   model, params = tiny_model
+  # With language embeddings, a language outside the run's list has no embedding to use.
+  assert model.config.num_languages > 0
   with pytest.raises(UserError, match=r"'fr' is not one of the checkpoint's languages \['de', 'en'\]"):
     word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="fr", tgt_lang="en")
   with pytest.raises(UserError, match="unknown similarity"):
@@ -256,3 +263,64 @@ def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus,
     word_align.evaluate_alignment(str(other))
   pairs, sure = word_align.bible_gold("test", max_pairs=3)
   assert len(pairs) == len(sure) == 3 and all(len(a) and len(b) for a, b in pairs)
+
+
+def test_a_model_without_language_embeddings_accepts_any_language(plain_model, plain_aligner, vocabulary):
+  model, params = plain_model
+  other = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="fr",
+                                 tgt_lang="grc", batch_size=4)
+  assert (other.src_lang_id, other.tgt_lang_id) == (0, 0)
+  listed = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="en",
+                                  tgt_lang="xx", batch_size=4)
+  assert (listed.src_lang_id, listed.tgt_lang_id) == (2, 0)
+  pairs = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
+  # The encoder never reads lang_ids without language embeddings: the same links.
+  assert other.align(pairs, layer=2) == plain_aligner.align(pairs, layer=2)
+  assert all(other.align(pairs, layer=2))
+
+
+def test_normalize_applies_to_each_word(aligner, tiny_model, vocabulary):
+  model, params = tiny_model
+  stripping = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                     tgt_lang="en", batch_size=4, normalize="nfd_strip_marks")
+  accented = ["häus", "läuft", "über", "grün", "dög"]
+  plain = ["haus", "lauft", "uber", "grun", "dog"]
+  assert stripping.word_pieces(accented) == aligner.word_pieces(plain) == stripping.word_pieces(plain)
+  assert aligner.word_pieces(accented) != aligner.word_pieces(plain)
+  pairs = [(accented, EN[:5]), (DE[6:10], ["thé", "cät", "rüns"])]
+  stripped = [([w.replace("ä", "a").replace("ü", "u").replace("ö", "o") for w in a],
+               [w.replace("é", "e").replace("ä", "a").replace("ü", "u") for w in b]) for a, b in pairs]
+  assert stripping.align(pairs, layer=2) == aligner.align(stripped, layer=2)
+  lowering = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                    tgt_lang="en", normalize="lower")
+  assert lowering.word_pieces(["HAUS", "Hund"]) == aligner.word_pieces(["haus", "hund"])
+  with pytest.raises(UserError, match="normalize='nfd' is not a known text normaliser"):
+    word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
+                           normalize="nfd")
+
+
+def test_separate_encoding_equals_encoding_each_side_alone(tiny_model, vocabulary):
+  """With encoding='separate' a side's states do not depend on the other side."""
+  model, params = tiny_model
+  aligner = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                   tgt_lang="en", batch_size=2, encoding="separate")
+  encoder = model.encoder
+  pair = (DE[:4], EN[:5])
+  batch = aligner._batch(aligner.encode([pair]), 2, 32)
+  na = len(aligner.encode([pair])[0].src_words)
+  assert set(batch["segment_ids"][0, :na + 2]) == {1} and set(batch["segment_ids"][0, na + 2:na + 2 + 7]) >= {2}
+
+  def hidden(b):
+    return np.asarray(encoder.apply({"params": params}, b["tokens"], lang_ids=b["lang_ids"],
+                                    positions=b["positions"], segment_ids=b["segment_ids"],
+                                    deterministic=True).hidden[0])
+
+  other = aligner._batch(aligner.encode([(DE[:4], EN[6:9])]), 2, 32)  # Same source, another target.
+  np.testing.assert_allclose(hidden(batch)[:na + 2], hidden(other)[:na + 2], rtol=1e-5, atol=1e-6)
+  joint = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                 tgt_lang="en", batch_size=2)
+  jb, jo = joint._batch(joint.encode([pair]), 2, 32), joint._batch(joint.encode([(DE[:4], EN[6:9])]), 2, 32)
+  assert not np.allclose(hidden(jb)[:na + 2], hidden(jo)[:na + 2], atol=1e-4)  # Joint: sides see each other.
+  with pytest.raises(UserError, match="unknown encoding"):
+    word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
+                           encoding="both")
