@@ -1,11 +1,13 @@
 # flax_xalign developer targets.
 #
-#   make demo    create .venv (python3.11) if missing, install '.[test]', run the demo
+#   make demo    create .venv (python3.11) if missing, install '.[test,interop]', run the demo
 #   make test    install if needed, run the default (not slow) tests with xdist
 #   make bench   install '.[bench]' if needed, run bench/train_throughput.py
 #   make lint    shellcheck tpu_launch.sh and .ci/run
 #
 # Variables: PYTHON (interpreter for a new venv, default python3.11), VENV,
+# EXTRAS (what `make install` installs, default test,interop; EXTRAS=test
+# leaves out torch + transformers, and the HF interop tests then skip),
 # PYTEST_WORKERS (xdist workers, 0 or 1 = no xdist), PYTEST_ARGS (extra pytest
 # args, e.g. PYTEST_ARGS='-m slow' or PYTEST_ARGS='tests/ops -k sinkhorn'),
 # DEMO_ARGS, BENCH_ARGS, PYTEST_RC_FILE (if set, `make test` writes pytest's
@@ -22,7 +24,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
 PACKAGING_HASH := $(shell cat setup.py pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
-STAMP_TEST := $(VENV)/.installed-test-$(PACKAGING_HASH)
+# test: pytest & co.; interop: torch (CPU wheel via find-links) + transformers,
+# the reference forward of tests/interop/test_hf*.py (+~45 s, +1 GB measured).
+EXTRAS ?= test,interop
+comma := ,
+EXTRAS_TAG := $(subst $(comma),+,$(EXTRAS))
+STAMP_TEST := $(VENV)/.installed-$(EXTRAS_TAG)-$(PACKAGING_HASH)
 STAMP_BENCH := $(VENV)/.installed-bench-$(PACKAGING_HASH)
 
 PYTEST_WORKERS ?= 2
@@ -37,7 +44,7 @@ XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist lo
 .PHONY: help demo test bench lint install install-bench clean distclean
 
 help:
-	@sed -n '2,16s/^# \{0,1\}//p' Makefile
+	@sed -n '2,18s/^# \{0,1\}//p' Makefile
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install CPython 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -45,8 +52,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP_TEST): | $(PY)
-	$(PIP) install -e '.[test]'
-	@rm -f $(VENV)/.installed-test-*
+	$(PIP) install -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-$(EXTRAS_TAG)-*
 	@touch $@
 
 $(STAMP_BENCH): | $(PY)

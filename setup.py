@@ -100,6 +100,9 @@ INSTALL_REQUIRES = [
     "scipy>=1.11",
     # Alignment-error and per-layer plots written by the evaluation tools.
     "matplotlib>=3.8",
+    # Reading Hugging Face model.safetensors (flax_xalign.interop.hf) without
+    # torch; the `interop` extra adds torch and transformers.
+    "safetensors>=0.4",
 ]
 
 EXTRAS_REQUIRE = {
@@ -118,6 +121,15 @@ EXTRAS_REQUIRE = {
         # Optimal-transport peers of bench/sinkhorn.py.
         "pot>=0.9.4",
         "ott-jax==0.6.0",
+    ],
+    # Hugging Face BERT / XLM-R import and export (flax_xalign.interop.hf):
+    # the PyTorch reference forward in tests, and reading `pytorch_model.bin`
+    # checkpoints. Reading model.safetensors needs only `safetensors`
+    # (install_requires). torch resolves to the CPU wheel as for `bench`.
+    "interop": [
+        "torch==2.13.0",
+        "transformers==5.23.0",
+        "safetensors>=0.4",
     ],
     # TPU VMs: jax[tpu] pins libtpu==0.0.42.* (0.0.42.1 has a cp311 wheel).
     "tpu": [

@@ -238,7 +238,7 @@ def finetune(model: Any, params: Any, vocabulary: Any,
     warmup_ratio: fraction of the steps spent warming up.
     weight_decay: AdamW decay.
     max_length: the longest row, `<s>` and `</s>` included (<=
-      config.max_positions); longer examples keep a prefix of whole words.
+      config.num_positions); longer examples keep a prefix of whole words.
     seed: head init, batch order and dropout.
     group_by_length: batch rows of similar length and cut each batch to a
       multiple of 32 (`batch_order`): several times less padding on verse
@@ -252,9 +252,9 @@ def finetune(model: Any, params: Any, vocabulary: Any,
   label_set = tuple(label_set or label_set_of(train_examples))
   featurizer = (vocabulary if isinstance(vocabulary, Featurizer)
                 else Featurizer(vocabulary, max_length=max_length))
-  if featurizer.max_length > config.max_positions:
+  if featurizer.max_length > config.num_positions:
     raise UserError(f"max_length={featurizer.max_length} exceeds the model's "
-                    f"{config.max_positions} positions.")
+                    f"{config.num_positions} positions.")
   if task != task_of(train_examples):
     raise UserError(f"task {task!r} does not match the examples ({task_of(train_examples)}).")
   _check_language_id(config, language_id)

@@ -114,7 +114,7 @@ def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequen
     max_length: row length; both sides together keep at most max_length - 4
       subwords, shared like `feature_converter.pair_budget`, whole words only.
     max_side: most subwords one side may keep (positions must stay below the
-      model's position table: max_positions - 2).
+      model's position table: num_positions - 2).
     specials: the vocabulary's special ids (`<s>` and `</s>` frame each side).
   """
   counts_a = [len(p) for p in src_pieces]
@@ -287,7 +287,7 @@ class WordAligner:
 
   def encode(self, pairs: Sequence[Pair]) -> list[EncodedPair]:
     """Lays out every pair (see `layout_pair`); warns once if any was cut."""
-    max_side = self.config.max_positions - 2
+    max_side = self.config.num_positions - 2
     encoded = [layout_pair(self.word_pieces(a), self.word_pieces(b), src_lang_id=self.src_lang_id,
                            tgt_lang_id=self.tgt_lang_id, max_length=self.max_length, max_side=max_side,
                            specials=self.specials)

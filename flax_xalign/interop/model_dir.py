@@ -8,6 +8,7 @@ analyses accept it unchanged:
   MODEL_DIR/vocabulary.model | vocabulary.txt   the tokenizer (vocabulary asset)
   MODEL_DIR/origin.json                          where the weights came from
   MODEL_DIR/NOTICE                               the weights' licence notice, if any
+  MODEL_DIR/model.gin                            its architecture as EncoderConfig bindings
   MODEL_DIR/checkpoints/0/{state,meta,assets}    params, run manifest, assets
 
 The manifest of an import has no objectives (nothing trained it here) and no
@@ -28,13 +29,11 @@ import numpy as np
 from flax_xalign.assets.vocabulary import VocabularyAsset, spec_of
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
-from flax_xalign.models.config import EncoderConfig
+from flax_xalign.models.config import MODEL_GIN_FILE, EncoderConfig, architecture_gin
 from flax_xalign.run_spec import RunSpec
 
 ORIGIN_FILE = "origin.json"
 NOTICE_FILE = "NOTICE"
-
-
 def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, Any], vocabulary: Any,
                     languages: Sequence[str] = (), language_pairs: Sequence[tuple[str, str]] = (),
                     origin: Mapping[str, Any] | None = None, notice: str | None = None,
@@ -72,6 +71,7 @@ def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, 
   write_atomically(os.path.join(output, ORIGIN_FILE), json.dumps(dict(origin or {}), indent=2, sort_keys=True))
   if notice:
     write_atomically(os.path.join(output, NOTICE_FILE), notice)
+  write_atomically(os.path.join(output, MODEL_GIN_FILE), architecture_gin(config))
   state = {"params": jax.tree.map(np.asarray, dict(params)), "step": np.int32(0)}
   checkpointer = Checkpointer(output, CheckpointConfig(async_save=False))
   try:

@@ -30,8 +30,20 @@ class EncoderConfig:
     num_heads: attention heads (`heads`).
     head_dim: width of one head (`kv`); need not equal embed_dim / num_heads.
     mlp_dim: hidden width of the feed-forward block (`mlp`).
-    max_positions: rows of the learned absolute position table; positions must
-      lie in [0, max_positions). 514 matches XLM-R's table.
+    max_positions: rows of the learned absolute position table. Position p
+      reads row p + position_offset, so positions must lie in
+      [0, num_positions) with num_positions = max_positions - position_offset.
+      514 matches XLM-R's table.
+    position_offset: the row that position 0 reads. 0 for our models and
+      BERT; 2 for XLM-R/RoBERTa, whose position ids start at padding_idx + 1
+      (fairseq's convention, padding_idx = 1), so rows 0 and 1 are never read
+      by a real token. Positions beyond the table gather NaN (see
+      `Embedding`), never a clipped row.
+    num_token_types: rows of BERT's token-type ("segment") embedding table; 0
+      (our models) creates none. With a table, row 0 is added to every token:
+      our layouts mark the sides of a pair with `pair_side` and language
+      embeddings, never with segment-B types, so rows >= 1 are carried (for
+      import and export) but never read.
     num_languages: languages with a learned language embedding (XLM-style);
       0 disables them. The table has num_languages + 1 rows because language
       id 0 marks padding.
@@ -70,6 +82,8 @@ class EncoderConfig:
   mlp_dim: int
   max_positions: int = 514
   num_languages: int = 0
+  num_token_types: int = 0
+  position_offset: int = 0
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   pre_layer_norm: bool = False
@@ -92,6 +106,18 @@ class EncoderConfig:
       raise ValueError(
           f"EncoderConfig.num_languages must be an int >= 0 (0 disables "
           f"language embeddings), got {self.num_languages!r}.")
+    if (isinstance(self.num_token_types, bool)
+        or not isinstance(self.num_token_types, int)
+        or self.num_token_types < 0):
+      raise ValueError(
+          f"EncoderConfig.num_token_types must be an int >= 0 (0: no token-type "
+          f"table), got {self.num_token_types!r}.")
+    if (isinstance(self.position_offset, bool)
+        or not isinstance(self.position_offset, int)
+        or not 0 <= self.position_offset < self.max_positions):
+      raise ValueError(
+          f"EncoderConfig.position_offset must be an int in [0, max_positions="
+          f"{self.max_positions}), got {self.position_offset!r}.")
     for name in ("dropout_rate", "attention_dropout_rate"):
       rate = getattr(self, name)
       if not 0.0 <= rate < 1.0:
@@ -126,6 +152,11 @@ class EncoderConfig:
   @property
   def params_dtype(self) -> jnp.dtype:
     return jnp.dtype(self.param_dtype)
+
+  @property
+  def num_positions(self) -> int:
+    """Positions the model can read: [0, max_positions - position_offset)."""
+    return self.max_positions - self.position_offset
 
   @property
   def attention_dim(self) -> int:
@@ -188,3 +219,19 @@ def preset(name: str, **overrides: Any) -> EncoderConfig:
     raise ValueError(
         f"Unknown encoder size {name!r}; choose one of {sorted(PRESETS)}.")
   return PRESETS[name].replace(**overrides)
+
+
+# Fields that define the network a warm start must reproduce (vocab_size comes
+# from the vocabulary; dropout, dtypes, scan and remat are free to change).
+ARCHITECTURE_FIELDS = ("num_layers", "embed_dim", "num_heads", "head_dim", "mlp_dim", "max_positions",
+                       "num_languages", "num_token_types", "position_offset", "pre_layer_norm",
+                       "layer_norm_epsilon")
+MODEL_GIN_FILE = "model.gin"
+
+
+def architecture_gin(config: EncoderConfig) -> str:
+  """`config`'s architecture as gin bindings (an imported MODEL_DIR's model.gin)."""
+  lines = ["# The architecture of this model: include it in runs that warm-start from it",
+           "# (--gin_file=<this dir>/model.gin --gin.INIT_FROM_CHECKPOINT=\"<this dir>\")."]
+  lines += [f"EncoderConfig.{name} = {getattr(config, name)!r}" for name in ARCHITECTURE_FIELDS]
+  return "\n".join(lines) + "\n"

@@ -1,7 +1,9 @@
 """XLM-R/BERT-style Transformer encoder in Flax linen.
 
-Token embeddings (tied with the MLM output), learned absolute positions,
-optional XLM language embeddings, then `num_layers` post-LN (default) or pre-LN
+Token embeddings (tied with the MLM output), optional BERT token-type
+embeddings (row 0 added to every token), learned absolute positions (position
+p reads row p + config.position_offset: 2 for XLM-R, 0 otherwise), optional
+XLM language embeddings, then `num_layers` post-LN (default) or pre-LN
 layers. Attention stays inside a packed segment: a query attends only to keys
 with its own nonzero `segment_ids`.
 
@@ -15,6 +17,7 @@ MLM logits are float32.
 Parameter tree (`variables["params"]`):
 
   token_embed/embedding       [vocab, embed]
+  type_embed/embedding        [types, embed]       only if num_token_types > 0
   position_embed/embedding    [positions, embed]
   language_embed/embedding    [languages, embed]   only if num_languages > 0
   embed_norm/{scale,bias}     [embed]              post-LN only
@@ -324,6 +327,11 @@ class Encoder(nn.Module):
           "config.replace(vocab_size=vocabulary.vocab_size), before building "
           "the Encoder.")
     self.token_embed = Embedding(cfg, cfg.vocab_size, axes.VOCAB)
+    # XLM's language embeddings are BERT's token-type table put to another
+    # use, so the (tiny, replicated) rows share the `languages` axis name.
+    self.type_embed = (
+        Embedding(cfg, cfg.num_token_types, axes.LANGUAGES)
+        if cfg.num_token_types else None)
     self.position_embed = Embedding(cfg, cfg.max_positions, axes.POSITIONS,
                                     sinusoidal=cfg.position_init == "sinusoidal")
     self.language_embed = (
@@ -363,7 +371,8 @@ class Encoder(nn.Module):
       tokens: [batch, length] int token ids; 0 is padding.
       lang_ids: [batch, length] int language ids (0 on padding, 1..n); read only
         when config.num_languages > 0, may be None otherwise.
-      positions: [batch, length] int positions within each example.
+      positions: [batch, length] int positions within each example, in
+        [0, config.num_positions).
       segment_ids: [batch, length] int packed-example ids, 0 on padding.
       deterministic: False enables dropout (needs a "dropout" rng).
       return_all_hidden: also return every layer's output.
@@ -379,6 +388,11 @@ class Encoder(nn.Module):
       x = self.token_embed(tokens)
     else:
       x = input_embeddings.astype(cfg.dtype)
+    if self.type_embed is not None:
+      # Every token is of type 0 (see EncoderConfig.num_token_types).
+      x = x + self.type_embed.table()[0].astype(cfg.dtype)
+    if cfg.position_offset:
+      positions = positions + cfg.position_offset
     x = x + self.position_embed(positions)
     if self.language_embed is not None:
       if lang_ids is None:
@@ -455,7 +469,7 @@ class Encoder(nn.Module):
     batch, length = batch_shape
     zeros = jnp.zeros(batch_shape, jnp.int32)
     positions = jnp.broadcast_to(
-        jnp.arange(length, dtype=jnp.int32) % self.config.max_positions,
+        jnp.arange(length, dtype=jnp.int32) % self.config.num_positions,
         batch_shape)
 
     def init(rng: Array) -> dict[str, Any]:

@@ -21,6 +21,10 @@ and the tied vocabulary projection (e·V, whose gradient lands on the shared
 embedding table):
     head:       6 · B·p · (e² + e·V)
 Total per step = L · (weights + attention) + head.
+
+The embedding tables (tokens, positions, languages, BERT's token types) are
+gathers, not matmuls, so they add no FLOPs here; their rows do count in
+`count_params`, which sums the leaves of the actual tree.
 """
 
 from __future__ import annotations

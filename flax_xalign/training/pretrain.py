@@ -25,7 +25,7 @@ from flax_xalign.assets import setup as asset_setup
 from flax_xalign.assets import vocabulary as vocabulary_asset
 from flax_xalign.errors import UserError
 from flax_xalign.models import flops as flops_lib
-from flax_xalign.models.config import EncoderConfig
+from flax_xalign.models.config import ARCHITECTURE_FIELDS, MODEL_GIN_FILE, EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base as objectives_lib
 from flax_xalign.objectives.masking import max_predictions_for
@@ -200,6 +200,15 @@ def pretrain(
 def _check_warm_start(checkpoint_dir: str, run: run_spec_lib.RunSpec) -> None:
   """Refuses a warm start from a run with another vocabulary or language set (nothing written yet)."""
   _, source, _ = checkpoints_lib.read_run_spec(checkpoint_dir)
+  differ = [f"{name}: checkpoint {getattr(source.model, name)!r}, this run {getattr(run.model, name)!r}"
+            for name in ARCHITECTURE_FIELDS
+            if name != "num_languages" and getattr(source.model, name) != getattr(run.model, name)]
+  if differ:
+    hint = (f"add --gin_file={os.path.join(checkpoint_dir, MODEL_GIN_FILE)}"
+            if os.path.exists(os.path.join(checkpoint_dir, MODEL_GIN_FILE)) else
+            "use the model size the checkpoint was trained with")
+    raise UserError(f"init_from_checkpoint={checkpoint_dir} has another architecture ({'; '.join(differ)}); "
+                    f"{hint}.")
   checks = [("vocabulary", run.vocabulary.fingerprint(), source.vocabulary.fingerprint())]
   if source.model.num_languages:  # Language ids matter only to a model with language embeddings.
     checks.append(("languages", list(run.languages), list(source.languages)))

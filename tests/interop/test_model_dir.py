@@ -33,7 +33,9 @@ def imported(tmp_path_factory, tiny_corpus):
 
 def test_layout_manifest_and_params_round_trip(imported):
   output, params, run = imported
-  assert sorted(p.name for p in output.iterdir()) == ["NOTICE", "checkpoints", "origin.json", "vocabulary.model"]
+  assert sorted(p.name for p in output.iterdir()) == ["NOTICE", "checkpoints", "model.gin", "origin.json",
+                                                      "vocabulary.model"]
+  assert "EncoderConfig.embed_dim = 24\n" in (output / "model.gin").read_text()
   assert json.loads((output / "origin.json").read_text()) == {"format": "test"}
   step, saved, fingerprints = read_run_spec(str(output))
   assert step == 0 and saved == run and saved.objectives == {} and saved.languages == ("de", "en")
@@ -55,5 +57,10 @@ def test_aligner_and_warm_start_accept_it_and_resuming_it_is_refused(imported, t
     pretrain(model_dir=str(output), **kwargs)
   result = pretrain(model_dir=str(tmp_path / "continued"), init_from_checkpoint=str(output), **kwargs)
   assert result.last_step == 2
+  # Another architecture (here only the LayerNorm epsilon) is refused, pointing at model.gin.
+  other = dict(kwargs, encoder=kwargs["encoder"].replace(layer_norm_epsilon=1e-12))
+  with pytest.raises(UserError, match=r"another architecture \(layer_norm_epsilon.*model\.gin"):
+    pretrain(model_dir=str(tmp_path / "other"), init_from_checkpoint=str(output), **other)
+  assert not (tmp_path / "other").exists()
   with pytest.raises(UserError, match="already holds checkpoints"):
     write_model_dir(str(output), config=aligner.config, params={}, vocabulary=aligner.vocabulary)

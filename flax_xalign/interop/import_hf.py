@@ -1,0 +1,168 @@
+r"""Import a Hugging Face BERT or XLM-R directory as a MODEL_DIR.
+
+  python -m flax_xalign.interop.import_hf --source=DIR --output=MODEL_DIR \
+      [--languages=grc,en] [--language_pair=grc,en]
+
+DIR is what `save_pretrained` writes: config.json, model.safetensors (or
+pytorch_model.bin, read with torch), and the tokenizer: `vocab.txt` (BERT
+WordPiece, casing from tokenizer_config.json's `do_lower_case`) or
+`sentencepiece.bpe.model` (XLM-R; rebuilt so SentencePiece's ids are the
+model's, see `flax_xalign.interop.hf`). MODEL_DIR is a normal run directory
+(`flax_xalign.interop.model_dir`): evaluation, the aligner and
+INIT_FROM_CHECKPOINT read it unchanged. A checkpoint without an MLM head gets
+one initialised here (listed in origin.json). --languages are recorded in the
+manifest (the model has no language embeddings; they name the aligner's
+sides); --language_pair is the aligner's default (source, target), by default
+the two languages when exactly two are given. With transformers installed,
+the vocabulary is checked against transformers' own tokenizer on a sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+from flax_xalign.errors import UserError
+
+# Checks the rebuilt vocabulary against transformers' tokenizer (when installed).
+TOKENIZER_SAMPLES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "In the beginning was the Word, and the Word was with God.",
+    "Ἐν ἀρχῇ ἦν ὁ λόγος, καὶ ὁ λόγος ἦν πρὸς τὸν θεόν.",
+    "Im Anfang war das Wort, und das Wort war bei Gott.",
+    "unbelievably   spaced\ttext, numbers 1234 and symbols (#42)!",
+)
+_LICENSE_FILES = ("NOTICE", "LICENSE", "LICENSE.txt", "LICENSE.md")
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _notice(source: str) -> str | None:
+  texts = []
+  for name in _LICENSE_FILES:
+    path = os.path.join(source, name)
+    if os.path.isfile(path):
+      with open(path, encoding="utf-8", errors="replace") as f:
+        texts.append(f"--- {name} (from {os.path.abspath(source)}) ---\n{f.read()}")
+  return "\n".join(texts) or None
+
+
+def _check_tokenizer(source: str, vocabulary: Any) -> str:
+  """One line on how the vocabulary compares with transformers' tokenizer of `source`."""
+  from flax_xalign.interop import hf
+
+  try:
+    import transformers  # noqa: F401  (only to know whether the check can run)
+  except ImportError:
+    return "tokenizer check skipped (transformers is not installed)"
+  try:
+    mismatches = hf.compare_with_transformers(source, vocabulary, list(TOKENIZER_SAMPLES))
+  except Exception as e:  # A tokenizer transformers cannot load is not ours to judge.
+    return f"tokenizer check skipped (transformers could not load the tokenizer: {str(e)[:120]})"
+  if mismatches:
+    text, ours, theirs = mismatches[0]
+    return (f"warning: the vocabulary tokenises {len(mismatches)} of {len(TOKENIZER_SAMPLES)} samples unlike "
+            f"transformers, e.g. {text!r}: {ours[:12]} vs {theirs[:12]}")
+  return f"tokenizer agrees with transformers on {len(TOKENIZER_SAMPLES)} samples"
+
+
+def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
+              language_pairs: Sequence[tuple[str, str]] = (), seed: int = 0,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+  """Converts HF directory `source` and writes it as the new MODEL_DIR `output`.
+
+  Returns:
+    {"run": the manifest, "fresh": names initialised here, "seconds": {stage: s}}.
+  """
+  from flax_xalign.interop import hf
+  from flax_xalign.interop.model_dir import write_model_dir
+  from flax_xalign.training.checkpoints import find_latest_step
+
+  if find_latest_step(output) is not None:  # Before any work; write_model_dir checks again.
+    raise UserError(f"{output} already holds checkpoints; import into a new MODEL_DIR.")
+  seconds, start = {}, time.perf_counter()
+  last = [start]
+
+  def stage(name: str, message: str) -> None:
+    now = time.perf_counter()
+    seconds[name] = now - last[0]
+    last[0] = now
+    log(f"import_hf: {message} ({seconds[name]:.1f} s)")
+
+  hf_config, state, layout = hf.load_hf_directory(source)
+  stage("read", f"read {source}: {hf_config.get('model_type')} ({layout} layout), {len(state)} tensors, "
+        f"{sum(a.size for a in state.values()):,} weights")
+  config = hf.encoder_config_from_hf(hf_config)
+  params, fresh = hf.params_from_hf(state, config, layout=layout, seed=seed)
+  stage("convert", f"converted: {config.num_layers} layers, embed {config.embed_dim}, {config.num_heads} heads, "
+        f"mlp {config.mlp_dim}, vocab {config.vocab_size:,}"
+        + (f"; initialised {len(fresh)} parameters the checkpoint lacks ({', '.join(fresh)})" if fresh else ""))
+  weights = next((os.path.join(source, n) for n in hf.WEIGHT_FILES if os.path.isfile(os.path.join(source, n))),
+                 None)
+  origin = {"format": "huggingface", "source": os.path.abspath(source), "layout": layout,
+            "model_type": hf_config.get("model_type"), "architectures": hf_config.get("architectures"),
+            "name_or_path": hf_config.get("_name_or_path"), "hf_config": hf_config,
+            "initialised_not_imported": fresh}
+  if weights:
+    origin.update(weights_file=os.path.basename(weights), weights_sha256=_sha256(weights))
+  with tempfile.TemporaryDirectory() as scratch:
+    vocabulary = hf.load_hf_vocabulary(source, scratch_dir=scratch)
+    origin["tokenizer"] = hf.tokenizer_kind(source)
+    stage("vocabulary", f"vocabulary: {origin['tokenizer']}, {vocabulary.vocab_size:,} ids; "
+          + _check_tokenizer(source, vocabulary))
+    run = write_model_dir(output, config=config, params=params, vocabulary=vocabulary, languages=languages,
+                          language_pairs=language_pairs, origin=origin, notice=_notice(source),
+                          task_feature_lengths={"tokens": min(config.num_positions, 512)})
+  stage("write", f"wrote {output}")
+  log(f"import_hf: done in {time.perf_counter() - start:.1f} s")
+  return {"run": run, "fresh": fresh, "seconds": seconds}
+
+
+def _codes(text: str, flag: str) -> list[str]:
+  codes = [c.strip() for c in text.split(",") if c.strip()]
+  if len(set(codes)) != len(codes) or any(not c.replace("_", "").replace("-", "").isalnum() for c in codes):
+    raise UserError(f"{flag} must be distinct language codes separated by commas (e.g. grc,en); got {text!r}.")
+  return codes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.import_hf",
+                                   description=__doc__.strip().splitlines()[0])
+  parser.add_argument("--source", required=True, help="Hugging Face model directory (save_pretrained output)")
+  parser.add_argument("--output", required=True, help="the new MODEL_DIR")
+  parser.add_argument("--languages", default="", help="comma-separated language codes, e.g. grc,en")
+  parser.add_argument("--language_pair", default="", help="the aligner's default source,target, e.g. grc,en")
+  parser.add_argument("--seed", type=int, default=0, help="seeds parameters the checkpoint lacks (MLM head)")
+  args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+  from flax_xalign import gin_cli
+
+  gin_cli.quiet_known_noise()
+  try:
+    languages = _codes(args.languages, "--languages")
+    pair = _codes(args.language_pair, "--language_pair")
+    if pair and len(pair) != 2:
+      raise UserError(f"--language_pair takes two codes, source,target; got {args.language_pair!r}.")
+    if not pair and len(languages) == 2:
+      pair = languages
+    languages = sorted(set(languages) | set(pair))
+    import_hf(args.source, args.output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
+              seed=args.seed)
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
