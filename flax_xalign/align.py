@@ -4,6 +4,7 @@ r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
       [--layer=3] [--method=sinkhorn] [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
       [--normalize=nfd_strip_marks] [--encoding=joint|separate] \
       [--gold=gold.txt --gold_format=pharaoh|naacl [--sweep]]
+  python -m flax_xalign.align --checkpoint=runs/e5 --bible_gold=test --output=runs/e5/aer/links.txt --sweep
 
 Input: one sentence pair per line, `source<TAB>target`, words separated by
 spaces. Output: one Pharaoh line per pair, `i-j` links (0-indexed, source word
@@ -58,7 +59,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
   parser = argparse.ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", required=True, help="MODEL_DIR written by python -m flax_xalign.train")
-  parser.add_argument("--input", required=True, help="TSV file: source<TAB>target per line")
+  parser.add_argument("--input", default=None, help="TSV file: source<TAB>target per line")
+  parser.add_argument("--bible_gold", default=None, choices=("train", "validation", "test"),
+                      help="instead of --input/--gold: the embedded Greek-English verses of this split and their "
+                           "manual gold (written as files beside --output)")
   parser.add_argument("--output", required=True, help="Pharaoh output file (i-j per link)")
   parser.add_argument("--layer", type=int, default=None, help="hidden layer (0 = embeddings)")
   parser.add_argument("--method", choices=word_align.METHODS, default=None, help="default: sinkhorn")
@@ -87,6 +91,13 @@ def _scores_line(scores) -> str:
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.evaluation import aer, word_align
 
+  if args.bible_gold:
+    if args.input or args.gold:
+      raise UserError("--bible_gold replaces --input and --gold; pass one or the other.")
+    args.input, args.gold = word_align.export_bible_gold(args.bible_gold, os.path.dirname(os.path.abspath(args.output)))
+    args.gold_format = "pharaoh"
+  elif not args.input:
+    raise UserError("pass --input=FILE (source<TAB>target per line), or --bible_gold=test for the embedded verses.")
   pairs = read_pairs(args.input)
   gold = None
   if args.gold:

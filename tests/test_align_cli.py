@@ -130,3 +130,37 @@ def test_normalize_flag_strips_marks_from_every_word(tmp_path, checkpoint, pairs
   with pytest.raises(SystemExit):
     align_main.main([*common, f"--input={pairs_file}", f"--output={plain}", "--normalize=nfd"])
   assert "invalid choice: 'nfd'" in capsys.readouterr().err
+
+
+def test_bible_gold_option_writes_inputs_and_scores(tmp_path, bible_data_dir, capsys):
+  """--bible_gold=test writes the embedded verses and gold beside --output and sweeps against them."""
+  import flax.linen as nn
+  import jax
+
+  from flax_xalign.data import vocab
+  from flax_xalign.interop.model_dir import write_model_dir
+  from flax_xalign.models.encoder import Encoder
+  from flax_xalign.objectives.pretraining import PretrainingModel
+  from tests.testlib import tiny_encoder_config
+
+  vocabulary = vocab.load_vocabulary(vocab.bible_vocabulary())
+  config = tiny_encoder_config(vocab_size=vocabulary.vocab_size, num_languages=0, max_positions=260)
+  params = nn.meta.unbox(PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
+                         .init(jax.random.key(0), batch=1, length=8))
+  model_dir = tmp_path / "model"
+  write_model_dir(str(model_dir), config=config, params=params, vocabulary=vocabulary, languages=["grc", "en"],
+                  language_pairs=[("grc", "en")])
+  out = tmp_path / "aer" / "links.txt"
+  code = align_main.main([f"--checkpoint={model_dir}", "--bible_gold=test", f"--output={out}", "--sweep",
+                          "--encoding=separate", "--normalize=nfd_strip_marks", "--batch_size=32"])
+  assert code == 0, capsys.readouterr().err
+  printed = capsys.readouterr().out
+  assert all(f"| {method} | {layer} |" in printed for method in ("argmax", "itermax", "sinkhorn")
+             for layer in range(3))
+  lines = (tmp_path / "aer" / "grc_en.test.tsv").read_text(encoding="utf-8").splitlines()
+  gold = (tmp_path / "aer" / "grc_en.test.pharaoh").read_text().splitlines()
+  assert len(lines) == len(gold) == len(out.read_text().splitlines()) == 884
+  assert "CC BY 4.0" in (tmp_path / "aer" / "grc_en.NOTICE").read_text()
+  code = align_main.main([f"--checkpoint={model_dir}", "--bible_gold=test", f"--input={tmp_path / 'x.tsv'}",
+                          f"--output={out}"])
+  _expect_error(capsys, code, "--bible_gold replaces --input")

@@ -469,6 +469,24 @@ def bible_gold(split: str = "test", *, max_pairs: int | None = None,
   return [(g.greek, g.english) for g in gold], [frozenset(g.sure) for g in gold]
 
 
+def export_bible_gold(split: str, directory: str, *, data_dir: str | None = None) -> tuple[str, str]:
+  """Writes the embedded Greek-English gold of a split as files any aligner reads.
+
+  Returns (`grc_en.<split>.tsv`: `greek words<TAB>english words` per verse,
+  `grc_en.<split>.pharaoh`: the sure links `i-j` per line), with the corpus's
+  licence notice beside them (`grc_en.NOTICE`).
+  """
+  from flax_xalign.data import bible
+
+  pairs, sure = bible_gold(split, data_dir=data_dir)
+  tsv = os.path.join(directory, f"grc_en.{split}.tsv")
+  gold = os.path.join(directory, f"grc_en.{split}.pharaoh")
+  aer.write_atomically(tsv, "".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in pairs))
+  aer.write_pharaoh(gold, sure)
+  aer.write_atomically(os.path.join(directory, "grc_en.NOTICE"), bible.LICENSE_NOTICE)
+  return tsv, gold
+
+
 def _results_dict(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[dict, dict]:
   scores: dict[str, dict[str, dict]] = {}
   for (method, layer), s in sorted(table.items()):
