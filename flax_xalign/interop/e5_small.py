@@ -339,9 +339,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="comma-separated language codes; the first two are the aligner's "
                       "default source and target (default grc,en)")
   parser.add_argument("--data_dir", default=None, help="where the wheel is cached (default: the data directory)")
+  parser.add_argument("--trim_vocab_to", default=None,
+                      help="keep only the pieces this task's text uses, e.g. bible_grc_en_mlm_tlm (250k -> tens of k)")
+  parser.add_argument("--trim_normalize", default="",
+                      help="with --trim_vocab_to: also keep pieces of the text under these normalisers, e.g. "
+                           "nfd_strip_marks")
   args = parser.parse_args(argv)
   try:
-    import_e5_small(args.output, languages=args.languages.split(","), data_dir=args.data_dir)
+    def run(output: str) -> None:
+      import_e5_small(output, languages=args.languages.split(","), data_dir=args.data_dir)
+
+    if args.trim_vocab_to:
+      from flax_xalign.interop.trim import import_trimmed
+
+      import_trimmed(run, args.output, args.trim_vocab_to,
+                     normalizers=tuple(n for n in args.trim_normalize.split(",") if n))
+    else:
+      run(args.output)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

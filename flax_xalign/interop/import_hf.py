@@ -144,6 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--languages", default="", help="comma-separated language codes, e.g. grc,en")
   parser.add_argument("--language_pair", default="", help="the aligner's default source,target, e.g. grc,en")
   parser.add_argument("--seed", type=int, default=0, help="seeds parameters the checkpoint lacks (MLM head)")
+  parser.add_argument("--trim_vocab_to", default=None,
+                      help="keep only the vocabulary pieces this task's text uses (unigram SentencePiece)")
+  parser.add_argument("--trim_normalize", default="",
+                      help="with --trim_vocab_to: also keep pieces of the text under these normalisers, e.g. "
+                           "nfd_strip_marks")
   args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
   from flax_xalign import gin_cli
 
@@ -156,8 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not pair and len(languages) == 2:
       pair = languages
     languages = sorted(set(languages) | set(pair))
-    import_hf(args.source, args.output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
-              seed=args.seed)
+    def run(output: str) -> None:
+      import_hf(args.source, output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
+                seed=args.seed)
+
+    if args.trim_vocab_to:
+      from flax_xalign.interop.trim import import_trimmed
+
+      import_trimmed(run, args.output, args.trim_vocab_to,
+                     normalizers=tuple(n for n in args.trim_normalize.split(",") if n))
+    else:
+      run(args.output)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -28,7 +28,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -37,9 +37,17 @@ from flax_xalign.errors import UserError
 _SPLITS = ("train", "validation", "test")
 
 
-def corpus_texts(task: str, splits: Sequence[str] = _SPLITS) -> Iterable[str]:
-  """Raw text of every example (both sides of pairs) of a registered task or mixture."""
+def corpus_texts(task: str, splits: Sequence[str] = _SPLITS, *, normalizers: Sequence[str] = ()
+                 ) -> Iterable[str]:
+  """Text of every example (both sides of pairs) of a registered task or mixture.
+
+  Each text is given as the task tokenises it (after the task's own
+  `normalize` option), and once more per extra normaliser in `normalizers`
+  (e.g. "nfd_strip_marks" when the model will also read diacritic-free text,
+  as the aligner's --normalize does).
+  """
   from flax_xalign import tasks
+  from flax_xalign.data import normalize as normalize_lib
   from flax_xalign.tasks import registry
 
   for name in tasks.task_names(task):
@@ -48,12 +56,17 @@ def corpus_texts(task: str, splits: Sequence[str] = _SPLITS) -> Iterable[str]:
       raise UserError(f"{name!r} is a plain seqio task; trimming reads raw text, which only flax_xalign's own "
                       "tasks (TextTask, TsvBitextTask, the embedded corpora) expose.")
     provider = tasks.get_provider(name)
+    own = next((getattr(p, "keywords", {}).get("normalize", "") for p in provider.preprocessors
+                if "normalize" in getattr(p, "keywords", {})), "")
+    forms = list(dict.fromkeys([own, *normalizers]))
     for split in splits:
       if split not in provider.splits:
         continue
       columns = info.loader(split)
       for column in ("text", "text_b"):
-        yield from columns.get(column, ())
+        for text in columns.get(column, ()):
+          for form in forms:
+            yield normalize_lib.normalize_text(text, form)
 
 
 def _proto(model: bytes):
@@ -120,7 +133,7 @@ def trim_params(params: dict[str, Any], keep: np.ndarray, vocab_size: int) -> di
 
 
 def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[str] = _SPLITS,
-                   verbose: bool = True) -> dict[str, Any]:
+                   normalizers: Sequence[str] = (), verbose: bool = True) -> dict[str, Any]:
   """Writes a trimmed copy of MODEL_DIR `checkpoint` to `output`; returns a summary.
 
   Raises:
@@ -140,7 +153,7 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
   if run.vocabulary.factor != 1 or not hasattr(vocabulary, "sp_model"):
     raise UserError(f"{checkpoint}: only plain SentencePiece vocabularies can be trimmed.")
   model = bytes(vocabulary.sp_model)
-  texts = list(corpus_texts(task, splits))
+  texts = list(corpus_texts(task, splits, normalizers=normalizers))
   if not texts:
     raise UserError(f"task {task!r} has no text in splits {list(splits)}.")
   keep = kept_ids(model, texts)
@@ -160,7 +173,8 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
                     vocabulary=seqio.SentencePieceVocabulary(path, extra_ids=0), languages=run.languages,
                     language_pairs=run.language_pairs, notice=notice,
                     origin={"trimmed_from": os.path.abspath(checkpoint), "step": int(step), "task": task,
-                            "splits": list(splits), "pieces_before": int(run.model.vocab_size),
+                            "splits": list(splits), "normalizers": list(normalizers),
+                            "pieces_before": int(run.model.vocab_size),
                             "pieces_after": int(len(keep))})
   summary = {"pieces_before": int(run.model.vocab_size), "pieces_after": int(len(keep)),
              "sentences": len(texts), "seconds": time.perf_counter() - start, "output": output}
@@ -170,18 +184,40 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
   return summary
 
 
+def import_trimmed(import_into: Callable[[str], Any], output: str, task: str, *,
+                   normalizers: Sequence[str] = ()) -> dict[str, Any]:
+  """Runs an import into a scratch MODEL_DIR beside `output`, then trims it into `output` (`--trim_vocab_to`)."""
+  import shutil
+
+  from flax_xalign import tasks
+
+  tasks.task_names(task)  # An unknown task fails before the import's work.
+  parent = os.path.dirname(os.path.abspath(output))
+  os.makedirs(parent, exist_ok=True)
+  scratch = tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(output)) + ".untrimmed.", dir=parent)
+  try:
+    import_into(os.path.join(scratch, "model"))
+    return trim_model_dir(os.path.join(scratch, "model"), task, output, normalizers=normalizers)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.trim", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", required=True, help="MODEL_DIR to trim (an import or a training run)")
   parser.add_argument("--task", required=True, help="registered task or mixture whose text decides what stays")
   parser.add_argument("--output", required=True, help="new MODEL_DIR")
   parser.add_argument("--splits", default=",".join(_SPLITS), help="comma-separated splits to read")
+  parser.add_argument("--normalize", default="",
+                      help="also keep the pieces of the text under these normalisers (comma-separated, e.g. "
+                           "nfd_strip_marks when aligning with --normalize=nfd_strip_marks)")
   args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
   from flax_xalign import gin_cli
 
   gin_cli.quiet_known_noise()
   try:
-    summary = trim_model_dir(args.checkpoint, args.task, args.output, splits=tuple(args.splits.split(",")))
+    summary = trim_model_dir(args.checkpoint, args.task, args.output, splits=tuple(args.splits.split(",")),
+                             normalizers=tuple(n for n in args.normalize.split(",") if n))
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -84,3 +84,23 @@ def test_bpe_models_and_unknown_tasks_are_refused(big_model, tmp_path, tiny_corp
   with pytest.raises(UserError, match="Unknown task"):
     trim.trim_model_dir(str(big_model), "no_such_task", str(tmp_path / "x"), verbose=False)
   assert trim.main([f"--checkpoint={big_model}", "--task=no_such_task", f"--output={tmp_path / 'y'}"]) == 2
+
+
+def test_normalised_forms_and_import_then_trim(big_model, tmp_path, tiny_corpus):
+  import shutil
+
+  from flax_xalign.tasks import user
+
+  path = tmp_path / "greek.txt"
+  path.write_text("Ἐν ἀρχῇ ἦν ὁ λόγος\n", encoding="utf-8")
+  user.TextTask(name="trim_greek", files={"train": str(path)}, lang="grc",
+                vocabulary_path=tiny_corpus["vocab"]).register()
+  assert list(trim.corpus_texts("trim_greek")) == ["Ἐν ἀρχῇ ἦν ὁ λόγος"]
+  assert list(trim.corpus_texts("trim_greek", normalizers=("nfd_strip_marks",))) == [
+      "Ἐν ἀρχῇ ἦν ὁ λόγος", "Εν αρχη ην ο λογος"]
+  # --trim_vocab_to: the import goes to a scratch dir beside the output, which is removed afterwards.
+  out = tmp_path / "out" / "trimmed"
+  summary = trim.import_trimmed(lambda scratch: shutil.copytree(big_model, scratch), str(out), "tiny_en")
+  assert summary["pieces_after"] < 120 and sorted(p.name for p in out.parent.iterdir()) == ["trimmed"]
+  with pytest.raises(UserError, match="Unknown task"):
+    trim.import_trimmed(lambda scratch: pytest.fail("imported before the task was checked"), str(out), "nope")
