@@ -111,6 +111,10 @@ EXTRAS_REQUIRE = {
         "pytest-xdist>=3.5",
         # Slow references for the Sinkhorn kernel (POT's ot.sinkhorn).
         "pot>=0.9.4",
+        # Executing notebooks/evaluate.ipynb in tests/test_notebook.py.
+        "nbclient>=0.10",
+        "nbformat>=5.10",
+        "ipykernel>=6.29",
     ],
     # Benchmarks against the PyTorch/Hugging Face peer. torch 2.13.0 resolves
     # to the CPU wheel where pip's find-links hold it (this workplace:
