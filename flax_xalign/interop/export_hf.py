@@ -28,13 +28,13 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from flax_xalign.data.specials import SpecialTokens
 from flax_xalign.errors import UserError
+from flax_xalign.interop.progress import Progress
 
 
 class TokenizerFiles(NamedTuple):
@@ -155,19 +155,12 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
     raise UserError(f"--layout must be one of {', '.join(hf.LAYOUTS)}, got {layout!r}.")
   if os.path.isdir(output) and os.listdir(output):
     raise UserError(f"{output} exists and is not empty; export into a new directory.")
-  seconds, start = {}, time.perf_counter()
-  last = [start]
-
-  def stage(name: str, message: str) -> None:
-    now = time.perf_counter()
-    seconds[name] = now - last[0]
-    last[0] = now
-    log(f"export_hf: {message} ({seconds[name]:.1f} s)")
+  progress = Progress("export_hf", log)
 
   _, params, run, step = mlm_eval.load_model(checkpoint)
   config = run.model
   params = jax.tree.map(np.asarray, nn.unbox(params))
-  stage("read", f"read {checkpoint} step {step}: {config.num_layers} layers, embed {config.embed_dim}, "
+  progress.step("read", f"read {checkpoint} step {step}: {config.num_layers} layers, embed {config.embed_dim}, "
         f"vocab {config.vocab_size:,}")
   vocabulary = mlm_eval.run_vocabulary(checkpoint, run)
   # --trim_vocab_to=TASK goes here: keep only the ids TASK uses (a smaller
@@ -176,19 +169,19 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
   tokenizer = tokenizer_files(vocabulary, max_length=min(config.num_positions, 512))
   if tokenizer.perm is not None:
     params = permute_vocabulary(params, tokenizer.perm)
-  stage("vocabulary", f"tokenizer: {', '.join(tokenizer.files)}"
+  progress.step("vocabulary", f"tokenizer: {', '.join(tokenizer.files)}"
         + (" (embedding rows re-ordered to fairseq ids)" if tokenizer.perm is not None else "")
         + (f"; {tokenizer.note}" if tokenizer.note else ""))
   hf_config, state = hf.hf_state_from_params(params, config, layout=layout, specials=tokenizer.specials)
   dropped = " (dropped the DWA pointer projections)" if config.pointer_head else ""
-  stage("convert", f"converted to the {layout} layout: {len(state)} tensors{dropped}")
+  progress.step("convert", f"converted to the {layout} layout: {len(state)} tensors{dropped}")
   hf_config = {**hf_config, "flax_xalign": {"checkpoint": os.path.abspath(checkpoint), "step": int(step)}}
   notice = os.path.join(checkpoint, "NOTICE")
   files = write_hf_directory(output, hf_config, state, tokenizer,
                              notice=notice if os.path.isfile(notice) else None)
-  stage("write", f"wrote {output}: {', '.join(files)}")
-  log(f"export_hf: done in {time.perf_counter() - start:.1f} s")
-  return {"hf_config": hf_config, "files": files, "seconds": seconds}
+  progress.step("write", f"wrote {output}: {', '.join(files)}")
+  log(f"export_hf: done in {progress.total():.1f} s")
+  return {"hf_config": hf_config, "files": files, "seconds": progress.seconds}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

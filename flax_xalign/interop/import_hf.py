@@ -20,14 +20,14 @@ the vocabulary is checked against transformers' own tokenizer on a sample.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import tempfile
-import time
 from typing import Any, Callable, Sequence
 
+from flax_xalign.data.wheels import sha256_of
 from flax_xalign.errors import UserError
+from flax_xalign.interop.progress import Progress
 
 # Checks the rebuilt vocabulary against transformers' tokenizer (when installed).
 TOKENIZER_SAMPLES = (
@@ -38,14 +38,6 @@ TOKENIZER_SAMPLES = (
     "unbelievably   spaced\ttext, numbers 1234 and symbols (#42)!",
 )
 _LICENSE_FILES = ("NOTICE", "LICENSE", "LICENSE.txt", "LICENSE.md")
-
-
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def _notice(source: str) -> str | None:
@@ -91,21 +83,14 @@ def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
 
   if find_latest_step(output) is not None:  # Before any work; write_model_dir checks again.
     raise UserError(f"{output} already holds checkpoints; import into a new MODEL_DIR.")
-  seconds, start = {}, time.perf_counter()
-  last = [start]
-
-  def stage(name: str, message: str) -> None:
-    now = time.perf_counter()
-    seconds[name] = now - last[0]
-    last[0] = now
-    log(f"import_hf: {message} ({seconds[name]:.1f} s)")
+  progress = Progress("import_hf", log)
 
   hf_config, state, layout = hf.load_hf_directory(source)
-  stage("read", f"read {source}: {hf_config.get('model_type')} ({layout} layout), {len(state)} tensors, "
+  progress.step("read", f"read {source}: {hf_config.get('model_type')} ({layout} layout), {len(state)} tensors, "
         f"{sum(a.size for a in state.values()):,} weights")
   config = hf.encoder_config_from_hf(hf_config)
   params, fresh = hf.params_from_hf(state, config, layout=layout, seed=seed)
-  stage("convert", f"converted: {config.num_layers} layers, embed {config.embed_dim}, {config.num_heads} heads, "
+  progress.step("convert", f"converted: {config.num_layers} layers, embed {config.embed_dim}, {config.num_heads} heads, "
         f"mlp {config.mlp_dim}, vocab {config.vocab_size:,}"
         + (f"; initialised {len(fresh)} parameters the checkpoint lacks ({', '.join(fresh)})" if fresh else ""))
   weights = next((os.path.join(source, n) for n in hf.WEIGHT_FILES if os.path.isfile(os.path.join(source, n))),
@@ -115,18 +100,18 @@ def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
             "name_or_path": hf_config.get("_name_or_path"), "hf_config": hf_config,
             "initialised_not_imported": fresh}
   if weights:
-    origin.update(weights_file=os.path.basename(weights), weights_sha256=_sha256(weights))
+    origin.update(weights_file=os.path.basename(weights), weights_sha256=sha256_of(weights))
   with tempfile.TemporaryDirectory() as scratch:
     vocabulary = hf.load_hf_vocabulary(source, scratch_dir=scratch)
     origin["tokenizer"] = hf.tokenizer_kind(source)
-    stage("vocabulary", f"vocabulary: {origin['tokenizer']}, {vocabulary.vocab_size:,} ids; "
+    progress.step("vocabulary", f"vocabulary: {origin['tokenizer']}, {vocabulary.vocab_size:,} ids; "
           + _check_tokenizer(source, vocabulary))
     run = write_model_dir(output, config=config, params=params, vocabulary=vocabulary, languages=languages,
                           language_pairs=language_pairs, origin=origin, notice=_notice(source),
                           task_feature_lengths={"tokens": min(config.num_positions, 512)})
-  stage("write", f"wrote {output}")
-  log(f"import_hf: done in {time.perf_counter() - start:.1f} s")
-  return {"run": run, "fresh": fresh, "seconds": seconds}
+  progress.step("write", f"wrote {output}")
+  log(f"import_hf: done in {progress.total():.1f} s")
+  return {"run": run, "fresh": fresh, "seconds": progress.seconds}
 
 
 def _codes(text: str, flag: str) -> list[str]:
@@ -165,13 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       import_hf(args.source, output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
                 seed=args.seed)
 
-    if args.trim_vocab_to:
-      from flax_xalign.interop.trim import import_trimmed
+    from flax_xalign.interop.trim import import_maybe_trimmed
 
-      import_trimmed(run, args.output, args.trim_vocab_to,
-                     normalizers=tuple(n for n in args.trim_normalize.split(",") if n))
-    else:
-      run(args.output)
+    import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to, trim_normalize=args.trim_normalize)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -202,6 +202,16 @@ def import_trimmed(import_into: Callable[[str], Any], output: str, task: str, *,
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+def import_maybe_trimmed(import_into: Callable[[str], Any], output: str, *, trim_vocab_to: str | None,
+                         trim_normalize: str = "") -> None:
+  """The import commands' `--trim_vocab_to=TASK [--trim_normalize=a,b]`: import, trimmed when asked."""
+  if trim_vocab_to:
+    import_trimmed(import_into, output, trim_vocab_to,
+                   normalizers=tuple(n for n in trim_normalize.split(",") if n))
+  else:
+    import_into(output)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.trim", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", required=True, help="MODEL_DIR to trim (an import or a training run)")
