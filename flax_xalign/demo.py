@@ -76,21 +76,6 @@ def aer_comparison(runs: dict, *, split: str = "test", max_pairs: int | None = N
           for name, model_dir in runs.items()}
 
 
-def format_aer_table(results: dict) -> str:
-  """Rows: model x method, AER/P/R at the method's best layer (Table 2 shape)."""
-  header = "| model | method | best layer | AER | precision | recall |"
-  lines = [header, "|---|---|---:|---:|---:|---:|"]
-  diagonal = next(iter(results.values()))["diagonal_baseline"]
-  lines.append(f"| (no model) | diagonal | - | {100 * diagonal['aer']:.1f} | "
-               f"{100 * diagonal['precision']:.1f} | {100 * diagonal['recall']:.1f} |")
-  for name, result in results.items():
-    for method in METHODS:
-      best = result["best"][method]
-      lines.append(f"| {name} | {method} | {best['layer']} | {100 * best['aer']:.1f} | "
-                   f"{100 * best['precision']:.1f} | {100 * best['recall']:.1f} |")
-  return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default="runs/demo")
@@ -104,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   from flax_xalign import gin_cli
   from flax_xalign.evaluation import aer as aer_lib
+  from flax_xalign.evaluation import report
   from flax_xalign.fileio import write_atomically
 
   start = time.time()
@@ -126,11 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   print("\nflax_xalign demo 3/3: word alignment against the manual gold (test books) ...", flush=True)
   results = aer_comparison({"cold start": cold, "XLM-Align": aligned})
   write_atomically(os.path.join(args.model_dir, "aer.json"), json.dumps(results, indent=2, default=str))
-  table = {(name, method, int(layer)): row for name, result in results.items()
-           for method in METHODS for layer, row in result["scores"][method].items()}
+  table = report.layer_table(results)
   aer_lib.plot_layer_curve(table, os.path.join(args.model_dir, "aer_layers.png"),
                            title="Greek-English AER per layer, held-out books")
-  table = format_aer_table(results)
+  table = report.best_layer_table(results, show_aligner=False)
   print(_summarise(args.model_dir, mlm_results, table, time.time() - start), flush=True)
   return 0
 

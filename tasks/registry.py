@@ -441,6 +441,13 @@ def languages_of(name: str, override: Optional[Sequence[str]] = None
   return tuple(sorted(known))
 
 
+def text_loader(name: str) -> Optional[Loader]:
+  """The raw-text loader (`loader(split) -> {"text": [...], "text_b": [...]}`) of one of our
+  tasks, or None for a plain seqio task (which only exposes tokenised datasets)."""
+  info = _TASKS.get(name)
+  return None if info is None else info.loader
+
+
 def language_pairs(name: str) -> Tuple[Tuple[str, str], ...]:
   """(side a, side b) of each of our bitext tasks of `name`, listed order.
 

@@ -175,11 +175,13 @@ def _aligner_name(result: Mapping[str, Any]) -> str:
   return ", ".join(parts)
 
 
-def best_layer_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+def best_layer_table(results: Mapping[str, Mapping[str, Any]], *, show_aligner: bool = True) -> str:
   """Markdown: AER/P/R of each model and method at its best layer, under the diagonal reference.
 
   Args:
     results: {label: `evaluate_alignment` result}, all on the same pairs.
+    show_aligner: include the aligner-settings column (the demo's table, one
+      setting for all models, leaves it out).
   """
   if not results:
     raise UserError("no alignment results to tabulate; MODEL_DIRS is empty.")
@@ -187,16 +189,24 @@ def best_layer_table(results: Mapping[str, Mapping[str, Any]]) -> str:
   if len(pairs) != 1:
     raise UserError(f"the models were aligned on different numbers of pairs ({sorted(pairs)}); "
                     "their AERs are not comparable.")
-  lines = ["| model | aligner | method | best layer | AER | precision | recall |",
-           "|---|---|---|---:|---:|---:|---:|"]
+  def row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+  def scores(s):
+    return [f"{100 * s['aer']:.1f}", f"{100 * s['precision']:.1f}", f"{100 * s['recall']:.1f}"]
+
+  def aligner(cell):  # The optional column; `cell` is called only when it is shown.
+    return [cell()] if show_aligner else []
+
+  lines = [row(["model", *aligner(lambda: "aligner"), "method", "best layer", "AER", "precision", "recall"]),
+           "|" + "|".join(["---"] * (3 if show_aligner else 2) + ["---:"] * 4) + "|"]
   diagonal = next(iter(results.values()))["diagonal_baseline"]
-  lines.append(f"| (no model) | word i -> i·m/n | diagonal | - | {100 * diagonal['aer']:.1f} | "
-               f"{100 * diagonal['precision']:.1f} | {100 * diagonal['recall']:.1f} |")
+  lines.append(row(["(no model)", *aligner(lambda: "word i -> i·m/n"), "diagonal", "-", *scores(diagonal)]))
   for label, result in results.items():
     for method in result["methods"]:
       best = result["best"][method]
-      lines.append(f"| {label} | {_aligner_name(result)} | {method} | {best['layer']} | {100 * best['aer']:.1f} | "
-                   f"{100 * best['precision']:.1f} | {100 * best['recall']:.1f} |")
+      lines.append(row([label, *aligner(lambda: _aligner_name(result)), method, str(best["layer"]),
+                        *scores(best)]))
   return "\n".join(lines)
 
 

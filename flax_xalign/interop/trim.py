@@ -51,8 +51,8 @@ def corpus_texts(task: str, splits: Sequence[str] = _SPLITS, *, normalizers: Seq
   from flax_xalign.tasks import registry
 
   for name in tasks.task_names(task):
-    info = registry._TASKS.get(name)  # noqa: SLF001  (our tasks keep their raw-text loaders)
-    if info is None:
+    loader = registry.text_loader(name)
+    if loader is None:
       raise UserError(f"{name!r} is a plain seqio task; trimming reads raw text, which only flax_xalign's own "
                       "tasks (TextTask, TsvBitextTask, the embedded corpora) expose.")
     provider = tasks.get_provider(name)
@@ -62,26 +62,21 @@ def corpus_texts(task: str, splits: Sequence[str] = _SPLITS, *, normalizers: Seq
     for split in splits:
       if split not in provider.splits:
         continue
-      columns = info.loader(split)
+      columns = loader(split)
       for column in ("text", "text_b"):
         for text in columns.get(column, ()):
           for form in forms:
             yield normalize_lib.normalize_text(text, form)
 
 
-def _proto(model: bytes):
-  from sentencepiece import sentencepiece_model_pb2 as pb
-
-  proto = pb.ModelProto()
-  proto.ParseFromString(model)
-  return proto, pb
-
-
 def kept_ids(model: bytes, texts: Iterable[str], *, batch: int = 4096) -> np.ndarray:
   """Sorted ids to keep: every non-text piece (specials, user-defined, bytes) and every piece `texts` use."""
   import sentencepiece as spm
+  from sentencepiece import sentencepiece_model_pb2 as pb
 
-  proto, pb = _proto(model)
+  from flax_xalign.interop.hf import sentencepiece_proto
+
+  proto = sentencepiece_proto(model)
   if proto.trainer_spec.model_type != pb.TrainerSpec.UNIGRAM:
     raise UserError("only unigram SentencePiece models can be trimmed without changing how text is segmented "
                     f"(this one is {pb.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type)}).")
@@ -101,7 +96,9 @@ def kept_ids(model: bytes, texts: Iterable[str], *, batch: int = 4096) -> np.nda
 
 def trimmed_model(model: bytes, keep: np.ndarray) -> bytes:
   """The SentencePiece model with only the pieces `keep` (sorted ids), special ids remapped."""
-  proto, _ = _proto(model)
+  from flax_xalign.interop.hf import sentencepiece_proto
+
+  proto = sentencepiece_proto(model)
   new_id = {int(old): new for new, old in enumerate(keep)}
   pieces = [proto.pieces[int(i)] for i in keep]
   spec = proto.trainer_spec

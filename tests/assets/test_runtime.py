@@ -1,7 +1,6 @@
 """Assets are step arguments: AOT lowering sees them abstractly; one program serves new values."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from flax_xalign.assets.runtime import RunAssets
