@@ -2,7 +2,10 @@ r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
 
   python -m flax_xalign.align --checkpoint=runs/demo --input=pairs.tsv --output=out.txt \
       [--layer=3] [--method=sinkhorn] [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
-      [--normalize=nfd_strip_marks] [--encoding=joint|separate] \
+      [--normalize=nfd_strip_marks] [--encoding=joint|separate] [--pair_layout=restart|continuous] \
+      [--sinkhorn_kernel=clamped|entropic --sinkhorn_order=rows_first|columns_first \
+       --sinkhorn_extraction=plan|pi_xi --mu=1.0 --[no-]relative_mu --sinkhorn_iters=2 \
+       --itermax_alpha=0.9 --itermax_rounds=2] \
       [--gold=gold.txt --gold_format=pharaoh|naacl [--sweep]]
   python -m flax_xalign.align --checkpoint=runs/e5 --bible_gold=test --output=runs/e5/aer/links.txt --sweep
 
@@ -18,11 +21,17 @@ it (e.g. nfd_strip_marks drops polytonic Greek's diacritics); word indices
 refer to the input words either way. --encoding=separate encodes each side as
 if alone (SimAlign's way; best for sentence encoders such as multilingual-e5),
 joint (the default, XLM-Align's) encodes the pair in one attention segment.
+--pair_layout defaults to the layout the checkpoint was trained with (run
+manifest). The solver flags are `ops.AlignmentSolver`'s fields, with the
+paper's defaults (kernel max(eps, S)^(1/mu), rows first, mu 1, 2 iterations,
+links from the plan); the released XLM-Align aligner is
+--sinkhorn_order=columns_first --sinkhorn_extraction=pi_xi.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -53,8 +62,35 @@ def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
   return pairs
 
 
+def _solver_flags(parser: argparse.ArgumentParser) -> None:
+  """One flag per AlignmentSolver field, defaulting to the field's default."""
+  from flax_xalign import ops
+  from flax_xalign.evaluation import word_align
+
+  defaults = {f.name: f.default for f in dataclasses.fields(ops.AlignmentSolver)}
+  choices = {"similarity": word_align.SIMILARITIES, "sinkhorn_kernel": word_align.SINKHORN_KERNELS,
+             "sinkhorn_order": word_align.SINKHORN_ORDERS,
+             "sinkhorn_extraction": word_align.SINKHORN_EXTRACTIONS}
+  for name, values in choices.items():
+    parser.add_argument(f"--{name}", choices=values, default=defaults[name])
+  for name in ("mu", "clamp_epsilon", "itermax_alpha"):
+    parser.add_argument(f"--{name}", type=float, default=defaults[name])
+  for name in ("sinkhorn_iters", "itermax_rounds"):
+    parser.add_argument(f"--{name}", type=int, default=defaults[name])
+  parser.add_argument("--relative_mu", action=argparse.BooleanOptionalAction, default=defaults["relative_mu"],
+                      help="entropic kernel: temperature mu * mean |S| (default) or mu itself")
+
+
+def solver_from_args(args: argparse.Namespace):
+  """The AlignmentSolver the flags describe (UserError for a bad value)."""
+  from flax_xalign import ops
+
+  return ops.AlignmentSolver(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ops.AlignmentSolver)})
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data import normalize
+  from flax_xalign.data.specials import PAIR_LAYOUTS
   from flax_xalign.evaluation import aer, word_align
 
   parser = argparse.ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
@@ -68,8 +104,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--method", choices=word_align.METHODS, default=None, help="default: sinkhorn")
   parser.add_argument("--src_lang", default=None)
   parser.add_argument("--tgt_lang", default=None)
-  parser.add_argument("--similarity", choices=word_align.SIMILARITIES, default="dot")
-  parser.add_argument("--sinkhorn_kernel", choices=word_align.SINKHORN_KERNELS, default="entropic")
+  _solver_flags(parser)
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--max_length", type=int, default=256, help="positions per pair (both sides + 4)")
   parser.add_argument("--vocabulary", default=None, help="SentencePiece model, if the task is not known here")
@@ -77,6 +112,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       help="text normaliser applied to each word before tokenising (default: none)")
   parser.add_argument("--encoding", choices=word_align.ENCODINGS, default="joint",
                       help="joint: one attention segment per pair (XLM-Align); separate: each side alone (SimAlign)")
+  parser.add_argument("--pair_layout", choices=PAIR_LAYOUTS, default=None,
+                      help="restart: <s> a </s> <s> b </s>; continuous: <s> a </s> b </s> (default: the run's)")
   parser.add_argument("--gold", default=None, help="gold alignments, one entry per input pair")
   parser.add_argument("--gold_format", choices=aer.GOLD_FORMATS, default="pharaoh")
   parser.add_argument("--sweep", action="store_true", help="score all layers and methods against --gold")
@@ -107,18 +144,18 @@ def run(args: argparse.Namespace) -> None:
                       "pairs; they must correspond line by line.")
   elif args.sweep:
     raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
-  from flax_xalign import ops
-
-  options = ops.AlignmentSolver(similarity=args.similarity, sinkhorn_kernel=args.sinkhorn_kernel)
+  options = solver_from_args(args)
   aligner, _, step = word_align.load_aligner(
       args.checkpoint, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
       max_length=args.max_length, batch_size=args.batch_size, options=options, normalize=args.normalize,
-      encoding=args.encoding)
+      encoding=args.encoding, pair_layout=args.pair_layout)
   layer = args.layer if args.layer is not None else round(2 * aligner.num_layers / 3)
   method = args.method or "sinkhorn"
   aligner.validate([layer], [method])
   print(f"aligning {len(pairs)} pairs ({aligner.src_lang} -> {aligner.tgt_lang}) with {args.checkpoint} "
-        f"(step {step}, {aligner.num_layers} layers)", flush=True)
+        f"(step {step}, {aligner.num_layers} layers, {aligner.pair_layout} pair layout; "
+        f"{options.sinkhorn_kernel} kernel, {options.sinkhorn_order}, mu {options.mu}, "
+        f"{options.sinkhorn_iters} iterations, {options.sinkhorn_extraction} extraction)", flush=True)
   start = time.perf_counter()
   if args.sweep:
     every = aligner.run(pairs, layers=range(aligner.num_layers + 1), methods=word_align.METHODS, verbose=True)

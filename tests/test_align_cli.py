@@ -164,3 +164,25 @@ def test_bible_gold_option_writes_inputs_and_scores(tmp_path, bible_data_dir, ca
   code = align_main.main([f"--checkpoint={model_dir}", "--bible_gold=test", f"--input={tmp_path / 'x.tsv'}",
                           f"--output={out}"])
   _expect_error(capsys, code, "--bible_gold replaces --input")
+
+
+def test_solver_and_layout_flags(tmp_path, checkpoint, pairs_file, capsys):
+  released = tmp_path / "released.txt"
+  code = align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}", f"--output={released}",
+                          "--layer=2", "--batch_size=4", "--sinkhorn_order=columns_first",
+                          "--sinkhorn_extraction=pi_xi", "--pair_layout=continuous", "--mu=1.0",
+                          "--sinkhorn_iters=2"])
+  assert code == 0, capsys.readouterr().err
+  text = capsys.readouterr().out
+  assert "continuous pair layout" in text and "columns_first" in text and "pi_xi extraction" in text
+  assert len(aer.read_pharaoh(str(released))) == len(PAIRS)
+  default = tmp_path / "default.txt"
+  assert align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}", f"--output={default}",
+                          "--layer=2", "--batch_size=4"]) == 0
+  assert "restart pair layout; clamped kernel, rows_first" in capsys.readouterr().out  # The manifest's layout.
+  entropic = tmp_path / "entropic.txt"
+  assert align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}", f"--output={entropic}",
+                          "--layer=2", "--sinkhorn_kernel=entropic", "--no-relative_mu", "--mu=0.5"]) == 0
+  capsys.readouterr()
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}",
+                                         f"--output={default}", "--mu=0"]), "AlignmentSolver.mu must be")

@@ -30,7 +30,7 @@ from flax_xalign.run_spec import RunSpec
 
 # The keys of an aligner settings dict: AlignmentSolver's fields, and evaluate_alignment's own options.
 SOLVER_SETTINGS = tuple(f.name for f in dataclasses.fields(ops.AlignmentSolver))
-ALIGNMENT_SETTINGS = ("normalize", "encoding", "max_length", "batch_size", "layers", "methods")
+ALIGNMENT_SETTINGS = ("normalize", "encoding", "pair_layout", "max_length", "batch_size", "layers", "methods")
 _HOW_TO_MAKE = ("make the models with `python -m flax_xalign.interop.e5_small --output=runs/e5` (the imported "
                 "multilingual-e5-small) or `make demo` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
                 "or change MODEL_DIRS")
@@ -167,21 +167,30 @@ def evaluate_alignment(model_dir: str, *, settings: Mapping[str, Any] | None = N
 
 
 def _aligner_name(result: Mapping[str, Any]) -> str:
+  """The encoding, similarity and every solver setting that differs from the paper's default."""
   parts = [result["encoding"], result["similarity"]]
-  if result.get("sinkhorn_kernel", "entropic") != "entropic":
-    parts.append(f"{result['sinkhorn_kernel']} kernel")
+  default = ops.AlignmentSolver()
+  for field in ("sinkhorn_kernel", "sinkhorn_order", "sinkhorn_extraction"):
+    if result.get(field, getattr(default, field)) != getattr(default, field):
+      parts.append(f"{result[field]} {field.removeprefix('sinkhorn_')}")
+  if result.get("pair_layout", "restart") != "restart":
+    parts.append(f"{result['pair_layout']} pair layout")
   if result.get("normalize"):
     parts.append(result["normalize"])
   return ", ".join(parts)
 
 
-def best_layer_table(results: Mapping[str, Mapping[str, Any]], *, show_aligner: bool = True) -> str:
+def best_layer_table(results: Mapping[str, Mapping[str, Any]], *, show_aligner: bool = True,
+                     peers: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> str:
   """Markdown: AER/P/R of each model and method at its best layer, under the diagonal reference.
 
   Args:
     results: {label: `evaluate_alignment` result}, all on the same pairs.
     show_aligner: include the aligner-settings column (the demo's table, one
       setting for all models, leaves it out).
+    peers: {label: {method: scores dict}} of aligners that are not ours
+      (e.g. eflomal's symmetrisations), scored on the same pairs; rows after
+      the diagonal.
   """
   if not results:
     raise UserError("no alignment results to tabulate; MODEL_DIRS is empty.")
@@ -202,6 +211,9 @@ def best_layer_table(results: Mapping[str, Mapping[str, Any]], *, show_aligner: 
            "|" + "|".join(["---"] * (3 if show_aligner else 2) + ["---:"] * 4) + "|"]
   diagonal = next(iter(results.values()))["diagonal_baseline"]
   lines.append(row(["(no model)", *aligner(lambda: "word i -> i·m/n"), "diagonal", "-", *scores(diagonal)]))
+  for label, methods in (peers or {}).items():
+    for method, peer in methods.items():
+      lines.append(row([label, *aligner(lambda: "statistical"), method, "-", *scores(peer)]))
   for label, result in results.items():
     for method in result["methods"]:
       best = result["best"][method]

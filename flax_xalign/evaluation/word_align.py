@@ -1,21 +1,27 @@
 """Word alignment from an encoder's hidden states (SimAlign / XLM-Align style).
 
-A pair of word-tokenised sentences is encoded the way the TLM task lays out a
-translation pair (`<s> a </s> <s> b </s>`, positions restarting on side b, one
-language id per side); each word is tokenised on its own, so every subword
+A pair of word-tokenised sentences is encoded the way the run's training laid
+out translation pairs (`pair_layout`, `data.specials.PAIR_LAYOUTS`): "restart"
+is `<s> a </s> <s> b </s>` with positions restarting on side b, "continuous"
+the released XLM-Align code's `<s> a </s> b </s>` with positions running on;
+one language id per side. Each word is tokenised on its own, so every subword
 knows its word. For a layer ℓ the similarity of side-a subword i and side-b
 subword j is `h_i · h_j` ("dot", as XLM-Align's aligner) or their cosine;
-special tokens are left out. A method turns the similarity into subword links:
+special tokens are left out. A method turns the similarity into subword links
+(`ops.AlignmentSolver.links`):
 
 * `argmax`: mutual argmax (a link where i's best j has i as its best);
-* `itermax`: SimAlign's iterative mutual argmax (alpha 0.9, 2 rounds);
+* `itermax`: SimAlign's iterative mutual argmax (alpha 0.9, 2 rounds) on
+  `(cos + 1) / 2` for cosine, as SimAlign; dot products are shifted by each
+  pair's minimum (a variant);
 * `sinkhorn`: XLM-Align's optimal-transport aligner (Chi et al. 2021, §3.1,
-  Eq. 7): a few Sinkhorn normalisations of the similarity, then the mutual
-  argmax of the transport plan. The settings (similarity, kernel, mu,
-  iterations, Itermax alpha and rounds) are one `ops.AlignmentSolver`, the
-  same record DWA's self-labelling uses; its default kernel is the entropic
-  exp(sim / mu), and `sinkhorn_kernel="clamped"` is the released aligner's
-  max(eps, sim).
+  Eq. 7): a few Sinkhorn iterations on the similarity, then the mutual argmax
+  of the transport plan (ties broken by the similarity). The settings
+  (similarity, kernel, order, mu, iterations, extraction, Itermax alpha and
+  rounds) are one `ops.AlignmentSolver`, the same record DWA's self-labelling
+  uses, with the paper's defaults: kernel `max(eps, sim)^(1/mu)`, rows first.
+  `sinkhorn_order="columns_first", sinkhorn_extraction="pi_xi"` is the
+  released aligner (`xlmalign-ot-aligner.py`).
 
 Two words align if any of their subwords do. A word that yields no subword
 can never align. Pairs longer than the budget keep a prefix of whole words per
@@ -23,9 +29,9 @@ side (shared like the feature converter's `pair_budget`); the dropped words
 cannot align, and one warning reports how many pairs were cut.
 
 `encoding` says how the two sides meet the encoder: "joint" (XLM-Align's
-aligner: one attention segment over `<s> a </s> <s> b </s>`, so each side
-sees the other) or "separate" (SimAlign, awesome-align: the sides are two
-segments of the row, so each is encoded as if alone). A model trained with
+aligner: one attention segment over the pair, so each side sees the other) or
+"separate" (SimAlign, awesome-align: the sides are two segments of the row,
+so each is encoded as if alone; this needs the "restart" layout). A model trained with
 TLM-style pairs suits "joint"; a sentence encoder such as multilingual-e5
 aligns far better with "separate".
 
@@ -47,6 +53,7 @@ bucketed lengths, so jit compiles few shapes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -61,15 +68,19 @@ import numpy as np
 
 from flax_xalign import ops
 from flax_xalign.data import normalize as normalize_lib
-from flax_xalign.data.specials import SpecialTokens, special_tokens_of
+from flax_xalign.data.specials import PAIR_LAYOUTS, SpecialTokens, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer
 from flax_xalign.run_spec import RunSpec
 
-METHODS = ("argmax", "itermax", "sinkhorn")
+METHODS = ops.align_solver.METHODS
 ENCODINGS = ("joint", "separate")
 SIMILARITIES = ops.align_solver.SIMILARITIES
 SINKHORN_KERNELS = ops.align_solver.SINKHORN_KERNELS
+SINKHORN_ORDERS = ops.align_solver.SINKHORN_ORDERS
+SINKHORN_EXTRACTIONS = ops.align_solver.SINKHORN_EXTRACTIONS
+# Special tokens a pair adds, per layout (as the feature converter's PAIR_SPECIALS).
+_PAIR_SPECIALS = {"restart": 4, "continuous": 3}
 Pair = tuple[Sequence[str], Sequence[str]]
 
 
@@ -102,24 +113,40 @@ def _words_that_fit(counts: Sequence[int], budget: int) -> int:
   return len(counts)
 
 
+def check_pair_layout(pair_layout: str) -> str:
+  if pair_layout not in PAIR_LAYOUTS:
+    raise UserError(f"unknown pair layout {pair_layout!r}; use one of {', '.join(PAIR_LAYOUTS)} "
+                    "(restart: <s> a </s> <s> b </s>; continuous: <s> a </s> b </s>).")
+  return pair_layout
+
+
 def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequence[int]], *,
                 src_lang_id: int, tgt_lang_id: int, max_length: int, max_side: int,
-                specials: SpecialTokens) -> EncodedPair:
-  """Lays out one pair of per-word subword ids as `<s> a </s> <s> b </s>`.
+                specials: SpecialTokens, pair_layout: str = "restart") -> EncodedPair:
+  """Lays out one pair of per-word subword ids as the feature converter does.
+
+  "restart": `<s> a </s> <s> b </s>`, positions restarting at 0 on side b;
+  "continuous": `<s> a </s> b </s>`, positions running on (pair_side 1 for
+  `<s> a </s>`, 2 for `b </s>`).
 
   Args:
     src_pieces: subword ids of each source word.
     tgt_pieces: subword ids of each target word.
     src_lang_id, tgt_lang_id: language ids of the two sides.
     max_length: row length; both sides together keep at most max_length - 4
-      subwords, shared like `feature_converter.pair_budget`, whole words only.
+      ("restart") or max_length - 3 ("continuous") subwords, shared like
+      `feature_converter.pair_budget`, whole words only. With "continuous"
+      the positions of the whole row must fit the position table, so pass
+      at most `num_positions`.
     max_side: most subwords one side may keep (positions must stay below the
-      model's position table: num_positions - 2).
-    specials: the vocabulary's special ids (`<s>` and `</s>` frame each side).
+      model's position table: num_positions - 2 with "restart").
+    specials: the vocabulary's special ids (`<s>` and `</s>` frame the sides).
+    pair_layout: "restart" or "continuous".
   """
+  restart = check_pair_layout(pair_layout) == "restart"
   counts_a = [len(p) for p in src_pieces]
   counts_b = [len(p) for p in tgt_pieces]
-  budget = max_length - 4
+  budget = max_length - _PAIR_SPECIALS[pair_layout]
   len_a, len_b = sum(counts_a), sum(counts_b)
   keep_a = min(len_a, max(budget // 2, budget - len_b), max_side)
   words_a = _words_that_fit(counts_a, keep_a)
@@ -129,13 +156,16 @@ def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequen
   tgt = [(w, t) for w in range(words_b) for t in tgt_pieces[w]]
   na, nb = len(src), len(tgt)
   bos, eos = specials.bos, specials.eos
-  tokens = [bos] + [t for _, t in src] + [eos, bos] + [t for _, t in tgt] + [eos]
+  opens_b = [bos] if restart else []  # Side b's own <s>.
+  tokens = [bos] + [t for _, t in src] + [eos] + opens_b + [t for _, t in tgt] + [eos]
+  span_a, span_b = na + 2, len(opens_b) + nb + 1
+  positions_b = range(span_b) if restart else range(span_a, span_a + span_b)
   as_array = functools.partial(np.asarray, dtype=np.int32)
   return EncodedPair(
       tokens=as_array(tokens),
-      lang_ids=as_array([src_lang_id] * (na + 2) + [tgt_lang_id] * (nb + 2)),
-      positions=as_array(list(range(na + 2)) + list(range(nb + 2))),
-      pair_side=as_array([1] * (na + 2) + [2] * (nb + 2)),
+      lang_ids=as_array([src_lang_id] * span_a + [tgt_lang_id] * span_b),
+      positions=as_array(list(range(span_a)) + list(positions_b)),
+      pair_side=as_array([1] * span_a + [2] * span_b),
       src_words=as_array([w for w, _ in src]),
       tgt_words=as_array([w for w, _ in tgt]),
       truncated=used_a < len_a or sum(counts_b[:words_b]) < len_b)
@@ -172,14 +202,14 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
     options: the AlignmentSolver.
 
   Returns:
-    {method: bool [len(layers), rows, L - 4, L - 4]}; only [:num_src, :num_tgt]
-    of a row can be True.
+    {method: bool [len(layers), rows, L - 3, L - 3]} (L - 3: the longest side
+    of either layout); only [:num_src, :num_tgt] of a row can be True.
   """
   out = encoder.apply({"params": params}, batch["tokens"], lang_ids=batch["lang_ids"],
                       positions=batch["positions"], segment_ids=batch["segment_ids"],
                       deterministic=True, return_all_hidden=True)
   hidden = jnp.stack([out.all_hidden[layer] for layer in layers]).astype(jnp.float32)  # [k, b, L, e]
-  side = hidden.shape[2] - 4
+  side = hidden.shape[2] - 3
   span = jnp.arange(side)
   src = hidden[:, :, 1:1 + side]
   tgt_index = jnp.minimum(batch["tgt_start"][:, None] + span, hidden.shape[2] - 1)  # [b, side]
@@ -188,16 +218,7 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
   valid_src = span[None, :] < batch["num_src"][:, None]
   valid_tgt = span[None, :] < batch["num_tgt"][:, None]
   mask = jnp.broadcast_to((valid_src[:, :, None] & valid_tgt[:, None, :])[None], similarity.shape)
-  links = {}
-  for method in methods:
-    if method == "argmax":
-      links[method] = ops.argmax_intersection(similarity, mask)
-    elif method == "itermax":
-      links[method] = options.itermax(similarity, mask)
-    else:
-      links[method] = ops.argmax_intersection(options.plan(similarity, mask).plan, mask)
-    links[method] = links[method] & mask
-  return links
+  return {method: options.links(similarity, mask, method) for method in methods}
 
 
 @functools.lru_cache(maxsize=64)
@@ -230,14 +251,22 @@ class WordAligner:
       (`flax_xalign.data.normalize.NORMALIZERS`; "" for none).
     encoding: "joint" (one attention segment per pair) or "separate" (each
       side its own segment); see the module docstring.
+    pair_layout: "restart" (`<s> a </s> <s> b </s>`) or "continuous"
+      (`<s> a </s> b </s>`, positions running on); use the layout the model
+      was trained with (`RunSpec.pair_layout`, which `load_aligner` reads).
   """
 
   def __init__(self, model: Any, params: Any, vocabulary: Any, *, languages: Sequence[str], src_lang: str,
                tgt_lang: str, max_length: int = 256, batch_size: int = 32,
                options: ops.AlignmentSolver = ops.AlignmentSolver(), specials: SpecialTokens | None = None,
-               normalize: str = "", encoding: str = "joint"):
+               normalize: str = "", encoding: str = "joint", pair_layout: str = "restart"):
     if encoding not in ENCODINGS:
       raise UserError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}.")
+    self.pair_layout = check_pair_layout(pair_layout)
+    if encoding == "separate" and pair_layout != "restart":
+      raise UserError("encoding='separate' encodes each side as if alone, which needs the 'restart' pair "
+                      "layout (side b with its own <s> and positions from 0); pass pair_layout='restart' "
+                      "(--pair_layout=restart) or encoding='joint'.")
     self.encoding = encoding
     self.encoder = getattr(model, "encoder", model)
     self.config = self.encoder.config
@@ -247,8 +276,9 @@ class WordAligner:
     self.languages = list(languages)
     self.src_lang, self.tgt_lang = src_lang, tgt_lang
     self.src_lang_id, self.tgt_lang_id = (self._lang_id(src_lang), self._lang_id(tgt_lang))
-    if max_length < 6:
-      raise UserError(f"max_length={max_length} is too short: a pair needs at least 6 positions.")
+    shortest = _PAIR_SPECIALS[pair_layout] + 2
+    if max_length < shortest:
+      raise UserError(f"max_length={max_length} is too short: a pair needs at least {shortest} positions.")
     if batch_size < 1:
       raise UserError(f"batch_size={batch_size} must be at least 1.")
     self.max_length = int(max_length)
@@ -287,15 +317,20 @@ class WordAligner:
 
   def encode(self, pairs: Sequence[Pair]) -> list[EncodedPair]:
     """Lays out every pair (see `layout_pair`); warns once if any was cut."""
-    max_side = self.config.num_positions - 2
+    max_length, max_side = self.max_length, self.config.num_positions - 2
+    if self.pair_layout == "continuous":  # Positions run across the row: all of it must fit the table.
+      max_length = min(max_length, self.config.num_positions)
+      max_side = max_length
     encoded = [layout_pair(self.word_pieces(a), self.word_pieces(b), src_lang_id=self.src_lang_id,
-                           tgt_lang_id=self.tgt_lang_id, max_length=self.max_length, max_side=max_side,
-                           specials=self.specials)
+                           tgt_lang_id=self.tgt_lang_id, max_length=max_length, max_side=max_side,
+                           specials=self.specials, pair_layout=self.pair_layout)
                for a, b in pairs]
     cut = sum(e.truncated for e in encoded)
     if cut:
-      warnings.warn(f"{cut} of {len(encoded)} sentence pairs exceed the budget of {self.max_length} "
-                    f"positions per pair ({max_side} per side); their trailing words were dropped and "
+      limit = (f"{max_side} per side" if self.pair_layout == "restart" else
+               f"the continuous layout's whole row must fit the {self.config.num_positions} positions")
+      warnings.warn(f"{cut} of {len(encoded)} sentence pairs exceed the budget of {max_length} "
+                    f"positions per pair ({limit}); their trailing words were dropped and "
                     "are left unaligned. Raise max_length to keep them.", stacklevel=2)
     return encoded
 
@@ -312,7 +347,7 @@ class WordAligner:
       if self.encoding == "separate":  # Side b (after <s> a </s>) is its own attention segment.
         batch["segment_ids"][r, len(e.src_words) + 2:n] = 2
       batch["num_src"][r], batch["num_tgt"][r] = len(e.src_words), len(e.tgt_words)
-      batch["tgt_start"][r] = len(e.src_words) + 3
+      batch["tgt_start"][r] = len(e.src_words) + (3 if self.pair_layout == "restart" else 2)
     return batch
 
   # ---------------------------------------------------------------- running
@@ -426,12 +461,14 @@ def checkpoint_language_pair(run: RunSpec) -> tuple[str, str] | None:
 
 
 def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str | None = None,
-                 vocabulary_path: str | None = None, **kwargs: Any) -> tuple[WordAligner, RunSpec, int]:
+                 vocabulary_path: str | None = None, pair_layout: str | None = None,
+                 **kwargs: Any) -> tuple[WordAligner, RunSpec, int]:
   """(WordAligner, run manifest, step) for the latest checkpoint in `model_dir`.
 
   The language pair defaults to the run's bitext task (side a -> side b);
-  with two languages, naming one side picks the other. `kwargs` go to
-  WordAligner (max_length, batch_size, options, normalize).
+  with two languages, naming one side picks the other. The pair layout
+  defaults to the run's (`RunSpec.pair_layout`). `kwargs` go to WordAligner
+  (max_length, batch_size, options, normalize, encoding).
   """
   from flax_xalign.evaluation import mlm_eval
 
@@ -450,7 +487,7 @@ def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str |
       src_lang, tgt_lang = pair
   vocabulary = resolve_vocabulary(model_dir, run, step=step, vocabulary_path=vocabulary_path)
   aligner = WordAligner(model, params, vocabulary, languages=languages, src_lang=src_lang, tgt_lang=tgt_lang,
-                        specials=run.vocabulary.specials, **kwargs)
+                        specials=run.vocabulary.specials, pair_layout=pair_layout or run.pair_layout, **kwargs)
   return aligner, run, step
 
 
@@ -500,15 +537,21 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
                        methods: Sequence[str] = METHODS, output_dir: str | None = None,
                        max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
                        options: ops.AlignmentSolver = ops.AlignmentSolver(), normalize: str = "",
-                       encoding: str = "joint", verbose: bool = True) -> dict[str, Any]:
+                       encoding: str = "joint", pair_layout: str | None = None,
+                       verbose: bool = True) -> dict[str, Any]:
   """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English).
 
   Writes `aer.json` (the returned dict), `aer.md` (markdown table) and
   `aer_layers.png` (AER against layer) into `output_dir` (default model_dir).
 
+  `pair_layout` defaults to the run's.
+
   Returns:
     {"model_dir", "step", "task", "split", "pairs", "src_lang", "tgt_lang",
-     "similarity", "sinkhorn_kernel", "normalize", "encoding", "layers", "methods",
+     every AlignmentSolver field ("similarity", "sinkhorn_kernel",
+     "sinkhorn_order", "mu", "relative_mu", "clamp_epsilon", "sinkhorn_iters",
+     "sinkhorn_extraction", "itermax_alpha", "itermax_rounds"), "normalize",
+     "encoding", "pair_layout", "layers", "methods",
      "scores": {method: {layer (str): {precision, recall, f1, aer, num_*}}},
      "best": {method: {"layer", precision, recall, f1, aer, ...}},
      "diagonal_baseline": scores of linking word i to word round(i * m / n),
@@ -523,7 +566,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
                     "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
   aligner, run, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
                                     batch_size=batch_size, options=options, normalize=normalize,
-                                    encoding=encoding)
+                                    encoding=encoding, pair_layout=pair_layout)
   pairs, sure = bible_gold(split, max_pairs=max_pairs)
   if verbose:
     print(f"word alignment: {len(pairs)} Greek-English verses ({split}), layers 0..{aligner.num_layers}, "
@@ -538,8 +581,8 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
            "plot": os.path.join(output_dir, "aer_layers.png")}
   results = {
       "model_dir": model_dir, "step": int(step), "task": run.task, "split": split,
-      "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", "similarity": options.similarity,
-      "sinkhorn_kernel": options.sinkhorn_kernel, "normalize": normalize, "encoding": encoding,
+      "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", **dataclasses.asdict(options),
+      "normalize": normalize, "encoding": encoding, "pair_layout": aligner.pair_layout,
       "layers": sorted({l for _, l in table}),
       "methods": list(dict.fromkeys(m for m, _ in table)), "scores": scores, "best": best,
       "diagonal_baseline": aer.score(diagonal, sure).as_dict(),

@@ -6,27 +6,47 @@ sequences into links with the same machinery: a similarity (dot product, or
 cosine through `ops.l2_normalize`), a few Sinkhorn iterations, Itermax or a
 mutual argmax. `AlignmentSolver` holds those hyperparameters once (gin name
 `AlignmentSolver`; `DwaConfig.solver` and the aligner's `options` are
-instances), with the paper's values (Chi et al. 2021, Table 11) as defaults.
+instances), with the paper's values (Chi et al. 2021, §3.1 and Table 11) as
+defaults: dot products, the kernel `K = max(eps, S)^(1/mu)` (Eq. 1 + 5), two
+row-then-column iterations from `v = 1` with all-ones marginals (Eq. 6), both
+argmaxes on the plan (Eq. 7), Itermax with alpha 0.9 and 2 rounds.
 
-Kernels (see `ops.sinkhorn`): "entropic" is K = exp(S / mu), "clamped" is
-K = max(eps, S) with column-then-row normalisation, as XLM-Align's released
-code does.
+Switches to the released code's choices (microsoft/unilm infoxlm, the
+XLM-Align aligner), see `ops.sinkhorn`: `sinkhorn_order="columns_first"`
+(`_sinkhorn_iter`'s column-then-row normalisation), `sinkhorn_extraction=
+"pi_xi"` (forward links from the last row-normalised iterate `pi`, backward
+links from the last column-normalised one `xi`, as `xlmalign-ot-aligner.py`
+does). `sinkhorn_kernel="entropic"` is textbook entropic OT, `exp(S / T)`,
+with `T = mu * mean |S|` unless `relative_mu=False`.
+
+Argmaxes on a plan never break exact ties by position: a tie goes to the
+larger raw similarity (then to the first index).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import jax
 import jax.numpy as jnp
 
 from flax_xalign.errors import UserError
-from flax_xalign.ops.itermax import itermax
+from flax_xalign.ops.itermax import argmax_intersection, itermax
 from flax_xalign.ops.similarity import l2_normalize
-from flax_xalign.ops.sinkhorn import SinkhornResult, sinkhorn, uniform_marginals
+from flax_xalign.ops.sinkhorn import KERNELS, ORDERS, SinkhornResult, sinkhorn
 
 SIMILARITIES = ("dot", "cosine")
-SINKHORN_KERNELS = ("entropic", "clamped")
+SINKHORN_KERNELS = KERNELS
+SINKHORN_ORDERS = ORDERS
+SINKHORN_EXTRACTIONS = ("plan", "pi_xi")
+METHODS = ("argmax", "itermax", "sinkhorn")
+
+
+def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
+  if value not in choices:
+    raise UserError(f"unknown {name.replace('_', ' ')} {value!r} (AlignmentSolver.{name}); "
+                    f"use one of {', '.join(choices)}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,31 +55,55 @@ class AlignmentSolver:
 
   Attributes:
     similarity: "dot" (XLM-Align and its aligner) or "cosine" (SimAlign).
-    sinkhorn_kernel: "entropic" (exp(S / mu)) or "clamped" (max(eps, S), the
-      released code's).
-    mu: entropic regularisation (paper: 1.0).
+    sinkhorn_kernel: "clamped", `K = max(eps, S)^(1/mu)` (the paper's Eq. 1
+      + 5; the released code's `max(eps, S)` at mu = 1), or "entropic",
+      `K = exp(S / T)` (textbook entropic OT).
+    sinkhorn_order: "rows_first" (Eq. 6: u then v) or "columns_first" (the
+      released code's column-then-row normalisation).
+    mu: regularisation (paper: 1.0); the exponent 1/mu of the clamped
+      kernel, or the entropic temperature (relative or absolute).
+    relative_mu: entropic kernel only: temperature `mu * mean |S|` over each
+      problem's valid entries (as ott-jax scales epsilon by the mean cost);
+      False: `mu` itself, which saturates on raw dot products.
+    clamp_epsilon: the `eps` of `max(eps, S)`.
     sinkhorn_iters: Sinkhorn iterations (paper: 2).
+    sinkhorn_extraction: how the aligner's "sinkhorn" method reads links off
+      the Sinkhorn result: "plan" (Eq. 7: both argmaxes on the plan) or
+      "pi_xi" (the released aligner: row argmaxes on the last row-normalised
+      iterate, column argmaxes on the last column-normalised one).
     itermax_alpha: Itermax discount of already aligned rows/columns (paper: 0.9).
     itermax_rounds: Itermax rounds (paper: 2).
   """
 
   similarity: str = "dot"
-  sinkhorn_kernel: str = "entropic"
+  sinkhorn_kernel: str = "clamped"
+  sinkhorn_order: str = "rows_first"
   mu: float = 1.0
+  relative_mu: bool = True
+  clamp_epsilon: float = 1e-6
   sinkhorn_iters: int = 2
+  sinkhorn_extraction: str = "plan"
   itermax_alpha: float = 0.9
   itermax_rounds: int = 2
 
   def __post_init__(self):
-    if self.similarity not in SIMILARITIES:
-      raise UserError(f"unknown similarity {self.similarity!r}; use one of {', '.join(SIMILARITIES)}.")
-    if self.sinkhorn_kernel not in SINKHORN_KERNELS:
-      raise UserError(f"unknown Sinkhorn kernel {self.sinkhorn_kernel!r}; use one of "
-                      f"{', '.join(SINKHORN_KERNELS)}.")
-    if not self.mu > 0:
-      raise UserError(f"AlignmentSolver.mu must be > 0, got {self.mu!r}.")
-    if self.sinkhorn_iters < 1 or self.itermax_rounds < 1:
-      raise UserError("AlignmentSolver.sinkhorn_iters and itermax_rounds must be >= 1.")
+    _one_of("similarity", self.similarity, SIMILARITIES)
+    _one_of("sinkhorn_kernel", self.sinkhorn_kernel, SINKHORN_KERNELS)
+    _one_of("sinkhorn_order", self.sinkhorn_order, SINKHORN_ORDERS)
+    _one_of("sinkhorn_extraction", self.sinkhorn_extraction, SINKHORN_EXTRACTIONS)
+    if not isinstance(self.relative_mu, bool):
+      raise UserError(f"AlignmentSolver.relative_mu must be True or False, got {self.relative_mu!r}.")
+    for name in ("mu", "clamp_epsilon"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise UserError(f"AlignmentSolver.{name} must be a number > 0, got {value!r}.")
+    for name in ("sinkhorn_iters", "itermax_rounds"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise UserError(f"AlignmentSolver.{name} must be an integer >= 1, got {value!r}.")
+    alpha = self.itermax_alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha <= 1:
+      raise UserError(f"AlignmentSolver.itermax_alpha must be in [0, 1] (SimAlign: 0.9), got {alpha!r}.")
 
   def scores(self, a: jax.Array, b: jax.Array) -> jax.Array:
     """[..., n, e] x [..., m, e] -> [..., n, m] float32 similarities."""
@@ -70,15 +114,79 @@ class AlignmentSolver:
 
   def plan(self, scores: jax.Array, mask: jax.Array, *, row_segments: jax.Array | None = None,
            col_segments: jax.Array | None = None) -> SinkhornResult:
-    """The Sinkhorn transport plan; segments make packed pairs independent problems."""
-    marginals = (None, None)
-    if self.sinkhorn_kernel == "entropic" and (row_segments is not None or col_segments is not None):
-      marginals = uniform_marginals(mask, row_segments=row_segments, col_segments=col_segments)
+    """The Sinkhorn result of [..., n, m] `scores`; segments make packed pairs independent problems."""
     return sinkhorn(scores, mask, mu=self.mu, num_iters=self.sinkhorn_iters, kernel=self.sinkhorn_kernel,
-                    row_marginal=marginals[0], col_marginal=marginals[1])
+                    order=self.sinkhorn_order, relative_mu=self.relative_mu,
+                    clamp_epsilon=self.clamp_epsilon, row_segments=row_segments,
+                    col_segments=col_segments)
 
   def itermax(self, scores: jax.Array, mask: jax.Array, *, row_segments: jax.Array | None = None,
-              col_segments: jax.Array | None = None) -> jax.Array:
-    """SimAlign's iterative mutual argmax with this record's alpha and rounds."""
+              col_segments: jax.Array | None = None, tie_break: jax.Array | None = None) -> jax.Array:
+    """SimAlign's iterative mutual argmax of `scores` with this record's alpha and rounds."""
     return itermax(scores, mask, alpha=self.itermax_alpha, max_count=self.itermax_rounds,
-                   row_segments=row_segments, col_segments=col_segments)
+                   row_segments=row_segments, col_segments=col_segments, tie_break=tie_break)
+
+  def links(self, similarity: jax.Array, mask: jax.Array, method: str, *,
+            row_segments: jax.Array | None = None, col_segments: jax.Array | None = None) -> jax.Array:
+    """Word links of [..., n, m] similarities (as `scores` computes them) by `method`.
+
+    * "argmax": the mutual argmax of the similarity.
+    * "itermax": SimAlign's itermax on `(cos + 1) / 2` for cosine similarity
+      (what SimAlign feeds it); dot products are shifted by each problem's
+      minimum instead (a variant: the reweighting is multiplicative, so the
+      offset matters, and dot products have no natural one).
+    * "sinkhorn": the Sinkhorn result, links read off per
+      `sinkhorn_extraction`, exact ties broken by the similarity.
+
+    Args:
+      similarity: [..., n, m] float similarities.
+      mask: [..., n, m] bool, True on real token pairs (block diagonal with
+        segments).
+      method: one of METHODS.
+      row_segments, col_segments: optional [..., n] / [..., m] problem ids of
+        packed pairs.
+
+    Returns:
+      [..., n, m] bool links, False where `~mask`.
+    """
+    _one_of_methods(method)
+    similarity = jnp.asarray(similarity).astype(jnp.float32)
+    mask = jnp.broadcast_to(jnp.asarray(mask, dtype=bool), similarity.shape)
+    segments = {"row_segments": row_segments, "col_segments": col_segments}
+    if method == "argmax":
+      links = argmax_intersection(similarity, mask)
+    elif method == "itermax":
+      scores = (similarity + 1.0) / 2.0 if self.similarity == "cosine" else similarity
+      links = self.itermax(scores, mask, **segments)
+    else:
+      result = self.plan(similarity, mask, **segments)
+      if self.sinkhorn_extraction == "plan":
+        links = argmax_intersection(result.plan, mask, tie_break=similarity)
+      else:
+        links = argmax_intersection(result.row_plan, mask, col_scores=result.col_plan,
+                                    tie_break=similarity)
+    return links & mask
+
+  def self_labels(self, scores: jax.Array, mask: jax.Array, *, row_segments: jax.Array | None = None,
+                  col_segments: jax.Array | None = None) -> tuple[jax.Array, SinkhornResult]:
+    """DWA's self-labels: Itermax on the Sinkhorn plan (paper §3.1, the released `iter_max(pi)`).
+
+    Args:
+      scores: [..., n, m] similarities of the uncorrupted pair.
+      mask: [..., n, m] bool where links may lie.
+      row_segments, col_segments: optional problem ids of packed pairs.
+
+    Returns:
+      (links [..., n, m] bool, the SinkhornResult). Exact ties of the plan
+      go to the larger raw score.
+    """
+    scores = jnp.asarray(scores).astype(jnp.float32)
+    result = self.plan(scores, mask, row_segments=row_segments, col_segments=col_segments)
+    links = self.itermax(result.plan, mask, row_segments=row_segments, col_segments=col_segments,
+                         tie_break=scores)
+    return links & mask, result
+
+
+def _one_of_methods(method: str) -> None:
+  if method not in METHODS:
+    raise UserError(f"unknown alignment method {method!r}; use one of {', '.join(METHODS)}.")

@@ -29,7 +29,8 @@ def init_model(config=CONFIG, seed=0):
   return model, nn.meta.unbox(model.init(jax.random.key(seed), batch=1, length=8))
 
 
-def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language_pairs=(), config=CONFIG):
+def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language_pairs=(), config=CONFIG,
+                     pair_layout="restart"):
   """A MODEL_DIR with one checkpoint, written the way the trainer writes it (manifest + vocabulary asset)."""
   import tensorflow as tf
 
@@ -40,7 +41,7 @@ def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language
   asset = VocabularyAsset(vocabulary)
   run = RunSpec(task=task, languages=tuple(languages), language_pairs=tuple(language_pairs),
                 task_feature_lengths={"tokens": 19}, vocabulary=spec_of(vocabulary), model=config,
-                objectives={"mlm": 1.0}, task_definitions=None)
+                objectives={"mlm": 1.0}, task_definitions=None, pair_layout=pair_layout)
   value = asset.build(run)
   run = run.replace(assets={"vocabulary": asset.fingerprint(value)})
   model_dir.mkdir(parents=True, exist_ok=True)
@@ -105,6 +106,63 @@ def test_layout_matches_the_feature_converter(aligner, vocabulary):
   pieces = [len(aligner.word_pieces([w])[0]) for w in pairs[1][0]]
   assert pieces[0] == pieces[-1] == 0
   np.testing.assert_array_equal(encoded.src_words, np.repeat(np.arange(4), pieces))
+
+
+def test_continuous_layout_matches_the_feature_converter(tiny_model, vocabulary):
+  import tensorflow as tf
+
+  from flax_xalign.data.feature_converter import XAlignFeatureConverter
+
+  model, params = tiny_model
+  aligner = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                   tgt_lang="en", batch_size=4, pair_layout="continuous")
+  converter = XAlignFeatureConverter(["de", "en"], pair_layout="continuous")
+  pairs = [(DE[:3], EN[:4]), (DE[2:4], EN[:1]), (DE[9:12], EN[10:13])]
+  for (a, b), encoded in zip(pairs, aligner.encode(pairs)):
+    assert not encoded.truncated
+    ex = {"tokens": tf.constant(vocabulary.encode(" ".join(a)), tf.int32),
+          "tokens_b": tf.constant(vocabulary.encode(" ".join(b)), tf.int32),
+          "lang": tf.constant("de"), "lang_b": tf.constant("en")}
+    expected = converter._layout(ex, CONFIG.num_positions)  # The row must fit the position table.
+    for key in ("tokens", "lang_ids", "positions", "pair_side"):
+      np.testing.assert_array_equal(getattr(encoded, key), expected[key].numpy(), err_msg=key)
+  # By hand: <s> a </s> b </s>, positions 0.. across the pair.
+  specials = aligner.specials
+  e = word_align.layout_pair([[11, 12], [13]], [[21]], src_lang_id=1, tgt_lang_id=2, max_length=16,
+                             max_side=16, specials=specials, pair_layout="continuous")
+  assert e.tokens.tolist() == [specials.bos, 11, 12, 13, specials.eos, 21, specials.eos]
+  assert e.positions.tolist() == list(range(7))
+  assert e.pair_side.tolist() == [1] * 5 + [2] * 2 and e.lang_ids.tolist() == [1] * 5 + [2] * 2
+  # The whole row shares one position table: a budget of max_length - 3 subwords.
+  e = word_align.layout_pair([[1]] * 6, [[2]] * 6, src_lang_id=1, tgt_lang_id=2, max_length=10, max_side=10,
+                             specials=specials, pair_layout="continuous")
+  assert (len(e.src_words), len(e.tgt_words), e.truncated) == (3, 4, True)  # 7 = 3 + 4, as pair_budget
+  # The links of a continuous row come from the right positions: a sentence
+  # against itself at layer 0 without language embeddings would be diagonal,
+  # here we only check that every method runs and stays inside the sentences.
+  with pytest.warns(UserWarning, match="must fit the 32 positions"):
+    aligner.encode([(DE, EN)])
+  links = aligner.run(pairs, layers=(0, 2), methods=word_align.METHODS)
+  for (a, b), per_pair in zip(pairs, links[("sinkhorn", 2)]):
+    assert all(i < len(a) and j < len(b) for i, j in per_pair)
+  with pytest.raises(UserError, match="needs the 'restart' pair layout"):
+    word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
+                           encoding="separate", pair_layout="continuous")
+  with pytest.raises(UserError, match="unknown pair layout"):
+    word_align.layout_pair([[1]], [[2]], src_lang_id=1, tgt_lang_id=2, max_length=10, max_side=10,
+                           specials=specials, pair_layout="packed")
+
+
+def test_continuous_layout_aligns_a_sentence_with_itself_at_layer_0(plain_model, vocabulary):
+  model, params = plain_model
+  aligner = word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de",
+                                   tgt_lang="en", batch_size=4, pair_layout="continuous",
+                                   options=AlignmentSolver(similarity="cosine"))
+  # Layer 0 adds position embeddings, which differ across the two sides here:
+  # the argmax of cosines still finds each word's own copy.
+  words = DE[:6]
+  links = aligner.align([(words, words)], layer=0, method="argmax")[0]
+  assert links == {(i, i) for i in range(len(words))}
 
 
 def test_word_links_from_subwords():
@@ -190,6 +248,7 @@ def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, al
                                languages=["de", "en"], language_pairs=[("de", "en")])
   loaded, run, step = word_align.load_aligner(str(model_dir), batch_size=4)
   assert (loaded.src_lang, loaded.tgt_lang, step) == ("de", "en", 1)  # From the manifest's bitext sides.
+  assert loaded.pair_layout == run.pair_layout == "restart"
   assert loaded.specials == run.vocabulary.specials
   pairs = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
   assert loaded.align(pairs, layer=2) == aligner.align(pairs, layer=2)
@@ -211,6 +270,12 @@ def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, al
   other = _other_vocabulary(tmp_path, tiny_corpus)
   with pytest.raises(UserError, match="is not the vocabulary"):
     word_align.load_aligner(str(model_dir), vocabulary_path=str(other))
+
+  # The pair layout comes from the manifest unless overridden.
+  model_dir = write_checkpoint(tmp_path / "continuous", params, vocabulary, task="tiny_mix",
+                               languages=["de", "en"], language_pairs=[("de", "en")], pair_layout="continuous")
+  assert word_align.load_aligner(str(model_dir))[0].pair_layout == "continuous"
+  assert word_align.load_aligner(str(model_dir), pair_layout="restart")[0].pair_layout == "restart"
 
   # No recorded bitext sides: the languages must be named (one is enough with two languages).
   model_dir = write_checkpoint(tmp_path / "mono", params, vocabulary, task="gone_mono", languages=["de", "en"])
@@ -248,7 +313,11 @@ def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus,
   model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_bible", languages=["en", "grc"])
   out = tmp_path / "report"
   results = word_align.evaluate_alignment(str(model_dir), max_pairs=6, output_dir=str(out), batch_size=4,
-                                               verbose=False)
+                                          verbose=False)
+  import dataclasses
+
+  assert {k: results[k] for k in dataclasses.asdict(AlignmentSolver())} == dataclasses.asdict(AlignmentSolver())
+  assert results["pair_layout"] == "restart" and results["sinkhorn_kernel"] == "clamped"
   assert results["pairs"] == 6 and results["layers"] == [0, 1, 2] and results["step"] == 1
   assert set(results["scores"]) == set(word_align.METHODS) == set(results["best"])
   assert set(results["scores"]["sinkhorn"]) == {"0", "1", "2"}

@@ -170,3 +170,31 @@ def test_argmax_intersection_basic_cases():
 def test_only_one_segment_argument_raises():
   with pytest.raises(ValueError, match="segments"):
     itermax(np.zeros((2, 2)), np.ones((2, 2), bool), row_segments=np.zeros(2, np.int32))
+
+
+def test_exact_ties_go_to_the_tie_break_then_to_the_first_index():
+  # Row 0 ties across columns 0-2 (a saturated plan); the second key prefers column 2.
+  scores = np.array([[0.5, 0.5, 0.5, 0.1],
+                     [0.1, 0.1, 0.1, 0.6],
+                     [0.2, 0.3, 0.1, 0.1]], np.float32)
+  second = np.array([[1.0, 2.0, 3.0, 0.0],
+                     [0.0, 0.0, 0.0, 0.0],
+                     [0.0, 0.0, 0.0, 0.0]], np.float32)
+  mask = np.ones_like(scores, bool)
+  by_index = np.asarray(intersect(scores, mask))
+  assert by_index[0, 0] and not by_index[0, 2]
+  broken = np.asarray(argmax_intersection(scores, mask, tie_break=second))
+  np.testing.assert_array_equal(broken, [[0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]])
+  # Tied on both keys: the first index, as numpy.
+  np.testing.assert_array_equal(argmax_intersection(scores, mask, tie_break=np.zeros_like(scores)), by_index)
+  # Round 2 (row 2, columns 0 and 1 free) weighs row 0 as [.45, .45, 0, 0]: a
+  # tie that the second key gives to column 1, whose best row is row 0.
+  np.testing.assert_array_equal(itermax(scores, mask, tie_break=second),
+                                [[0, 1, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]])
+
+
+def test_column_argmaxes_can_come_from_other_scores():
+  rows = np.array([[0.9, 0.1], [0.8, 0.2]], np.float32)  # both rows prefer column 0
+  cols = np.array([[0.1, 0.9], [0.7, 0.3]], np.float32)  # column 0 prefers row 1
+  links = np.asarray(argmax_intersection(rows, np.ones((2, 2), bool), col_scores=cols))
+  np.testing.assert_array_equal(links, [[0, 0], [1, 0]])
