@@ -92,6 +92,9 @@ class RunSpec:
     assets: asset -> fingerprint of the value the run started with.
     seed: the run's seed.
     init_from_checkpoint: the MODEL_DIR a new run was warm-started from.
+    pair_layout: how translation pairs were laid out in rows
+      (`data.specials.PAIR_LAYOUTS`); the aligner lays pairs out the same way.
+    bitext_both_directions: each training pair was also seen as (b, a).
   """
 
   task: str
@@ -108,6 +111,8 @@ class RunSpec:
   assets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   seed: int = 0
   init_from_checkpoint: str | None = None
+  pair_layout: str = "restart"
+  bitext_both_directions: bool = False
   version: int = VERSION
 
   def language_id(self, code: str) -> int:

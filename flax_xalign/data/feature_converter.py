@@ -8,19 +8,31 @@ missing `lang` (`lang_b`) is the converter's language when it has exactly one.
 
 Output (int32 [L] each, L = `task_feature_lengths["tokens"]`):
 
-* `tokens`: `<s> a </s>` for a monolingual example, `<s> a </s> <s> b </s>` for
-  a pair; padding is the vocabulary's `<pad>` id (`specials.pad`: 0 for our
+* `tokens`: `<s> a </s>` for a monolingual example; a pair is laid out as
+  `pair_layout` says (`specials.PAIR_LAYOUTS`): `<s> a </s> <s> b </s>`
+  ("restart", the XLM/TLM paper layout and the default) or `<s> a </s> b </s>`
+  ("continuous", the released XLM-Align code's `tools/para2bin.py`, XLM-R
+  style). Padding is the vocabulary's `<pad>` id (`specials.pad`: 0 for our
   own layout, 1 for an imported XLM-R vocabulary).
 * `lang_ids`: index of the language in the sorted language list + 1.
 * `segment_ids`: 1..k for the k examples packed into the row; 0 on padding.
-* `positions`: 0.. within each side (they restart on the second side of a pair).
-* `pair_side`: 0 monolingual / padding, 1 first side, 2 second side (the side's
-  own `<s>` and `</s>` included).
+* `positions`: 0.. within each example; "restart" starts again at 0 on the
+  second side of a pair, "continuous" runs on across it. Either way no
+  position reaches L, so a model with `num_positions >= L` reads every row.
+* `pair_side`: 0 monolingual / padding, 1 first side, 2 second side. The
+  first side is `<s> a </s>`; the second is `<s> b </s>` ("restart") or
+  `b </s>` ("continuous").
 
 Trimming: a monolingual text keeps at most L - 2 tokens. A pair keeps at most
-L - 4 tokens in all: each side is guaranteed half of that budget (the first side
-gets the smaller half when it is odd) and a short side gives its unused share to
-the other.
+L - 4 ("restart") or L - 3 ("continuous") tokens in all: each side is
+guaranteed half of that budget (the first side gets the smaller half when it
+is odd) and a short side gives its unused share to the other.
+
+`both_directions=True` also emits every pair swapped, (b, a) with its
+languages, right after (a, b), as the released XLM-Align code stores its
+bitext (src-tgt and tgt-src). Since packing fills rows from consecutive
+examples, the two directions usually share a row (as separate segments, so
+they never attend to each other).
 
 Packing is seqio's greedy packer (`trim_and_pack_dataset`), which fills rows
 from windows of L consecutive examples. Its packer (and its padder, unpacked)
@@ -40,6 +52,7 @@ import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
+from flax_xalign.data.specials import PAIR_LAYOUTS
 from flax_xalign.data.specials import PROJECT
 from flax_xalign.data.specials import SpecialTokens
 
@@ -50,8 +63,10 @@ _LAYOUT_KEYS = ("tokens", "lang_ids", "positions", "pair_side")
 _SHIFTED_KEYS = ("tokens", "positions", "pair_side")
 _INPUTS = {"tokens": (tf.int32, 1), "tokens_b": (tf.int32, 1),
            "lang": (tf.string, 0), "lang_b": (tf.string, 0)}
-# Shortest row that holds a pair with one token per side.
-MIN_LENGTH = 6
+# Shortest row that holds a pair with one token per side, per pair layout.
+MIN_LENGTH = {"restart": 6, "continuous": 5}
+# Special tokens a pair adds to its two sides, per pair layout.
+PAIR_SPECIALS = {"restart": 4, "continuous": 3}
 
 
 def pair_budget(len_a: tf.Tensor, len_b: tf.Tensor,
@@ -61,7 +76,8 @@ def pair_budget(len_a: tf.Tensor, len_b: tf.Tensor,
   Args:
     len_a: int32 scalar, length of the first side.
     len_b: int32 scalar, length of the second side.
-    budget: tokens available for both sides together (L - 4).
+    budget: tokens available for both sides together (L - 4, or L - 3 for
+      the continuous layout).
 
   Returns:
     (keep_a, keep_b) with keep_a + keep_b <= budget, each side getting at least
@@ -80,6 +96,8 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     specials: the vocabulary's special ids; `<s>` and `</s>` frame each side
       and `<pad>` fills `tokens` after the last example of a row (any id:
       see the module docstring).
+    pair_layout: "restart" or "continuous" (see the module docstring).
+    both_directions: also emit each pair swapped, (b, a).
   """
 
   TASK_FEATURES = {"tokens": seqio.FeatureConverter.FeatureSpec(tf.int32)}
@@ -89,7 +107,8 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
   PACKING_FEATURE_DTYPES = {}
 
   def __init__(self, languages: Sequence[str], pack: bool = True,
-               specials: SpecialTokens = PROJECT):
+               specials: SpecialTokens = PROJECT, pair_layout: str = "restart",
+               both_directions: bool = False):
     if isinstance(languages, str) or not languages:
       raise errors.UserError(
           f"XAlignFeatureConverter needs a list of language codes, got "
@@ -103,6 +122,9 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
           f"specials must be a flax_xalign.data.specials.SpecialTokens, got "
           f"{specials!r}.")
     self.specials = specials
+    check_pair_layout(pair_layout)
+    self.pair_layout = pair_layout
+    self.both_directions = bool(both_directions)
     # Lengths are enforced by our own trimming; seqio's length assertions
     # would only reject over-long raw inputs that we trim anyway.
     super().__init__(pack=pack, apply_length_check=False)
@@ -127,17 +149,22 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
   def _layout(self, ex: Mapping[str, tf.Tensor],
               length: int) -> Dict[str, tf.Tensor]:
-    """One example laid out as `<s> a </s> [<s> b </s>]`, unpadded."""
+    """One example laid out as `<s> a </s> [<s> b </s> | b </s>]`, unpadded."""
     a = tf.cast(ex["tokens"], tf.int32)
     b = tf.cast(ex["tokens_b"], tf.int32)
     is_pair = tf.not_equal(ex["lang_b"], "")
-    pair_a, pair_b = pair_budget(tf.size(a), tf.size(b), length - 4)
+    restart = self.pair_layout == "restart"
+    pair_a, pair_b = pair_budget(tf.size(a), tf.size(b),
+                                 length - PAIR_SPECIALS[self.pair_layout])
     keep_a = tf.where(is_pair, pair_a, tf.minimum(tf.size(a), length - 2))
     keep_b = tf.where(is_pair, pair_b, 0)
     span_a = keep_a + 2
-    span_b = tf.where(is_pair, keep_b + 2, 0)
+    opens_b = 1 if restart else 0  # Side b's own <s>.
+    span_b = tf.where(is_pair, keep_b + 1 + opens_b, 0)
     bos, eos = [self.specials.bos], [self.specials.eos]
-    side_b = tf.concat([bos, b[:keep_b], eos], 0)[:span_b]
+    side_b = tf.concat([bos[:opens_b], b[:keep_b], eos], 0)[:span_b]
+    positions_b = (tf.range(span_b) if restart else
+                   tf.range(span_a, span_a + span_b))
     lang_a = self._lang_id(ex["lang"])
     lang_b = tf.cond(is_pair, lambda: self._lang_id(ex["lang_b"]),
                      lambda: tf.constant(0, tf.int32))
@@ -146,7 +173,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
         "tokens": tf.concat([bos, a[:keep_a], eos, side_b], 0),
         "lang_ids": tf.concat([tf.fill([span_a], lang_a),
                                tf.fill([span_b], lang_b)], 0),
-        "positions": tf.concat([tf.range(span_a), tf.range(span_b)], 0),
+        "positions": tf.concat([tf.range(span_a), positions_b], 0),
         "pair_side": tf.concat([tf.fill([span_a], side_a_code),
                                 tf.fill([span_b], 2)], 0),
     }
@@ -191,18 +218,35 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
     return ds.map(fill, num_parallel_calls=tf.data.AUTOTUNE)
 
+  def _add_reverse_pairs(self, ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Every pair (a, b) followed by (b, a); monolingual examples once."""
+
+    def both(ex):
+      swapped = dict(ex, tokens=ex["tokens_b"], tokens_b=ex["tokens"],
+                     lang=ex["lang_b"], lang_b=ex["lang"])
+      copies = tf.cast(tf.not_equal(ex["lang_b"], ""), tf.int64)
+      return tf.data.Dataset.from_tensors(ex).concatenate(
+          tf.data.Dataset.from_tensors(swapped).take(copies))
+
+    return ds.flat_map(both)
+
   def _convert_features(self, ds: tf.data.Dataset,
                         task_feature_lengths: Mapping[str, int]
                         ) -> tf.data.Dataset:
     length = int(task_feature_lengths["tokens"])
-    if length < MIN_LENGTH:
+    shortest = MIN_LENGTH[self.pair_layout]
+    if length < shortest:
+      layout = ("<s> a </s> <s> b </s>" if self.pair_layout == "restart"
+                else "<s> a </s> b </s>")
       raise errors.UserError(
           f"TASK_FEATURE_LENGTHS['tokens']={length} is too short: a row needs "
-          f"at least {MIN_LENGTH} positions (<s> a </s> <s> b </s>).")
+          f"at least {shortest} positions ({layout}).")
     self._check_inputs(ds)
     ds = self._complete_inputs(ds)
     ds = ds.filter(lambda ex: tf.size(ex["tokens"]) + tf.size(ex["tokens_b"])
                    > 0)
+    if self.both_directions:
+      ds = self._add_reverse_pairs(ds)
     ds = ds.map(lambda ex: self._layout(ex, length),
                 num_parallel_calls=tf.data.AUTOTUNE)
     lengths = {k: length for k in _LAYOUT_KEYS}
@@ -215,6 +259,14 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     ds = ds.map(lambda ex: _shift_down(ex, pad),
                 num_parallel_calls=tf.data.AUTOTUNE)
     return ds.map(lambda ex: _set_shapes(ex, length))
+
+
+def check_pair_layout(pair_layout: str) -> None:
+  """UserError unless `pair_layout` is one of `specials.PAIR_LAYOUTS`."""
+  if pair_layout not in PAIR_LAYOUTS:
+    raise errors.UserError(
+        f"pair_layout={pair_layout!r} is not a pair layout; use one of "
+        f"{', '.join(map(repr, PAIR_LAYOUTS))} (train.pair_layout).")
 
 
 def _shift_up(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:

@@ -95,7 +95,8 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
                 seed: Optional[int], shuffle: bool = True,
                 shard_id: int = 0, num_shards: int = 1, pack: bool = True,
                 num_epochs: Optional[int] = None,
-                specials: SpecialTokens = PROJECT) -> tf.data.Dataset:
+                specials: SpecialTokens = PROJECT, pair_layout: str = "restart",
+                both_directions: bool = False) -> tf.data.Dataset:
   """Builds the batched model-feature dataset of a task or mixture.
 
   Args:
@@ -113,6 +114,9 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
     pack: pack several examples per row (segment ids 1..k).
     num_epochs: passes over the data; None repeats forever.
     specials: the vocabulary's special ids (`<s>`, `</s>` and the padding id).
+    pair_layout: how a translation pair fills a row, "restart" or
+      "continuous" (`feature_converter`, `specials.PAIR_LAYOUTS`).
+    both_directions: also emit every translation pair swapped, (b, a).
 
   Returns:
     A dataset of dicts of int32 `[batch_size, L]` tensors `tokens, lang_ids,
@@ -125,7 +129,8 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
   _check_arguments(provider, split, feature_lengths, batch_size, shard_id,
                    num_shards)
   converter = feature_converter.XAlignFeatureConverter(
-      languages, pack=pack, specials=specials)
+      languages, pack=pack, specials=specials, pair_layout=pair_layout,
+      both_directions=both_directions)
   lengths = {"tokens": int(feature_lengths["tokens"])}
   shard_info = (seqio.ShardInfo(index=shard_id, num_shards=num_shards)
                 if num_shards > 1 else None)

@@ -20,6 +20,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+# How a translation pair is laid out in one row (training, DWA, the aligner):
+# "restart": `<s> a </s> <s> b </s>`, positions restart at 0 on side b (the
+#   paper's XLM/TLM layout, and the default);
+# "continuous": `<s> a </s> b </s>`, positions run on across the pair (the
+#   released XLM-Align code, XLM-R style).
+PAIR_LAYOUTS = ("restart", "continuous")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SpecialTokens:

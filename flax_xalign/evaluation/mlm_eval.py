@@ -41,7 +41,7 @@ def load_model(model_dir: str, *, num_partitions: int = 1, step: int | None = No
   step = latest if step is None else step
   _, run, _ = checkpoints_lib.read_run_spec(model_dir, step=step)
   model = PretrainingModel(encoder=Encoder(run.model), objectives={"mlm": 1.0},
-                           specials=run.vocabulary.specials)
+                           specials=run.vocabulary.specials, vocab_copies=run.vocabulary.factor)
   partitioner = partitioning.Partitioner(mesh=partitioning.make_mesh(num_partitions))
   boxed = jax.eval_shape(lambda k: model.init(k, batch=1, length=8), jax.random.key(0))
   shardings = partitioner.shardings_for(boxed)
@@ -136,13 +136,14 @@ def evaluate(
                     f"{languages}; evaluate on a task with the run's languages.")
   vocab = data.vocabulary
 
-  train_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1)
+  layout = {"pair_layout": run.pair_layout, "both_directions": run.bitext_both_directions}
+  train_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
   counts = unigram_counts(train_ds.take(baseline_batches).as_numpy_iterator(), len(languages),
                           model.config.vocab_size, first_regular_id=run.vocabulary.specials.first_regular)
   top_token = counts.argmax(axis=1)
 
   eval_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed,
-                         split=split, shuffle=False, num_epochs=1)
+                         split=split, shuffle=False, num_epochs=1, **layout)
   predict = jax.jit(model.masked_predictions)
   base_rng = jax.random.key(seed)
   n = len(languages) + 1

@@ -364,7 +364,8 @@ class Encoder(nn.Module):
   def __call__(self, tokens: Array, *, lang_ids: Array | None,
                positions: Array, segment_ids: Array, deterministic: bool,
                return_all_hidden: bool = False,
-               input_embeddings: Array | None = None) -> EncoderOutput:
+               input_embeddings: Array | None = None,
+               up_to_layer: int | None = None) -> EncoderOutput:
     """Encodes a batch.
 
     Args:
@@ -379,11 +380,20 @@ class Encoder(nn.Module):
       input_embeddings: optional [batch, length, embed] that replaces the token
         embedding lookup (e.g. the weighted embeddings of SCS code-switching);
         positions and language embeddings are still added.
+      up_to_layer: run only layers 1..up_to_layer (0: the embeddings alone)
+        and stop there, e.g. for DWA's no-grad self-labelling at layer l <
+        num_layers. `hidden` is then the full pass's `all_hidden[up_to_layer]`
+        (for pre-LN, the final LayerNorm only comes with the last layer) and
+        `all_hidden` has up_to_layer + 1 entries. None runs every layer.
+        Ignored by `init`, which always creates every layer.
 
     Returns:
       EncoderOutput(hidden [batch, length, embed], all_hidden or None).
     """
     cfg = self.config
+    depth = cfg.num_layers if up_to_layer is None or self.is_initializing() else up_to_layer
+    if not 0 <= depth <= cfg.num_layers:
+      raise ValueError(f"up_to_layer={up_to_layer} is outside 0..{cfg.num_layers} for this encoder.")
     if input_embeddings is None:
       x = self.token_embed(tokens)
     else:
@@ -405,18 +415,20 @@ class Encoder(nn.Module):
     embedded = x
     mask = attention_mask(segment_ids)
 
-    if cfg.scan_layers:
+    if cfg.scan_layers and depth < cfg.num_layers:
+      x, layer_outputs = self._first_scanned_layers(x, mask, deterministic, depth)
+    elif cfg.scan_layers:
       x, stacked = self.layers(x, mask, deterministic, return_all_hidden)
       layer_outputs = (tuple(stacked[i] for i in range(cfg.num_layers))
                        if return_all_hidden else ())
     else:
       outputs = []
-      for layer in self.layers:
+      for layer in self.layers[:depth]:
         x, _ = layer(x, mask, deterministic, False)
         outputs.append(x)
       layer_outputs = tuple(outputs)
 
-    if cfg.pre_layer_norm:
+    if cfg.pre_layer_norm and depth == cfg.num_layers:
       x = self.final_norm(x).astype(cfg.dtype)
       # all_hidden[-1] is the final output for both LayerNorm placements.
       layer_outputs = layer_outputs[:-1] + (x,)
@@ -428,6 +440,31 @@ class Encoder(nn.Module):
         self.pointer_projections(x[:, :1])
     all_hidden = (embedded,) + layer_outputs if return_all_hidden else None
     return EncoderOutput(hidden=x, all_hidden=all_hidden)
+
+  def _first_scanned_layers(self, x: Array, mask: Array, deterministic: bool,
+                            depth: int) -> tuple[Array, tuple[Array, ...]]:
+    """The first `depth` layers of a scanned stack: x [b, l, e] -> (x', their outputs).
+
+    `self.layers` scans all num_layers; here one layer is applied with each of
+    the first `depth` slices of the stacked parameters, so the program holds
+    a scan of length `depth` and no work for the layers above.
+    """
+    if depth == 0:
+      return x, ()
+    stacked = nn.unbox(self.variables["params"]["layers"])
+    first = jax.tree.map(lambda a: a[:depth], stacked)
+    layer = EncoderLayer(self.config, parent=None)
+    rngs = (jax.random.split(self.make_rng("dropout"), depth) if not deterministic
+            else jnp.zeros((depth,), jnp.uint32))
+
+    def body(h: Array, inputs: tuple[Any, Array]) -> tuple[Array, Array]:
+      params, rng = inputs
+      extra = {} if deterministic else {"rngs": {"dropout": rng}}
+      h, _ = layer.apply({"params": params}, h, mask, deterministic, False, **extra)
+      return h, h
+
+    x, outputs = jax.lax.scan(body, x, (first, rngs))
+    return x, tuple(outputs[i] for i in range(depth))
 
   def mlm_logits(self, hidden: Array) -> Array:
     """hidden [batch, predictions, embed] -> logits [batch, predictions, vocab].

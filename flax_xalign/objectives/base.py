@@ -45,11 +45,16 @@ class LossTerm(NamedTuple):
   """One objective's contribution: an unweighted scalar loss and its metrics.
 
   Metrics are scalars whose keys are prefixed with the objective's name by the
-  model (`accuracy` becomes `mlm_accuracy`).
+  model (`accuracy` becomes `mlm_accuracy`). A token-level term also returns
+  its unnormalised parts, `loss == loss_sum / max(count, 1)`, so that the
+  model can pool several terms into one mean (`loss_normalization="pooled"`);
+  a term without them (ALIGN's mean cosine) always enters as `loss`.
   """
 
   loss: jax.Array
   metrics: Mapping[str, jax.Array]
+  loss_sum: jax.Array | None = None
+  count: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +75,9 @@ class CorruptionContext:
     specials: the vocabulary's special ids.
     vocab_size: the model's embedding rows.
     train: True in training.
+    vocab_copies: 1, or 2 for the synthetic languages' doubled vocabulary
+      (ids [c * vocab_size / copies, (c + 1) * vocab_size / copies) are copy
+      c; `masking.copy_ranges`).
   """
 
   params: Any
@@ -82,6 +90,7 @@ class CorruptionContext:
   specials: SpecialTokens
   vocab_size: int
   train: bool
+  vocab_copies: int = 1
 
   def replace(self, **changes: Any) -> "CorruptionContext":
     return dataclasses.replace(self, **changes)
@@ -104,6 +113,7 @@ class StepContext:
     train: True in training (dropout on), False in evaluation.
     assets: the step's asset arguments, `{name: {key: array}}`.
     specials: the vocabulary's special ids.
+    num_layers: the encoder's depth (None: unknown, e.g. a stubbed context).
   """
 
   params: Any
@@ -117,6 +127,7 @@ class StepContext:
   train: bool
   assets: Assets = dataclasses.field(default_factory=dict)
   specials: SpecialTokens = SpecialTokens()
+  num_layers: int | None = None
 
   def at_predictions(self, feature: str) -> jax.Array:
     """[batch, predictions] values of a batch feature at the masked slots."""

@@ -4,12 +4,14 @@ Chi et al. 2021, "Improving Pretrained Cross-Lingual Language Models via
 Self-Labeled Word Alignment", Sec. 3. Each step, for the translation pairs in
 the batch (`pair_side` 1 and 2):
 
-1. *Self-labelling* (no gradient, dropout off): encode the uncorrupted pair,
-   take the hidden states of layer `self_label_layer`, score every source
-   subword against every target subword (dot product, or cosine), solve an
-   entropic optimal-transport problem with a few Sinkhorn iterations and keep
-   the Itermax-filtered links (forward ∩ backward argmax, α-discounted extra
-   rounds). Special tokens (`<s>`, `</s>`) never align; pairs packed into one
+1. *Self-labelling* (no gradient, dropout off): encode the uncorrupted pair
+   (jointly, as the paper, or each side alone: `self_label_encoding`), run
+   the layers up to `self_label_layer` and no further, score every source
+   subword against every target subword (dot product, or cosine), solve the
+   paper's optimal-transport problem (kernel max(eps, S)^(1/mu), Eq. 1-6)
+   with a few Sinkhorn iterations and keep the Itermax-filtered links
+   (forward ∩ backward argmax, α-discounted extra rounds; see
+   `ops.AlignmentSolver.self_labels`). Special tokens (`<s>`, `</s>`) never align; pairs packed into one
    row stay independent (every op is block-diagonal over `segment_ids`).
 2. *Denoising*: on the masked pair the shared forward pass already computed,
    a pointer network (query/key projections, scaled dot product restricted to
@@ -19,7 +21,9 @@ the batch (`pair_side` 1 and 2):
 The loss is the cross-entropy summed over the labelled (query, target) links
 and divided by their number (the paper's Eq. 15 sums; the authors' code divides
 the sum of all terms by the number of targets, so a mean per link keeps the
-weight against MLM/TLM comparable across batch sizes).
+weight against MLM/TLM comparable across batch sizes). The term also returns
+its summed loss and link count, so `loss_normalization="pooled"` reproduces
+the code's one mean over masked tokens and links together.
 
 Logged per step: `dwa_labels` (links per batch), `dwa_queries` (masked
 labelled queries), `dwa_entropy` (mean entropy in nats of a source token's
@@ -62,12 +66,47 @@ class DwaConfig:
       last layer (the states TLM reads, so no extra work).
     pointer_projections: False uses the states themselves as queries and keys
       (the code's `--no_linear_proj`).
+    self_label_encoding: "joint" (the paper: the pair encoded as one sequence,
+      each side attending to the other) or "separate" (each side encoded
+      alone, as SimAlign and awesome-align align; an encoder that never saw
+      TLM, e.g. an imported sentence encoder, labels better this way at first).
+      Separate encoding costs nothing extra: the clean pass gives each side its
+      own segment, so attention stays within the side.
   """
 
   self_label_layer: int | None = None
   solver: ops.AlignmentSolver = ops.AlignmentSolver()
   pointer_layer: int | None = None
   pointer_projections: bool = True
+  self_label_encoding: str = "joint"
+
+  def __post_init__(self):
+    if self.self_label_encoding not in SELF_LABEL_ENCODINGS:
+      raise UserError(f"DwaConfig.self_label_encoding={self.self_label_encoding!r} is unknown; use one of "
+                      f"{', '.join(SELF_LABEL_ENCODINGS)}.")
+
+
+def separate_sides(batch: Batch) -> tuple[jax.Array, jax.Array]:
+  """Segment ids and positions that encode each side of a pair alone.
+
+  Args:
+    batch: `segment_ids, positions, pair_side` ([batch, length]).
+
+  Returns:
+    (segment_ids, positions) [batch, length]: side b of every pair gets a
+    segment of its own (2s + 1 where side a and monolingual text get 2s,
+    padding stays 0), and positions restart at 0 on each side (they already
+    do in the "restart" layout; the "continuous" one runs on across the pair).
+  """
+  seg = batch["segment_ids"]
+  side_b = (batch["pair_side"] == 2).astype(seg.dtype)
+  segments = jnp.where(seg > 0, 2 * seg + side_b, 0)
+  same = segments[:, :, None] == segments[:, None, :]
+  first = jnp.min(jnp.where(same, batch["positions"][:, None, :], jnp.iinfo(jnp.int32).max), axis=-1)
+  return segments, batch["positions"] - first.astype(batch["positions"].dtype)
+
+
+SELF_LABEL_ENCODINGS = ("joint", "separate")
 
 
 def default_self_label_layer(num_layers: int) -> int:
@@ -115,9 +154,7 @@ def self_label(hidden: jax.Array, batch: Batch, config: DwaConfig,
   link_mask, _, _ = pair_masks(batch, specials)
   seg = batch["segment_ids"]
   solver = config.solver
-  plan = solver.plan(solver.scores(hidden, hidden), link_mask, row_segments=seg, col_segments=seg)
-  links = solver.itermax(plan.plan, link_mask, row_segments=seg, col_segments=seg)
-  return links, plan
+  return solver.self_labels(solver.scores(hidden, hidden), link_mask, row_segments=seg, col_segments=seg)
 
 
 def row_entropy(log_plan: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -176,19 +213,37 @@ class DenoisingWordAlignment(ObjectiveBase):
   def needs_all_hidden(self) -> bool:
     return self.config.pointer_layer is not None
 
+  @staticmethod
+  def _clean_pass(ctx: StepContext, up_to_layer: int | None, encoding: str = "joint"):
+    """The uncorrupted batch through the first `up_to_layer` layers, no gradient, no dropout."""
+    batch = ctx.batch
+    segments, positions = batch["segment_ids"], batch["positions"]
+    if encoding == "separate":
+      segments, positions = separate_sides(batch)
+    return ctx.apply(
+        jax.lax.stop_gradient(ctx.params), batch["tokens"], lang_ids=batch["lang_ids"],
+        positions=positions, segment_ids=segments,
+        deterministic=True, return_all_hidden=up_to_layer is None, up_to_layer=up_to_layer)
+
   def __call__(self, ctx: StepContext) -> LossTerm:
     cfg = self.config
     batch = ctx.batch
     # Self-labelling reads the current parameters without differentiating
     # through them, with dropout off (as the authors' code does).
-    clean = ctx.apply(
-        jax.lax.stop_gradient(ctx.params), batch["tokens"], lang_ids=batch["lang_ids"],
-        positions=batch["positions"], segment_ids=batch["segment_ids"],
-        deterministic=True, return_all_hidden=True)
-    num_layers = len(clean.all_hidden) - 1
+    # The pass stops at the self-label layer: the layers above it would be
+    # computed only to be thrown away.
+    full = None
+    num_layers = ctx.num_layers
+    if num_layers is None:  # A context that does not know the depth: a full pass tells it.
+      full = self._clean_pass(ctx, None, cfg.self_label_encoding).all_hidden
+      num_layers = len(full) - 1
     label_layer = _layer(cfg.self_label_layer, num_layers, default_self_label_layer(num_layers),
                          "self_label_layer")
-    links, plan = self_label(jax.lax.stop_gradient(clean.all_hidden[label_layer]), batch, cfg, ctx.specials)
+    if full is None:
+      clean = self._clean_pass(ctx, label_layer, cfg.self_label_encoding).hidden
+    else:
+      clean = full[label_layer]
+    links, plan = self_label(jax.lax.stop_gradient(clean), batch, cfg, ctx.specials)
     link_mask, _, _ = pair_masks(batch, ctx.specials)
     entropy_sum, entropy_rows = row_entropy(plan.log_plan, link_mask)
 
@@ -210,6 +265,8 @@ class DenoisingWordAlignment(ObjectiveBase):
     loss_sum, count, correct, queries_used = pointer_loss(queries, keys, both, key_mask, is_masked)
     return LossTerm(
         loss=loss_sum / jnp.maximum(count, 1.0),
+        loss_sum=loss_sum,
+        count=count,
         metrics={
             "accuracy": correct / jnp.maximum(queries_used, 1.0),
             "labels": jnp.sum(links).astype(jnp.float32),

@@ -6,6 +6,13 @@ or special tokens). Positions are chosen uniformly without replacement by taking
 the top-k of random scores, so the output has a static shape `[batch,
 max_predictions]` that the MLM head can be evaluated on: computing logits only at
 masked positions is what makes the vocabulary projection affordable.
+
+Random replacements come from the regular ids of the masked token's own
+vocabulary copy (`copy_ranges`): with the synthetic languages' doubled
+vocabulary (2V ids over V pieces, derived id = natural id + V) a natural token
+is replaced by a natural one and a derived token by a derived one, and the
+copies of the special ids (V..V + first_regular - 1, never in any text) are
+never drawn.
 """
 
 from __future__ import annotations
@@ -41,6 +48,30 @@ def max_predictions_for(length: int, mask_rate: float) -> int:
   return max(1, math.ceil(mask_rate * length))
 
 
+def copy_ranges(copy: jax.Array, *, vocab_size: int, copies: int, first_regular: int,
+                end_regular: int | None) -> tuple[jax.Array, jax.Array]:
+  """[low, high) of the regular ids of vocabulary copy `copy`.
+
+  Args:
+    copy: int array (any shape), which copy of the vocabulary: 0 for the
+      natural ids [0, V), 1 for the derived ids [V, 2V), ... (V = vocab_size
+      // copies); values outside 0..copies-1 are clipped.
+    vocab_size: the model's embedding rows (copies * V).
+    copies: 1, or 2 for a doubled vocabulary.
+    first_regular, end_regular: the regular ids of one copy
+      (`SpecialTokens`; end None = V).
+
+  Returns:
+    (low, high) int32 arrays shaped like `copy`.
+  """
+  if copies < 1 or vocab_size % copies:
+    raise ValueError(f"vocab_size={vocab_size} is not {copies} copies of one vocabulary")
+  pieces = vocab_size // copies
+  end = pieces if end_regular is None else min(end_regular, pieces)
+  base = jnp.clip(copy, 0, copies - 1).astype(jnp.int32) * pieces
+  return base + first_regular, base + end
+
+
 def mask_tokens(
     tokens: jax.Array,
     rng: jax.Array,
@@ -53,6 +84,8 @@ def mask_tokens(
     replace_with_mask_rate: float = 0.8,
     replace_with_random_rate: float = 0.1,
     max_predictions: int | None = None,
+    random_low: jax.Array | None = None,
+    random_high: jax.Array | None = None,
 ) -> MaskedTokens:
   """Chooses positions to predict and corrupts them (80/10/10 by default).
 
@@ -70,6 +103,9 @@ def mask_tokens(
       stay unchanged.
     max_predictions: number of prediction slots; defaults to
       `ceil(mask_rate * length)`, which no row can exceed.
+    random_low, random_high: optional [batch, length] int per-position range
+      [low, high) of random replacements (`copy_ranges`); they override
+      `first_random_id` and `vocab_size`.
 
   Returns:
     A `MaskedTokens`.
@@ -97,9 +133,12 @@ def mask_tokens(
 
   targets = jnp.take_along_axis(tokens, positions, axis=1)
   action = jax.random.uniform(rng_action, (batch, max_predictions))
-  random_tokens = jax.random.randint(
-      rng_random, (batch, max_predictions), first_random_id, vocab_size, dtype=tokens.dtype
-  )
+  low, high = first_random_id, vocab_size
+  if random_low is not None:
+    low = jnp.take_along_axis(random_low, positions, axis=1)
+  if random_high is not None:
+    high = jnp.take_along_axis(random_high, positions, axis=1)
+  random_tokens = jax.random.randint(rng_random, (batch, max_predictions), low, high, dtype=tokens.dtype)
   shown = jnp.where(
       action < replace_with_mask_rate,
       jnp.asarray(mask_id, tokens.dtype),

@@ -56,6 +56,8 @@ class MaskedLMObjective(ObjectiveBase):
     return LossTerm(
         loss=loss_sum / denom,
         metrics={"accuracy": correct / denom, "predictions": count},
+        loss_sum=loss_sum,
+        count=count,
     )
 
 

@@ -2,8 +2,9 @@
 
 `PretrainingModel` owns `loss_fn(params, batch, rng, assets, *, train)`; the
 trainer owns sharding, the optimiser and the loop. Objectives are named in a
-mapping `{name: weight}`; the total loss is the weighted sum of their
-unweighted terms, and every term is logged under its own name. Assets
+mapping `{name: weight}`; the total loss combines their terms as
+`loss_normalization` says (below), and every term is logged under its own
+name, as its own mean. Assets
 (dictionaries, tables) arrive as the `assets` argument, `{name: {key: array}}`,
 and reach objectives as `ctx.assets`.
 """
@@ -23,7 +24,9 @@ from flax_xalign.objectives import base
 from flax_xalign.objectives import dictionary_objectives as _dictionary  # noqa: F401  (align, dict_mlm)
 from flax_xalign.objectives import dwa as _dwa  # noqa: F401  (registers dwa)
 from flax_xalign.objectives import mlm as _mlm  # noqa: F401  (registers mlm, tlm)
-from flax_xalign.objectives.masking import MaskedTokens, mask_tokens, max_predictions_for
+from flax_xalign.objectives.masking import MaskedTokens, copy_ranges, mask_tokens, max_predictions_for
+
+LOSS_NORMALIZATIONS = ("per_term", "pooled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +52,24 @@ class PretrainingModel:
     monitor_objectives: objectives that are not trained but whose `monitor`
       runs in evaluation (e.g. ALIGN-MLM's alignment score on an MLM run).
     specials: the vocabulary's special ids (masking never touches specials).
+    vocab_copies: 1, or 2 for the synthetic languages' doubled vocabulary
+      (`VocabularySpec.factor`): random replacements stay inside the masked
+      token's own copy (`masking.copy_ranges`).
+    loss_normalization: how the terms make the total loss.
+      "per_term" (default): each term is its own mean (MLM and TLM over their
+      masked tokens, DWA over its links) and the total is the weighted sum
+      `sum_t w_t * S_t / N_t` (S_t the term's summed token loss, N_t its
+      count). A term's weight then does not depend on how much of the batch
+      its data fills, which is what the papers' per-objective weights mean.
+      "pooled": one mean over every predicted token, `sum_t w_t * S_t /
+      sum_t N_t`, as the released XLM-Align code (losses summed, divided by
+      the sample size: masked tokens + DWA targets) and the ALIGN-MLM paper's
+      XLM baseline (TLM rows mixed into the MLM batch, one token mean) do.
+      Terms without token counts (ALIGN's mean cosine) are added as
+      `w_t * loss_t` in both modes. The two differ whenever the streams are
+      unbalanced: with {'mlm': 1, 'tlm': 1} and TLM on ~25% of the masked
+      tokens, per_term gives each TLM token the weight 1/N_tlm ~ 4/N, four
+      times its pooled weight 1/N, and each MLM token 1/N_mlm ~ 4/(3N).
   """
 
   encoder: Encoder
@@ -57,10 +78,15 @@ class PretrainingModel:
   objective_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   monitor_objectives: tuple[str, ...] = ()
   specials: SpecialTokens = PROJECT
+  vocab_copies: int = 1
+  loss_normalization: str = "per_term"
 
   def __post_init__(self):
     if not self.objectives:
       raise ValueError("PretrainingModel needs at least one objective")
+    if self.loss_normalization not in LOSS_NORMALIZATIONS:
+      raise UserError(f"loss_normalization={self.loss_normalization!r} is not one of "
+                      f"{', '.join(map(repr, LOSS_NORMALIZATIONS))} (train.loss_normalization).")
     names = list(self.objectives) + [n for n in self.monitor_objectives if n not in self.objectives]
     unknown = sorted(set(self.objective_options) - set(names))
     if unknown:
@@ -114,6 +140,11 @@ class PretrainingModel:
     tokens = batch["tokens"]
     m = self.masking
     first, end = self.specials.regular_range(self.config.vocab_size)
+    low = high = None
+    if self.vocab_copies > 1:  # Each token's own copy of a doubled vocabulary.
+      low, high = copy_ranges(tokens // (self.config.vocab_size // self.vocab_copies),
+                              vocab_size=self.config.vocab_size, copies=self.vocab_copies,
+                              first_regular=self.specials.first_regular, end_regular=self.specials.end_regular)
     return mask_tokens(
         tokens,
         rng,
@@ -125,6 +156,8 @@ class PretrainingModel:
         replace_with_mask_rate=m.replace_with_mask_rate,
         replace_with_random_rate=m.replace_with_random_rate,
         max_predictions=max_predictions_for(tokens.shape[1], m.mask_rate),
+        random_low=low,
+        random_high=high,
     )
 
   def forward(self, params: Any, batch: base.Batch, rng: jax.Array, assets: base.Assets | None = None, *,
@@ -135,7 +168,7 @@ class PretrainingModel:
     corruption = base.CorruptionContext(
         params=params, assets=assets, rng=rng_mask, batch=batch, masked=self.mask(batch, rng_mask),
         lang_ids=batch["lang_ids"], input_embeddings=None, specials=self.specials,
-        vocab_size=self.config.vocab_size, train=train)
+        vocab_size=self.config.vocab_size, train=train, vocab_copies=self.vocab_copies)
     # Objectives that change the corruption (DICT-MLM's dictionary swaps) do
     # so here, before the one shared forward pass; each gets its own key.
     for index, name in enumerate(self.objectives):
@@ -160,17 +193,16 @@ class PretrainingModel:
     return base.StepContext(
         params=params, apply=self.apply, batch=batch, masked=masked, hidden=out.hidden,
         all_hidden=out.all_hidden, logits=logits, rng=rng_objectives, train=train, assets=assets,
-        specials=self.specials)
+        specials=self.specials, num_layers=self.config.num_layers)
 
   def loss_fn(self, params: Any, batch: base.Batch, rng: jax.Array, assets: base.Assets | None = None, *,
               train: bool = True) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Weighted total loss and metrics (`loss`, `<term>`, `<term>_<metric>`)."""
+    """Total loss and metrics (`loss`, `<term>`, `<term>_<metric>`); see `loss_normalization`."""
     ctx = self.forward(params, batch, rng, assets, train=train)
-    total = jnp.zeros((), jnp.float32)
+    terms = {name: self._built[name](ctx) for name in self.objectives}
+    total = combine_terms(terms, self.objectives, self.loss_normalization)
     metrics: dict[str, jax.Array] = {}
-    for name, weight in self.objectives.items():
-      term = self._built[name](ctx)
-      total = total + weight * term.loss
+    for name, term in terms.items():
       metrics[name] = term.loss
       for key, value in term.metrics.items():
         metrics[f"{name}_{key}"] = value
@@ -208,3 +240,28 @@ class PretrainingModel:
         "lang_ids": ctx.at_predictions("lang_ids"),
         "pair_side": ctx.at_predictions("pair_side"),
     }
+
+
+def combine_terms(terms: Mapping[str, base.LossTerm], weights: Mapping[str, float],
+                  normalization: str) -> jax.Array:
+  """The total loss of weighted terms, "per_term" or "pooled" (see `PretrainingModel`).
+
+  Args:
+    terms: name -> LossTerm; pooled terms need `loss_sum` and `count`.
+    weights: name -> weight.
+    normalization: "per_term" or "pooled".
+
+  Returns:
+    A float32 scalar.
+  """
+  total = jnp.zeros((), jnp.float32)
+  pooled_sum = jnp.zeros((), jnp.float32)
+  pooled_count = jnp.zeros((), jnp.float32)
+  for name, term in terms.items():
+    weight = weights[name]
+    if normalization == "pooled" and term.loss_sum is not None:
+      pooled_sum = pooled_sum + weight * term.loss_sum
+      pooled_count = pooled_count + term.count
+    else:
+      total = total + weight * term.loss
+  return total + pooled_sum / jnp.maximum(pooled_count, 1.0)

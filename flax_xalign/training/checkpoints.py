@@ -33,7 +33,7 @@ from flax_xalign.errors import UserError
 
 STATE, DATA_ITERATOR, META, ASSETS = "state", "data_iterator", "meta", "assets"
 # Run-manifest fields whose mismatch makes a checkpoint unusable for this run.
-COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages")
+COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages", "pair_layout", "bitext_both_directions")
 
 
 class DataIteratorHandler(ocp.CheckpointHandler):
@@ -116,14 +116,14 @@ def make_meta(run: "run_spec_lib.RunSpec", asset_fingerprints: Mapping[str, Any]
 
 
 def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec", *, where: str) -> None:
-  """Refuses to resume or warm-start when vocabulary, model or languages differ."""
+  """Refuses to resume when vocabulary, model, languages or the bitext layout differ."""
   for field in COMPATIBILITY_FIELDS:
     ours, theirs = getattr(run, field), getattr(saved, field)
     if field == "vocabulary":
       ours, theirs = ours.fingerprint(), theirs.fingerprint()
     elif field == "model":
       ours, theirs = dataclasses.asdict(ours), dataclasses.asdict(theirs)
-    else:
+    elif field == "languages":
       ours, theirs = list(ours), list(theirs)
     if ours != theirs:
       raise UserError(

@@ -42,8 +42,13 @@ class TaskData:
   definitions: tuple[dict[str, Any], ...] | None
 
   def dataset(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int,
-              split: str = "train", shuffle: bool = True, num_epochs: int | None = None, pack: bool = True):
-    """This host's share of a global batch stream (`batch_size` is global)."""
+              split: str = "train", shuffle: bool = True, num_epochs: int | None = None, pack: bool = True,
+              pair_layout: str = "restart", both_directions: bool = False):
+    """This host's share of a global batch stream (`batch_size` is global).
+
+    `pair_layout` and `both_directions` say how translation pairs fill a row
+    (`flax_xalign.data.feature_converter`).
+    """
     from flax_xalign.data import pipeline
 
     if batch_size % jax.process_count():
@@ -52,7 +57,7 @@ class TaskData:
         self.provider, languages=self.languages, split=split, feature_lengths=feature_lengths,
         batch_size=batch_size // jax.process_count(), seed=seed, shuffle=shuffle,
         shard_id=jax.process_index(), num_shards=jax.process_count(), pack=pack, num_epochs=num_epochs,
-        specials=self.vocabulary_spec.specials)
+        specials=self.vocabulary_spec.specials, pair_layout=pair_layout, both_directions=both_directions)
 
 
 def resolve_task(name: str, *, languages: Sequence[str] | None = None) -> TaskData:

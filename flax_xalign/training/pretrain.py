@@ -23,6 +23,7 @@ from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets import registry as asset_registry
 from flax_xalign.assets import setup as asset_setup
 from flax_xalign.assets import vocabulary as vocabulary_asset
+from flax_xalign.data.specials import PAIR_LAYOUTS
 from flax_xalign.errors import UserError
 from flax_xalign.models import flops as flops_lib
 from flax_xalign.models.config import ARCHITECTURE_FIELDS, MODEL_GIN_FILE, EncoderConfig
@@ -68,6 +69,9 @@ def pretrain(
     init_from_checkpoint: str | None = None,
     dictionary_rate: float | None = None,
     masking: MaskingConfig = MaskingConfig(),
+    loss_normalization: str = "per_term",
+    pair_layout: str = "restart",
+    bitext_both_directions: bool = False,
     optimizer: OptimizerConfig = OptimizerConfig(),
     num_partitions: int = 1,
     fsdp: bool = False,
@@ -95,6 +99,15 @@ def pretrain(
   `asset_options` maps an asset to its options (`{'dictionary': {'rate':
   0.5}}`; `dictionary_rate` is a shorthand for that one). `languages` sets the
   language list of a plain seqio task that does not declare one.
+  `loss_normalization` is "per_term" (each term its own mean, then the
+  weighted sum) or "pooled" (one mean over all predicted tokens, as the
+  released XLM-Align code; see `PretrainingModel`). `pair_layout` lays
+  translation pairs out as `<s> a </s> <s> b </s>` with positions restarting
+  ("restart", the paper) or `<s> a </s> b </s>` with positions running on
+  ("continuous", the released XLM-Align code); it is recorded in the run
+  manifest so the aligner lays pairs out the same way.
+  `bitext_both_directions` also trains on every pair swapped, (b, a), as the
+  released code stores its bitext.
   `init_from_checkpoint` (a MODEL_DIR) warm-starts a new run from another
   run's latest parameters; parameters it lacks (e.g. the DWA pointer head)
   keep their initial values, and the optimiser state starts fresh.
@@ -108,6 +121,9 @@ def pretrain(
   asset_options = {k: dict(v) for k, v in (asset_options or {}).items()}
   if dictionary_rate is not None:
     asset_options.setdefault("dictionary", {})["rate"] = dictionary_rate
+  if pair_layout not in PAIR_LAYOUTS:
+    raise UserError(f"train.pair_layout={pair_layout!r} is not a pair layout; use one of "
+                    f"{', '.join(map(repr, PAIR_LAYOUTS))}.")
   data = resolve_task(mixture_or_task_name, languages=languages)
   monitors = tuple(n for n in monitors if n not in objectives)
   built = objectives_lib.build([*objectives, *monitors], objective_options)
@@ -119,12 +135,15 @@ def pretrain(
       task_feature_lengths=dict(task_feature_lengths), task_definitions=data.definitions,
       vocabulary=data.vocabulary_spec, model=encoder, objectives=dict(objectives),
       objective_options={k: objectives_lib.describe_options(v) for k, v in (objective_options or {}).items()},
-      monitors=monitors, asset_options=asset_options, seed=seed, init_from_checkpoint=init_from_checkpoint)
+      monitors=monitors, asset_options=asset_options, seed=seed, init_from_checkpoint=init_from_checkpoint,
+      pair_layout=pair_layout, bitext_both_directions=bitext_both_directions)
+  _check_row_length(int(task_feature_lengths["tokens"]), encoder)
   for obj in built.values():
     getattr(obj, "check", lambda run: None)(run)
   model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking,
                            objective_options=dict(objective_options or {}), monitor_objectives=monitors,
-                           specials=data.vocabulary_spec.specials)
+                           specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
+                           loss_normalization=loss_normalization)
   assets, notes = asset_registry.resolve(model.requires(), model.monitor_requires(), run)
   assets["vocabulary"] = vocabulary_asset.VocabularyAsset(data.vocabulary)
   for note in notes:
@@ -159,7 +178,8 @@ def pretrain(
       eval_batches=eval_batches,
       peak_flops_per_device=metrics_lib.peak_flops_per_device(peak_flops_per_device))
   trainer = Trainer(model=model, optimizer=optimizer, partitioner=partitioner, loop=loop, assets=run_assets)
-  train_ds = data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed)
+  layout = {"pair_layout": pair_layout, "both_directions": bitext_both_directions}
+  train_ds = data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed, **layout)
 
   os.makedirs(model_dir, exist_ok=True)
   if jax.process_index() == 0:
@@ -171,7 +191,7 @@ def pretrain(
 
   def eval_batches_fn():
     return data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed,
-                        split=eval_split, shuffle=False, num_epochs=1).as_numpy_iterator()
+                        split=eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
 
   step_flops = flops_lib.train_flops_per_step(
       encoder, batch=batch_size, length=length,
@@ -195,6 +215,15 @@ def pretrain(
   finally:
     checkpointer.close()
     logger.close()
+
+
+def _check_row_length(length: int, encoder: EncoderConfig) -> None:
+  """Rows of `length` carry positions up to length - 1 (every pair layout): the table must hold them."""
+  if length > encoder.num_positions:
+    raise UserError(
+        f"TASK_FEATURE_LENGTHS['tokens']={length} exceeds the model's {encoder.num_positions} positions "
+        f"(EncoderConfig.max_positions={encoder.max_positions}, position_offset={encoder.position_offset}); "
+        f"shorten the rows to at most {encoder.num_positions} or raise EncoderConfig.max_positions.")
 
 
 def _check_warm_start(checkpoint_dir: str, run: run_spec_lib.RunSpec) -> None:

@@ -28,8 +28,8 @@ def _dataset(examples):
                             tf.cast(v, tf.int32) for k, v in ex.items()})
 
 
-def _convert(examples, length, pack=True, languages=("en", "grc")):
-  converter = fc.XAlignFeatureConverter(list(languages), pack=pack)
+def _convert(examples, length, pack=True, languages=("en", "grc"), **options):
+  converter = fc.XAlignFeatureConverter(list(languages), pack=pack, **options)
   ds = converter(_dataset(examples), task_feature_lengths={"tokens": length})
   return list(ds.as_numpy_iterator())
 
@@ -96,6 +96,44 @@ def test_trimming_fits_the_row():
       row["tokens"], [S, 50, 51, 52, E, S, 80, 81, 82, 83, E])
   np.testing.assert_array_equal(row["positions"],
                                 [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5])
+
+
+def test_continuous_pair_layout():
+  # The released XLM-Align layout: <s> a </s> b </s>, positions run on, side 1 = <s> a </s>, side 2 = b </s>.
+  rows = _convert([MONO, PAIR], 13, pack=False, pair_layout="continuous")
+  mono, pair = rows
+  np.testing.assert_array_equal(mono["tokens"], [S, 10, 11, 12, E] + [0] * 8)  # monolingual: unchanged
+  np.testing.assert_array_equal(pair["tokens"], [S, 20, 21, E, 30, 31, 32, E] + [0] * 5)
+  np.testing.assert_array_equal(pair["positions"], [0, 1, 2, 3, 4, 5, 6, 7] + [0] * 5)
+  np.testing.assert_array_equal(pair["pair_side"], [1] * 4 + [2] * 4 + [0] * 5)
+  np.testing.assert_array_equal(pair["lang_ids"], [2] * 4 + [1] * 4 + [0] * 5)
+  np.testing.assert_array_equal(pair["segment_ids"], [1] * 8 + [0] * 5)
+  # Budget L - 3 = 8 (restart: L - 4 = 7): both long sides keep 4 each; the last position is L - 1.
+  both_long = (list(range(50, 70)), list(range(80, 100)), "grc", "en")
+  row = _convert([both_long], 11, pack=False, pair_layout="continuous")[0]
+  np.testing.assert_array_equal(row["tokens"], [S, 50, 51, 52, 53, E, 80, 81, 82, 83, E])
+  np.testing.assert_array_equal(row["positions"], list(range(11)))
+  # Packed: positions restart per example, never per side.
+  row = _convert([PAIR, MONO], 15, pair_layout="continuous")[0]
+  np.testing.assert_array_equal(row["positions"], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 0, 0])
+  np.testing.assert_array_equal(row["segment_ids"], [1] * 8 + [2] * 5 + [0] * 2)
+  # The shortest row holds one token per side: 5 positions.
+  assert len(_convert([([7], [8], "en", "grc")], 5, pack=False, pair_layout="continuous")) == 1
+  with pytest.raises(errors.UserError, match="too short.*<s> a </s> b </s>"):
+    _convert([PAIR], 4, pair_layout="continuous")
+  with pytest.raises(errors.UserError, match="pair_layout='xlmr'"):
+    fc.XAlignFeatureConverter(["en"], pair_layout="xlmr")
+
+
+def test_both_directions_adds_each_pair_swapped():
+  rows = _convert([PAIR, MONO], 13, pack=False, both_directions=True)
+  assert len(rows) == 3  # (a, b), (b, a), then the monolingual example once
+  np.testing.assert_array_equal(rows[0]["tokens"], [S, 20, 21, E, S, 30, 31, 32, E] + [0] * 4)
+  np.testing.assert_array_equal(rows[1]["tokens"], [S, 30, 31, 32, E, S, 20, 21, E] + [0] * 4)
+  np.testing.assert_array_equal(rows[1]["lang_ids"], [1] * 5 + [2] * 4 + [0] * 4)
+  np.testing.assert_array_equal(rows[1]["pair_side"], [1] * 5 + [2] * 4 + [0] * 4)
+  np.testing.assert_array_equal(rows[2]["tokens"], [S, 10, 11, 12, E] + [0] * 8)
+  assert len(_convert([PAIR, MONO], 13, pack=False)) == 2  # off by default
 
 
 def test_pair_budget_split():

@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 from flax_xalign.evaluation import alignment_score as score_lib
 
@@ -81,3 +82,19 @@ def test_monitor_matches_numpy_score_on_a_partial_alignment():
   want_all, want_held = _brute(table, id_map, dictionary)
   np.testing.assert_allclose(float(out["alignment_all"]), want_all, rtol=1e-6)
   np.testing.assert_allclose(float(out["alignment_heldout"]), want_held, rtol=1e-6)
+
+
+def test_three_tokens_by_hand():
+  # V = 8: ids 0..4 special, natural tokens 5, 6, 7, derived counterparts 13, 14, 15.
+  id_map = _id_map(8)
+  table = np.random.default_rng(0).normal(size=(16, 2)).astype(np.float32)  # specials: never scored
+  table[[5, 6, 7]] = [[1, 0], [0, 1], [1, 1]]
+  table[[13, 14, 15]] = [[1, 0.1], [1, 0.9], [-1, 1]]
+  # Cosines (rows: queries 5, 6, 7; columns: candidates 13, 14, 15):
+  #   5: 0.995  0.743 -0.707 -> 13, right
+  #   6: 0.100  0.669  0.707 -> 15, wrong (wants 14)
+  #   7: 0.774  0.999  0.000 -> 14, wrong (wants 15)
+  got = score_lib.alignment_score(table, id_map, dictionary=np.array([[6, 14]]), block=2)
+  assert got["count_all"] == 3 and got["count_heldout"] == 2
+  assert got["all"] == pytest.approx(1 / 3)
+  assert got["heldout"] == pytest.approx(1 / 2)  # tokens 5 (right) and 7 (wrong)

@@ -33,7 +33,6 @@ def test_zero_shot_transfer_reports_sup_zs_delta(transfer_model, spm_vocabulary)
       model, spm_vocabulary, language=SyntheticLanguage(("trans", "inv"), vocab_size),
       natural_lang="en", derived_lang="en_trans", **options)
   assert result["metric"] == "accuracy" and result["language"] == "trans_inv"
-  assert result["delta"] == result["sup"] - result["zs"]
   assert result["sup"] > 0.9 and result["natural"] > 0.9
   assert result["scores"]["zs"]["count"] == sum(len(s.words) for s in test)
   # An identity language with the same language id: both fine-tunings see the
@@ -45,6 +44,38 @@ def test_zero_shot_transfer_reports_sup_zs_delta(transfer_model, spm_vocabulary)
   with pytest.raises(UserError, match="language embeddings"):
     transfer.zero_shot_transfer(model, spm_vocabulary, language=FakeLanguage(vocab_size),
                                 natural_lang="grc", derived_lang="en", **options)
+
+
+def test_sup_zs_delta_come_from_the_right_fine_tuning_and_test_set(monkeypatch, spm_vocabulary):
+  """Stubbed fine-tuning and scoring: each (train language, test language) has a known accuracy."""
+  from flax_xalign.data.synthetic import SyntheticLanguage
+
+  vocab_size = spm_vocabulary.get_piece_size()
+  natural_test = tagged(5, seed=4)
+  accuracy = {("natural", "natural"): 0.95, ("natural", "derived"): 0.55, ("derived", "derived"): 0.875,
+              ("derived", "natural"): 0.1}
+
+  def fake_finetune(network, params, featurizer, train, *, language_id, **kwargs):
+    return types.SimpleNamespace(trained_on="natural" if language_id == 1 else "derived",
+                                 history={"loss": [0.0] * 3})
+
+  def fake_evaluate(model, test, *, language_id, batch_size, transliterate=None):
+    tested_on = "natural" if list(test) == natural_test else "derived"
+    assert (language_id == 1) == (tested_on == "natural")
+    return {"accuracy": accuracy[model.trained_on, tested_on], "count": 1}
+
+  monkeypatch.setattr(transfer, "finetune", fake_finetune)
+  monkeypatch.setattr(transfer, "evaluate", fake_evaluate)
+  config = types.SimpleNamespace(num_languages=2, vocab_size=2 * vocab_size)
+  result = transfer.zero_shot_transfer(
+      (types.SimpleNamespace(config=config), None, {"languages": ["en", "en_trans"]}), spm_vocabulary,
+      task_name="toy_pos", train=tagged(5, seed=1), test=natural_test, max_length=LENGTH,
+      language=SyntheticLanguage(("trans", "inv"), vocab_size), natural_lang="en", derived_lang="en_trans",
+      log=None)
+  # SUP: derived train -> derived test; ZS: natural train -> derived test; Δ = 0.875 - 0.55 = 0.325.
+  assert (result["sup"], result["zs"], result["natural"]) == (0.875, 0.55, 0.95)
+  assert result["delta"] == pytest.approx(0.325)
+  assert result["steps"] == 3
 
 
 def test_zero_shot_transfer_takes_the_special_ids_and_a_run_manifest(transfer_model, spm_vocabulary):

@@ -15,7 +15,7 @@ from flax_xalign.objectives.base import CorruptionContext
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import dictionary_objectives as dobj
 from flax_xalign.objectives.masking import MaskedTokens
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
 
 V = 13
 
@@ -102,12 +102,78 @@ def test_dict_mlm_swaps_half_of_eligible_slots_keeps_labels():
   inputs, new_lang = np.asarray(new.inputs), np.asarray(out.lang_ids)
   np.testing.assert_array_equal(np.asarray(new.targets), tokens[:, [1, 4, 5]])  # labels unchanged
   assert set(inputs[:, 1]) == {4, 18} and set(inputs[:, 5]) == {4, 6}
-  assert set(inputs[:, 4]) == {4}  # no entry: never swapped
+  # No entry (token 8): a "translate" slot shows the original token (paper G.4), the others <mask>.
+  assert set(inputs[:, 4]) == {4, 8}
+  assert 0.3 < (inputs[:, 4] == 8).mean() < 0.7
   swapped = inputs[:, 1] == 18
   assert 0.3 < swapped.mean() < 0.7
   np.testing.assert_array_equal(new_lang[swapped, 1], 2)
   np.testing.assert_array_equal(new_lang[inputs[:, 5] == 6, 5], 1)
+  np.testing.assert_array_equal(new_lang[:, 4], 1)
   np.testing.assert_array_equal(inputs[:, [0, 2, 3, 6, 7, 8]], tokens[:, [0, 2, 3, 6, 7, 8]])
+  # The switch keeps the shared corruption (<mask> here) on untranslatable slots.
+  corrupt = dobj.dict_mlm(untranslatable="corrupt").corrupt(ctx)
+  assert set(np.asarray(corrupt.masked.inputs)[:, 4]) == {4}
+  with pytest.raises(UserError, match="untranslatable"):
+    dobj.dict_mlm(untranslatable="keep")
+
+
+def _one_row_ctx(tokens, lang, positions, shown, vocab_copies=2, seed=0):
+  """A CorruptionContext over one row whose masked slots currently show `shown`."""
+  tokens = np.asarray(tokens)
+  positions = np.asarray(positions)
+  inputs = tokens.copy()
+  inputs[positions] = shown
+  masked = MaskedTokens(inputs=jnp.asarray(inputs[None]), positions=jnp.asarray(positions[None]),
+                        targets=jnp.asarray(tokens[positions][None]), weights=jnp.ones((1, len(positions))))
+  # V = 13 pieces doubled: natural regular ids 5..12, derived 18..25; 13..17 are unused.
+  return CorruptionContext(params={}, assets={"dictionary": _dictionary([[5, 18], [6, 19]])},
+                           rng=jax.random.key(seed), batch={}, masked=masked,
+                           lang_ids=jnp.asarray(np.asarray(lang)[None]), input_embeddings=None,
+                           specials=PROJECT, vocab_size=2 * V, train=True, vocab_copies=vocab_copies)
+
+
+def test_dict_mlm_random_replacements_stay_in_the_examples_language_copy():
+  # Two packed examples: natural (lang 1) `<s> 7 9 </s>` and derived (lang 2) `<s> 20 7 22 </s>`,
+  # where 7 is a token both languages share. Slots 1, 2, 6, 7 show random ids from the shared masking
+  # (14 and 15 are copies of special ids, which no language has; 21 and 9 are the wrong language).
+  tokens = [3, 7, 9, 1, 3, 20, 7, 22, 1]
+  lang = [1, 1, 1, 1, 2, 2, 2, 2, 2]
+  positions = [1, 2, 6, 7]
+  term = dobj.dict_mlm(swap_rate=0.0)  # No translate slots: only the redraw acts.
+  seen = {p: set() for p in positions}
+  for seed in range(40):
+    out = term.corrupt(_one_row_ctx(tokens, lang, positions, shown=[14, 21, 15, 9], seed=seed))
+    row = np.asarray(out.masked.inputs)[0]
+    for p in positions:
+      seen[p].add(int(row[p]))
+    np.testing.assert_array_equal(np.asarray(out.lang_ids)[0], lang)
+  natural, derived = set(range(5, 13)), set(range(18, 26))
+  assert seen[1] <= natural and seen[2] <= natural
+  # The shared token 7 inside the derived example is replaced by a derived id too.
+  assert seen[6] <= derived and seen[7] <= derived
+  assert len(seen[1] | seen[2]) >= 6 and len(seen[6] | seen[7]) >= 6  # spread over the range
+  # <mask> and unchanged slots are not random replacements: left alone.
+  out = term.corrupt(_one_row_ctx(tokens, lang, positions, shown=[4, 9, 4, 22]))
+  np.testing.assert_array_equal(np.asarray(out.masked.inputs)[0, positions], [4, 9, 4, 22])
+
+
+def test_shared_masking_draws_random_ids_from_the_tokens_copy(tiny_encoder):
+  encoder = tiny_encoder.replace(vocab_size=2 * V)
+  masking = MaskingConfig(mask_rate=0.5, replace_with_mask_rate=0.0, replace_with_random_rate=1.0)
+  tokens = np.array([[3, 5, 6, 7, 8, 9, 10, 11, 12, 1], [3, 18, 19, 20, 21, 22, 23, 24, 25, 1]], np.int32)
+  for copies, allowed in ((2, (set(range(5, 13)), set(range(18, 26)))), (1, (set(range(5, 26)),) * 2)):
+    model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0}, masking=masking,
+                             vocab_copies=copies)
+    drawn = [set(), set()]
+    for seed in range(30):
+      masked = model.mask({"tokens": jnp.asarray(tokens)}, jax.random.key(seed))
+      inputs, pos, w = map(np.asarray, (masked.inputs, masked.positions, masked.weights))
+      for r in range(2):
+        drawn[r] |= set(inputs[r, pos[r][w[r] > 0]].tolist())
+    assert drawn[0] <= allowed[0] and drawn[1] <= allowed[1], (copies, drawn)
+    if copies == 1:  # One copy: the whole regular range, the unused ids 13..17 included.
+      assert drawn[0] & set(range(13, 18))
 
 
 def test_align_mlm_model_trains_embeddings_toward_dictionary(tiny_encoder):

@@ -111,3 +111,43 @@ def test_gradients_flow_and_are_finite():
 def test_unknown_objective_is_a_clear_error():
   with pytest.raises(UserError, match="Did you mean 'tlm'"):
     objectives.get("tml")
+
+
+def test_pooled_and_per_term_totals_by_hand():
+  from flax_xalign.objectives.base import LossTerm
+  from flax_xalign.objectives.pretraining import combine_terms
+
+  terms = {
+      "mlm": LossTerm(loss=jnp.float32(2.0), metrics={}, loss_sum=jnp.float32(6.0), count=jnp.float32(3.0)),
+      "tlm": LossTerm(loss=jnp.float32(4.0), metrics={}, loss_sum=jnp.float32(4.0), count=jnp.float32(1.0)),
+      "align": LossTerm(loss=jnp.float32(-0.5), metrics={}),  # no token counts: always its own mean
+  }
+  weights = {"mlm": 1.0, "tlm": 1.0, "align": 10.0}
+  # per_term: 6/3 + 4/1 + 10 * -0.5 = 2 + 4 - 5 = 1.
+  assert float(combine_terms(terms, weights, "per_term")) == pytest.approx(1.0)
+  # pooled: (6 + 4) / (3 + 1) - 5 = 2.5 - 5 = -2.5.
+  assert float(combine_terms(terms, weights, "pooled")) == pytest.approx(-2.5)
+  # pooled with tlm weight 2: (6 + 2 * 4) / 4 - 5 = 3.5 - 5 = -1.5.
+  assert float(combine_terms(terms, dict(weights, tlm=2.0), "pooled")) == pytest.approx(-1.5)
+  empty = {"mlm": LossTerm(loss=jnp.float32(0.0), metrics={}, loss_sum=jnp.float32(0.0),
+                           count=jnp.float32(0.0))}
+  assert float(combine_terms(empty, {"mlm": 1.0}, "pooled")) == 0.0  # no prediction: 0, not NaN
+
+
+def test_pooled_model_loss_is_one_mean_over_mlm_and_tlm_tokens():
+  batch = _batch()
+  rng = jax.random.key(7)
+  per_term = PretrainingModel(encoder=Encoder(CFG), objectives={"mlm": 1.0, "tlm": 1.0})
+  pooled = PretrainingModel(encoder=Encoder(CFG), objectives={"mlm": 1.0, "tlm": 1.0},
+                            loss_normalization="pooled")
+  params = _init(per_term)
+  loss_a, m = jax.jit(lambda p: per_term.loss_fn(p, batch, rng, train=False))(params)
+  loss_b, m_b = jax.jit(lambda p: pooled.loss_fn(p, batch, rng, train=False))(params)
+  n_mlm, n_tlm = float(m["mlm_predictions"]), float(m["tlm_predictions"])
+  assert n_mlm > 0 and n_tlm > 0 and n_mlm != n_tlm
+  mlm, tlm = float(m["mlm"]), float(m["tlm"])
+  np.testing.assert_allclose(float(loss_a), mlm + tlm, rtol=1e-6)
+  np.testing.assert_allclose(float(loss_b), (mlm * n_mlm + tlm * n_tlm) / (n_mlm + n_tlm), rtol=1e-6)
+  assert float(m_b["mlm"]) == mlm and float(m_b["tlm"]) == tlm  # terms are still logged as their means
+  with pytest.raises(UserError, match="loss_normalization"):
+    PretrainingModel(encoder=Encoder(CFG), objectives={"mlm": 1.0}, loss_normalization="sum")

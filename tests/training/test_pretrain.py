@@ -100,3 +100,28 @@ def test_unknown_task_is_a_clear_error(tmp_path, tiny_corpus, tiny_encoder):
   with pytest.raises(UserError, match="tiny_mix"):
     _run(tmp_path / "x", tiny_encoder, steps=2, task="tiny_mixx")
   assert not (tmp_path / "x").exists()
+
+
+def test_pair_layout_reaches_the_data_and_the_manifest(tmp_path, tiny_corpus, tiny_encoder):
+  from flax_xalign.training.checkpoints import read_run_spec
+
+  result = _run(tmp_path / "cont", tiny_encoder, steps=2, pair_layout="continuous",
+                bitext_both_directions=True, loss_normalization="pooled")
+  assert result.last_step == 2
+  _, run, _ = read_run_spec(str(tmp_path / "cont"))
+  assert run.pair_layout == "continuous"
+  assert all(np.isfinite(r["loss"]) for r in _losses(tmp_path / "cont").values())
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"pair_layout": "xlmr"}, "pair_layout='xlmr'"),
+    ({"loss_normalization": "mean"}, "loss_normalization='mean'"),
+    ({"task_feature_lengths": {"tokens": 40}}, "exceeds the model's 32 positions"),
+])
+def test_bad_layout_normalisation_or_row_length_is_refused_before_writing(tmp_path, tiny_corpus, tiny_encoder,
+                                                                         kw, message):
+  run = {"model_dir": str(tmp_path / "x"), "mixture_or_task_name": "tiny_mix", "task_feature_lengths": LENGTHS,
+         "batch_size": 6, "train_steps": 2, "encoder": tiny_encoder, "objectives": {"mlm": 1.0, "tlm": 1.0}}
+  with pytest.raises(UserError, match=message):
+    pretrain(**{**run, **kw})
+  assert not (tmp_path / "x").exists()
