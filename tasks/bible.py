@@ -16,6 +16,14 @@ of its examples from them.
 Splits are whole books (see `flax_xalign.data.bible`). All tasks share one
 SentencePiece model, `bible_vocabulary(BIBLE_VOCAB_SIZE)`, trained on the
 training split the first time a dataset is built (not at import).
+
+`BibleTasks(prefix, vocabulary_path, normalize)` registers the same four under
+another vocabulary, e.g. an imported model's, so its pretraining can continue
+on the Bible (`{prefix}_en_mlm`, `{prefix}_grc_mlm`, `{prefix}_grc_en_tlm`,
+`{prefix}_grc_en_mlm_tlm`):
+
+    BibleTasks(prefix="e5_bible", vocabulary_path="runs/e5_bible/vocabulary.model",
+               normalize="nfd_strip_marks").register()
 """
 
 import dataclasses
@@ -25,6 +33,7 @@ from flax_xalign.data import bible as corpus
 from flax_xalign.data import vocab as vocab_lib
 
 from . import registry
+from . import user
 
 BIBLE_VOCAB_SIZE = 8000
 MIXTURE_ALPHA = 0.7
@@ -68,3 +77,43 @@ registry.register_task("bible_grc_en_tlm", loader=greek_english_bitext,
 registry.register_mixture(
     "bible_grc_en_mlm_tlm",
     ["bible_en_mlm", "bible_grc_mlm", "bible_grc_en_tlm"], alpha=MIXTURE_ALPHA)
+
+
+@dataclasses.dataclass(frozen=True)
+class BibleTasks:
+  """The embedded Bible tasks under another SentencePiece vocabulary.
+
+  Attributes:
+    prefix: name prefix of the four tasks (the mixture is
+      `{prefix}_grc_en_mlm_tlm`).
+    vocabulary_path: a SentencePiece model with the five special tokens, e.g.
+      an imported model's `vocabulary.model` (its ids are the model's ids).
+    normalize: text normaliser for both languages (`data.normalize`), e.g.
+      "nfd_strip_marks" to drop polytonic Greek diacritics; align with the
+      same `--normalize`.
+  """
+  prefix: str
+  vocabulary_path: str
+  normalize: str = ""
+
+  def names(self) -> Dict[str, str]:
+    return {kind: f"{self.prefix}_{kind}" for kind in ("en_mlm", "grc_mlm", "grc_en_tlm", "grc_en_mlm_tlm")}
+
+  def register(self) -> "BibleTasks":
+    """Registers the three tasks and their mixture (idempotent); returns self."""
+    names = self.names()
+    spec = dataclasses.replace(
+        self, vocabulary_path=user._vocabulary_path(names["en_mlm"], self.vocabulary_path),
+        normalize=user._normalizer(names["en_mlm"], self.normalize))
+    vocabulary = user._vocabulary(spec.vocabulary_path)
+    common = dict(vocabulary=vocabulary, splits=corpus.SPLITS, spec=spec, normalize=spec.normalize)
+    registry.register_task(names["en_mlm"], loader=english_text, lang="en",
+                           definition=(spec, "en_mlm"), **common)
+    registry.register_task(names["grc_mlm"], loader=greek_text, lang="grc",
+                           definition=(spec, "grc_mlm"), **common)
+    registry.register_task(names["grc_en_tlm"], loader=greek_english_bitext, lang="grc", lang_b="en",
+                           definition=(spec, "grc_en_tlm"), **common)
+    registry.register_mixture(names["grc_en_mlm_tlm"],
+                              [names["en_mlm"], names["grc_mlm"], names["grc_en_tlm"]],
+                              alpha=MIXTURE_ALPHA, definition=(spec, "mixture"), spec=spec)
+    return self

@@ -51,7 +51,7 @@ Provider = Union[seqio.Task, seqio.Mixture]
 DEFAULT_ALPHA = 0.7
 # Kinds of describable definitions -> the module (in this package) defining them.
 _KINDS = {"TextTask": "user", "TsvBitextTask": "user", "AlphaMixture": "user",
-          "SyntheticTasks": "synthetic"}
+          "SyntheticTasks": "synthetic", "BibleTasks": "bible"}
 _LISTED_PLAIN_NAMES = 20
 
 
