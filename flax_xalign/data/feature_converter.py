@@ -52,7 +52,7 @@ import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
-from flax_xalign.data.specials import PAIR_LAYOUTS
+from flax_xalign.data.specials import check_pair_layout
 from flax_xalign.data.specials import PROJECT
 from flax_xalign.data.specials import SpecialTokens
 
@@ -122,7 +122,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
           f"specials must be a flax_xalign.data.specials.SpecialTokens, got "
           f"{specials!r}.")
     self.specials = specials
-    check_pair_layout(pair_layout)
+    check_pair_layout(pair_layout, where="train.pair_layout")
     self.pair_layout = pair_layout
     self.both_directions = bool(both_directions)
     # Lengths are enforced by our own trimming; seqio's length assertions
@@ -260,13 +260,6 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
                 num_parallel_calls=tf.data.AUTOTUNE)
     return ds.map(lambda ex: _set_shapes(ex, length))
 
-
-def check_pair_layout(pair_layout: str) -> None:
-  """UserError unless `pair_layout` is one of `specials.PAIR_LAYOUTS`."""
-  if pair_layout not in PAIR_LAYOUTS:
-    raise errors.UserError(
-        f"pair_layout={pair_layout!r} is not a pair layout; use one of "
-        f"{', '.join(map(repr, PAIR_LAYOUTS))} (train.pair_layout).")
 
 
 def _shift_up(ex: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:

@@ -28,6 +28,16 @@ from typing import Any, Mapping
 PAIR_LAYOUTS = ("restart", "continuous")
 
 
+def check_pair_layout(pair_layout: str, *, where: str = "pair_layout") -> str:
+  """`pair_layout` if it is one of PAIR_LAYOUTS, else one UserError naming `where`."""
+  if pair_layout not in PAIR_LAYOUTS:
+    from flax_xalign.errors import UserError
+
+    raise UserError(f"{where}={pair_layout!r} is not a pair layout; use one of {', '.join(map(repr, PAIR_LAYOUTS))} "
+                    "(restart: <s> a </s> <s> b </s>, positions restart; continuous: <s> a </s> b </s>).")
+  return pair_layout
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SpecialTokens:
   """Special ids of one vocabulary and the range of its regular ids.

@@ -68,7 +68,7 @@ import numpy as np
 
 from flax_xalign import ops
 from flax_xalign.data import normalize as normalize_lib
-from flax_xalign.data.specials import PAIR_LAYOUTS, SpecialTokens, special_tokens_of
+from flax_xalign.data.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer
 from flax_xalign.run_spec import RunSpec
@@ -111,13 +111,6 @@ def _words_that_fit(counts: Sequence[int], budget: int) -> int:
     if total > budget:
       return k
   return len(counts)
-
-
-def check_pair_layout(pair_layout: str) -> str:
-  if pair_layout not in PAIR_LAYOUTS:
-    raise UserError(f"unknown pair layout {pair_layout!r}; use one of {', '.join(PAIR_LAYOUTS)} "
-                    "(restart: <s> a </s> <s> b </s>; continuous: <s> a </s> b </s>).")
-  return pair_layout
 
 
 def layout_pair(src_pieces: Sequence[Sequence[int]], tgt_pieces: Sequence[Sequence[int]], *,

@@ -23,7 +23,7 @@ from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets import registry as asset_registry
 from flax_xalign.assets import setup as asset_setup
 from flax_xalign.assets import vocabulary as vocabulary_asset
-from flax_xalign.data.specials import PAIR_LAYOUTS
+from flax_xalign.data.specials import check_pair_layout
 from flax_xalign.errors import UserError
 from flax_xalign.models import flops as flops_lib
 from flax_xalign.models.config import ARCHITECTURE_FIELDS, MODEL_GIN_FILE, EncoderConfig
@@ -121,9 +121,7 @@ def pretrain(
   asset_options = {k: dict(v) for k, v in (asset_options or {}).items()}
   if dictionary_rate is not None:
     asset_options.setdefault("dictionary", {})["rate"] = dictionary_rate
-  if pair_layout not in PAIR_LAYOUTS:
-    raise UserError(f"train.pair_layout={pair_layout!r} is not a pair layout; use one of "
-                    f"{', '.join(map(repr, PAIR_LAYOUTS))}.")
+  check_pair_layout(pair_layout, where="train.pair_layout")
   data = resolve_task(mixture_or_task_name, languages=languages)
   monitors = tuple(n for n in monitors if n not in objectives)
   built = objectives_lib.build([*objectives, *monitors], objective_options)

@@ -148,7 +148,7 @@ def test_continuous_layout_matches_the_feature_converter(tiny_model, vocabulary)
   with pytest.raises(UserError, match="needs the 'restart' pair layout"):
     word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
                            encoding="separate", pair_layout="continuous")
-  with pytest.raises(UserError, match="unknown pair layout"):
+  with pytest.raises(UserError, match="not a pair layout"):
     word_align.layout_pair([[1]], [[2]], src_lang_id=1, tgt_lang_id=2, max_length=10, max_side=10,
                            specials=specials, pair_layout="packed")
 
