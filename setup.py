@@ -115,6 +115,10 @@ EXTRAS_REQUIRE = {
         "nbclient>=0.10",
         "nbformat>=5.10",
         "ipykernel>=6.29",
+        # The statistical aligner users would pick instead (bench/word_alignment.py,
+        # the demo's table, tests/evaluation/test_statistical.py): an sdist with a
+        # C extension, built in ~30 s.
+        "eflomal==2.0.0",
     ],
     # Benchmarks against the PyTorch/Hugging Face peer. torch 2.13.0 resolves
     # to the CPU wheel where pip's find-links hold it (this workplace:
@@ -125,6 +129,7 @@ EXTRAS_REQUIRE = {
         # Optimal-transport peers of bench/sinkhorn.py.
         "pot>=0.9.4",
         "ott-jax==0.6.0",
+        "eflomal==2.0.0",
     ],
     # Hugging Face BERT / XLM-R import and export (flax_xalign.interop.hf):
     # the PyTorch reference forward in tests, and reading `pytorch_model.bin`
