@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from flax_xalign.errors import UserError
+from flax_xalign.errors import UserError, run_command
 
 _FORMAT = "one pair per line: source words<TAB>target words (exactly one tab, both sides non-empty)"
 
@@ -184,12 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign import gin_cli
 
   gin_cli.quiet_known_noise()
-  try:
-    run(args)
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
+  return run_command(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 
 from flax_xalign.data import wheels
-from flax_xalign.errors import UserError
+from flax_xalign.errors import UserError, run_command
 from flax_xalign.interop.progress import Progress
 from flax_xalign.interop import e5_format
 
@@ -331,17 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="with --trim_vocab_to: also keep pieces of the text under these normalisers, e.g. "
                            "nfd_strip_marks")
   args = parser.parse_args(argv)
-  try:
-    def run(output: str) -> None:
-      import_e5_small(output, languages=args.languages.split(","), data_dir=args.data_dir)
+  from flax_xalign.interop.trim import import_maybe_trimmed
 
-    from flax_xalign.interop.trim import import_maybe_trimmed
+  def run(output: str) -> None:
+    import_e5_small(output, languages=args.languages.split(","), data_dir=args.data_dir)
 
-    import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to, trim_normalize=args.trim_normalize)
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
+  return run_command(lambda: import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to,
+                                                  trim_normalize=args.trim_normalize))
 
 
 if __name__ == "__main__":

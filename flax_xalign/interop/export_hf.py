@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from flax_xalign.data.specials import SpecialTokens
-from flax_xalign.errors import UserError
+from flax_xalign.errors import UserError, run_command
 from flax_xalign.interop.progress import Progress
 
 
@@ -195,12 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign import gin_cli
 
   gin_cli.quiet_known_noise()
-  try:
-    export_hf(args.checkpoint, args.output, layout=args.layout)
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
+  return run_command(lambda: export_hf(args.checkpoint, args.output, layout=args.layout))
 
 
 if __name__ == "__main__":

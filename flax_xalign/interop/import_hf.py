@@ -26,7 +26,7 @@ import tempfile
 from typing import Any, Callable, Sequence
 
 from flax_xalign.data.wheels import sha256_of
-from flax_xalign.errors import UserError
+from flax_xalign.errors import UserError, run_command
 from flax_xalign.interop.progress import Progress
 
 # Checks the rebuilt vocabulary against transformers' tokenizer (when installed).
@@ -138,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign import gin_cli
 
   gin_cli.quiet_known_noise()
-  try:
+  from flax_xalign.interop.trim import import_maybe_trimmed
+
+  def work() -> None:
     languages = _codes(args.languages, "--languages")
     pair = _codes(args.language_pair, "--language_pair")
     if pair and len(pair) != 2:
@@ -146,18 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not pair and len(languages) == 2:
       pair = languages
     languages = sorted(set(languages) | set(pair))
+
     def run(output: str) -> None:
       import_hf(args.source, output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
                 seed=args.seed)
 
-    from flax_xalign.interop.trim import import_maybe_trimmed
-
     import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to, trim_normalize=args.trim_normalize)
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
 
+  return run_command(work)
 
 if __name__ == "__main__":
   sys.exit(main())

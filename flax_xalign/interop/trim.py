@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from flax_xalign.errors import UserError
+from flax_xalign.errors import UserError, run_command
 
 _SPLITS = ("train", "validation", "test")
 
@@ -222,14 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign import gin_cli
 
   gin_cli.quiet_known_noise()
-  try:
-    summary = trim_model_dir(args.checkpoint, args.task, args.output, splits=tuple(args.splits.split(",")),
-                             normalizers=tuple(n for n in args.normalize.split(",") if n))
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  print(json.dumps(summary))
-  return 0
+  return run_command(lambda: print(json.dumps(trim_model_dir(
+      args.checkpoint, args.task, args.output, splits=tuple(args.splits.split(",")),
+      normalizers=tuple(n for n in args.normalize.split(",") if n)))))
 
 
 if __name__ == "__main__":
