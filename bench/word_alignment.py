@@ -95,7 +95,7 @@ def diagonal_row(pairs: list, sure: list) -> dict[str, Any]:
 
 def eflomal_rows(args: argparse.Namespace, pairs: list, sure: list) -> tuple[list[dict], dict[str, Any]]:
   """Rows of one eflomal run (both directions and three symmetrisations) and its summary."""
-  from flax_xalign.evaluation import aer, statistical
+  from flax_xalign.evaluation import statistical
 
   version = statistical.eflomal_version()
   info: dict[str, Any] = {"available": version is not None, "version": version, "corpus": args.eflomal_corpus,
@@ -113,9 +113,7 @@ def eflomal_rows(args: argparse.Namespace, pairs: list, sure: list) -> tuple[lis
   else:
     print(f"eflomal {version}: aligning {len(pairs)} verse pairs (split) ...", flush=True)
     result, size = statistical.run_eflomal(pairs), len(pairs)
-    scores = {"forward": aer.score(result.forward, sure), "reverse": aer.score(result.reverse, sure)}
-    for method in statistical.SYMMETRISATIONS:
-      scores[method] = aer.score(statistical.symmetrise(result.forward, result.reverse, method), sure)
+    scores = statistical.score_directions(result, range(len(pairs)), sure)
   info.update(corpus_pairs=size, seconds=result.seconds)
   rows = [row("eflomal", name, s, result.seconds) for name, s in scores.items()]
   return rows, info

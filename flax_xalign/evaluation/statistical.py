@@ -330,9 +330,15 @@ def score_eflomal(split: str = "test", *, max_pairs: int | None = None,
   """
   corpus, scored, sure = bible_corpus(split, max_pairs=max_pairs, data_dir=data_dir)
   result = run_eflomal(corpus)
+  return score_directions(result, scored, sure), result, len(corpus)
+
+
+def score_directions(result: EflomalResult, scored: Sequence[int],
+                     sure: Sequence[Iterable[Link]]) -> dict[str, Any]:
+  """{row: aer.AlignmentScores} of both directions and every symmetrisation on the `scored` pairs."""
   forward = [result.forward[k] for k in scored]
   reverse = [result.reverse[k] for k in scored]
   rows = {"forward": aer.score(forward, sure), "reverse": aer.score(reverse, sure)}
   for method in SYMMETRISATIONS:
     rows[method] = aer.score(symmetrise(forward, reverse, method), sure)
-  return rows, result, len(corpus)
+  return rows
