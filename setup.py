@@ -130,6 +130,8 @@ EXTRAS_REQUIRE = {
         "pot>=0.9.4",
         "ott-jax==0.6.0",
         "eflomal==2.0.0",
+        # The exact nearest-neighbour search users would pick for CSLS (bench/csls.py).
+        "faiss-cpu==1.15.1",
     ],
     # Hugging Face BERT / XLM-R import and export (flax_xalign.interop.hf):
     # the PyTorch reference forward in tests, and reading `pytorch_model.bin`
@@ -161,7 +163,9 @@ setuptools.setup(
     python_requires=">=3.11,<3.12",
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
-    package_data={name: ["*.gin"] for name in _GIN_PACKAGES},
+    package_data={**{name: ["*.gin"] for name in _GIN_PACKAGES},
+                  # The Greek->English BLI gold lexicon (flax_xalign.data.lexicon).
+                  "flax_xalign.data": ["lexicons/*.txt", "lexicons/*.md"]},
     include_package_data=False,
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

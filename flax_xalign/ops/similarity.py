@@ -3,9 +3,9 @@
 One definition of "unit vector" for every cosine in the project (DWA's
 self-labelling, the word aligner, the alignment score): `l2_normalize` divides
 by the norm clamped to `eps` (1e-6), so an all-zero row stays zero instead of
-becoming NaN. `nearest_neighbours` searches `block` query rows at a time, so
-the [queries, candidates] similarity matrix of a large vocabulary never exists
-at once (the CSLS kernel will share this blocking).
+becoming NaN. `nearest_neighbours` is `ops.csls.cosine_topk` at k = 1: it
+searches `block` query rows at a time, so the [queries, candidates] similarity
+matrix of a large vocabulary never exists at once.
 """
 
 from __future__ import annotations
@@ -38,14 +38,7 @@ def nearest_neighbours(table: jax.Array, queries: jax.Array, candidates: jax.Arr
   Returns:
     [q] int32: the candidate id nearest to each query (the first on ties).
   """
-  unit = l2_normalize(table)
-  cand = unit[candidates]  # [c, e]
-  q = queries.shape[0]
-  padded = -(-q // block) * block
-  rows = jnp.pad(queries, (0, padded - q)).reshape(-1, block)
+  from flax_xalign.ops.csls import cosine_topk  # csls imports l2_normalize from here
 
-  def one_block(ids: jax.Array) -> jax.Array:
-    return jnp.argmax(unit[ids] @ cand.T, axis=-1)
-
-  best = jax.lax.map(one_block, rows).reshape(-1)[:q]
-  return candidates[best].astype(jnp.int32)
+  top = cosine_topk(table[queries], table[candidates], k=1, block=block)
+  return candidates[top.indices[:, 0]].astype(jnp.int32)
