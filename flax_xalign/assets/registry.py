@@ -37,7 +37,8 @@ def register(name: str) -> Callable[[Factory], Factory]:
 
 
 def _load_builtin() -> None:
-  from flax_xalign.assets import synthetic  # noqa: F401  (dictionary, token_map)
+  # Importing registers: induced_dictionary, lang_vocab; synthetic: dictionary, token_map.
+  from flax_xalign.assets import induced_dictionary, lang_vocab, synthetic  # noqa: F401
 
 
 def names() -> tuple[str, ...]:

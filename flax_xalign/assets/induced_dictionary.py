@@ -1,0 +1,351 @@
+"""A dictionary the model induces from its own input embeddings: the `induced_dictionary` asset.
+
+TCS-MLM (Lu, Lu & Zhang 2023, §3.1) code-switches with a token dictionary
+"self-induced" from a multilingual model: every token of one language-specific
+vocabulary (`lang_vocab`, §2.1) is translated to its CSLS nearest neighbour
+(§2.2, Eq. 1-2, K = `knn`) among the other language's language-specific
+tokens, on layer 0 (the token-embedding table), in both directions.
+
+Where the embeddings come from:
+
+* `source` (a MODEL_DIR; default: the run's `init_from_checkpoint`): induced
+  once when the run starts from that checkpoint's latest parameters, as the
+  paper does; the source must have the run's vocabulary.
+* `refresh_every` = N > 0: re-induced from the run's own parameters after
+  every N-th train step (jitted, same shapes: the train step never
+  recompiles); each checkpoint saves the dictionary of its step, so a resumed
+  run continues with exactly it. Without a source the dictionary then starts
+  empty (every `translation` -1: TCS switches nothing) until step N.
+* neither: a UserError (there is nothing to induce from).
+
+Options (`asset_options={'induced_dictionary': {...}}`): `source`, `method`
+('csls', or 'nn' for the plain cosine nearest neighbour), `knn` (10),
+`refresh_every` (0); `languages`, `min_count` and `split` are the
+`lang_vocab` options (`asset_options['lang_vocab']`), which may be
+overridden here.
+
+Value (C = the lang_vocab capacity; side 0 = languages[0]):
+
+    vocab_ids   int32   [2, C]  the lang_vocab ids (0 in padding)
+    vocab_mask  bool    [2, C]
+    translation int32   [2, C]  the token id (of the other side's vocabulary) that
+                                vocab_ids[s, i] translates to; -1 where masked / not yet induced
+    score       float32 [2, C]  its CSLS (cosine for 'nn'); 0 where translation is -1
+    lang_ids    int32   [2]
+
+File `induced_dictionary.tsv`: `# key: value` header lines, a column line,
+then one row per vocabulary entry, side 0 first:
+`src_lang<TAB>src_id<TAB>tgt_id<TAB>src_piece<TAB>tgt_piece<TAB>score`
+(tgt_id -1 and an empty tgt_piece for an entry not yet induced). Scores are
+written with '%.9g', which reproduces every float32 bit for bit, so a loaded
+file has the fingerprint of the value that was saved.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax_xalign.assets import lang_vocab as lang_vocab_lib
+from flax_xalign.assets import registry
+from flax_xalign.assets.base import Asset, Value
+from flax_xalign.errors import UserError
+from flax_xalign.fileio import write_atomically
+
+if TYPE_CHECKING:
+  from flax_xalign.run_spec import RunSpec
+
+FILENAME = "induced_dictionary.tsv"
+METHODS = ("csls", "nn")
+DEFAULT_METHOD = "csls"
+DEFAULT_KNN = 10
+OWN_OPTIONS = ("source", "method", "knn", "refresh_every")
+OPTIONS = OWN_OPTIONS + lang_vocab_lib.OPTIONS
+COLUMNS = ("src_lang", "src_id", "tgt_id", "src_piece", "tgt_piece", "score")
+BLOCK = 1024  # Source rows per block of the similarity search (memory O(BLOCK x C)).
+
+
+@functools.partial(jax.jit, static_argnames=("method", "knn", "block"))
+def induce_dictionary(table: jax.Array, vocab_ids: jax.Array, vocab_mask: jax.Array, *, method: str = DEFAULT_METHOD,
+                      knn: int = DEFAULT_KNN, block: int = BLOCK) -> tuple[jax.Array, jax.Array]:
+  """Top-1 translations between two token sets, both directions, on an embedding table.
+
+  Args:
+    table: [vocab, embed] token embeddings (any float dtype).
+    vocab_ids: int32 [2, C] token ids of the two sides.
+    vocab_mask: bool [2, C] valid entries.
+    method: "csls" (Eq. 1, r_K over the other side's valid entries) or "nn" (cosine).
+    knn: K of CSLS's neighbourhood radius.
+    block: source rows per block.
+
+  Returns:
+    translation int32 [2, C] (the other side's token id; -1 where masked) and
+    score float32 [2, C] (0 where masked).
+  """
+  from flax_xalign.ops import csls as csls_lib
+
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  embeddings = [jnp.take(table, vocab_ids[s], axis=0) for s in (0, 1)]
+  translations, scores = [], []
+  for s in (0, 1):
+    source, target = embeddings[s], embeddings[1 - s]
+    if method == "csls":
+      top = csls_lib.csls_topk(source, target, k=1, knn=knn, source_mask=vocab_mask[s],
+                               target_mask=vocab_mask[1 - s], block=block)
+    else:
+      top = csls_lib.cosine_topk(source, target, k=1, query_mask=vocab_mask[s], target_mask=vocab_mask[1 - s],
+                                 block=block)
+    index = top.indices[:, 0]
+    valid = vocab_mask[s] & (index >= 0)
+    translations.append(jnp.where(valid, vocab_ids[1 - s][jnp.maximum(index, 0)], -1).astype(jnp.int32))
+    scores.append(jnp.where(valid, top.values[:, 0], 0.0).astype(jnp.float32))
+  return jnp.stack(translations), jnp.stack(scores)
+
+
+def empty_value(vocab: Value) -> Value:
+  """The dictionary of a `lang_vocab` value before anything is induced (all translations -1)."""
+  shape = np.shape(vocab["ids"])
+  return {"vocab_ids": np.asarray(vocab["ids"], np.int32), "vocab_mask": np.asarray(vocab["mask"], bool),
+          "translation": np.full(shape, -1, np.int32), "score": np.zeros(shape, np.float32),
+          "lang_ids": np.asarray(vocab["lang_ids"], np.int32)}
+
+
+def _embedding_table(params: Any) -> Any:
+  try:
+    return params["token_embed"]["embedding"]
+  except (KeyError, TypeError) as e:
+    raise ValueError("induced_dictionary reads the encoder's params['token_embed']['embedding'] (layer 0); these "
+                     f"parameters have no such entry ({e})") from e
+
+
+def _source_vocabulary_check(source: str, run: "RunSpec") -> None:
+  from flax_xalign.training import checkpoints as checkpoints_lib
+
+  _, source_run, _ = checkpoints_lib.read_run_spec(source)
+  if source_run.vocabulary.fingerprint() != run.vocabulary.fingerprint():
+    raise UserError(
+        f"induced_dictionary source {source} was trained with another vocabulary ({source_run.vocabulary.file}, "
+        f"sha256 {source_run.vocabulary.sha256[:12]}…, {source_run.vocabulary.size} ids; this run: "
+        f"{run.vocabulary.sha256[:12]}…, {run.vocabulary.size} ids), so its embedding rows are other tokens. "
+        "Induce from a model with this run's vocabulary.")
+
+
+class InducedDictionary(Asset):
+  """`induced_dictionary` (see the module docstring)."""
+
+  name = "induced_dictionary"
+  files = (FILENAME,)
+
+  def __init__(self, *, vocab: lang_vocab_lib.LangVocab, source: str | None, method: str = DEFAULT_METHOD,
+               knn: int = DEFAULT_KNN, refresh_every: int = 0, vocab_size: int = 0,
+               piece: Callable[[int], str] | None = None):
+    self.vocab = vocab
+    self.source = source
+    self.method = method
+    self.knn = int(knn)
+    self.refresh_every = int(refresh_every)
+    self.vocab_size = int(vocab_size)
+    self._piece = piece
+    self.loaded_header: dict[str, str] | None = None
+
+  @property
+  def languages(self) -> tuple[str, str]:
+    return self.vocab.languages  # type: ignore[return-value]
+
+  def induce(self, params: Any, value: Value) -> Value:
+    """`value` with translation and score induced from `params` (traceable; keeps shapes and dtypes)."""
+    translation, score = induce_dictionary(_embedding_table(params), jnp.asarray(value["vocab_ids"]),
+                                           jnp.asarray(value["vocab_mask"]), method=self.method, knn=self.knn)
+    return {"vocab_ids": value["vocab_ids"], "vocab_mask": value["vocab_mask"], "translation": translation,
+            "score": score, "lang_ids": value["lang_ids"]}
+
+  def build(self, run: "RunSpec") -> Value:
+    if self.source is None and not self.refresh_every:
+      raise UserError(
+          "the induced_dictionary asset needs a model to induce from: warm-start the run from one "
+          "(train.init_from_checkpoint, the paper's setting), name one with asset_options="
+          "{'induced_dictionary': {'source': MODEL_DIR}}, or set its 'refresh_every' to N > 0 to induce it from "
+          "this run's own parameters every N steps (empty until step N).")
+    value = empty_value(self.vocab.build(run))
+    if self.source is None:
+      return value
+    from flax_xalign.evaluation import mlm_eval
+
+    _source_vocabulary_check(self.source, run)
+    _, params, _, _ = mlm_eval.load_model(self.source)
+    return {k: np.asarray(v) for k, v in jax.device_get(self.induce(params, value)).items()}
+
+  def refresh(self, params: Any, value: Value, run: "RunSpec") -> Value:
+    return self.induce(params, value)
+
+  # ---------------------------------------------------------------- files
+
+  def _header(self, value: Value) -> list[str]:
+    mask = np.asarray(value["vocab_mask"], bool)
+    induced = (np.asarray(value["translation"]) >= 0) & mask
+    return [
+        ("# token dictionary self-induced from input embeddings (Lu, Lu & Zhang 2023, §2.2), "
+         "flax_xalign induced_dictionary asset"),
+        f"# languages: {self.languages[0]} {self.languages[1]}",
+        f"# lang_ids: {int(value['lang_ids'][0])} {int(value['lang_ids'][1])}",
+        f"# method: {self.method}",
+        f"# knn: {self.knn}",
+        f"# source: {self.source or ''}",
+        f"# refresh_every: {self.refresh_every}",
+        f"# min_count: {self.vocab.min_count}",
+        f"# split: {self.vocab.split}",
+        f"# vocab_size: {self.vocab_size}",
+        f"# capacity: {mask.shape[1]}",
+        f"# sizes: {int(mask[0].sum())} {int(mask[1].sum())}",
+        f"# induced: {int(induced[0].sum())} {int(induced[1].sum())}",
+    ]
+
+  def _piece_of(self, i: int) -> str:
+    return lang_vocab_lib.clean_piece(self._piece(i)) if self._piece is not None and i >= 0 else ""
+
+  def save(self, directory: str, value: Value) -> None:
+    lines = self._header(value) + ["\t".join(COLUMNS)]
+    arrays = {k: np.asarray(v) for k, v in value.items()}
+    for s, code in enumerate(self.languages):
+      keep = arrays["vocab_mask"][s].astype(bool)
+      for src, tgt, score in zip(arrays["vocab_ids"][s][keep], arrays["translation"][s][keep],
+                                 arrays["score"][s][keep]):
+        src, tgt = int(src), int(tgt)
+        lines.append(f"{code}\t{src}\t{tgt}\t{self._piece_of(src)}\t{self._piece_of(tgt)}\t"
+                     f"{float(np.float32(score)):.9g}")
+    write_atomically(os.path.join(directory, FILENAME), "\n".join(lines) + "\n")
+
+  def load(self, directory: str) -> Value:
+    path = os.path.join(directory, FILENAME)
+    lines = lang_vocab_lib.read_lines(path)
+    header, start = lang_vocab_lib.parse_header(path, lines)
+    languages = lang_vocab_lib.header_value(path, header, "languages").split()
+    try:
+      lang_ids = [int(x) for x in lang_vocab_lib.header_value(path, header, "lang_ids").split()]
+      capacity = int(lang_vocab_lib.header_value(path, header, "capacity"))
+    except ValueError as e:
+      raise UserError(f"{path}: malformed header ({e}).") from e
+    if len(languages) != 2 or len(lang_ids) != 2 or capacity < 1:
+      raise UserError(f"{path}: the header must name two languages, two lang_ids and a capacity >= 1.")
+    if start >= len(lines) or lines[start].split("\t") != list(COLUMNS):
+      raise UserError(f"{path}:{start + 1}: expected the column line {chr(9).join(COLUMNS)!r}.")
+    rows: list[list[tuple[int, int, np.float32]]] = [[], []]
+    for number, line in enumerate(lines[start + 1:], start=start + 2):
+      if not line.strip():
+        continue
+      fields = line.split("\t")
+      try:
+        if len(fields) != len(COLUMNS):
+          raise ValueError(f"{len(fields)} columns instead of {len(COLUMNS)}")
+        if fields[0] not in languages:
+          raise ValueError(f"language {fields[0]!r} is not one of the header's {languages}")
+        side = languages.index(fields[0])
+        src, tgt, score = int(fields[1]), int(fields[2]), np.float32(float(fields[5]))
+        if src < 0 or tgt < -1:
+          raise ValueError("src_id must be >= 0 and tgt_id >= -1")
+        if not np.isfinite(score):
+          raise ValueError("the score is not finite")
+        if rows[side] and src <= rows[side][-1][0]:
+          raise ValueError("the src_ids of a language must be listed in increasing order")
+      except ValueError as e:
+        raise UserError(f"{path}:{number}: malformed row {line!r} ({e}); expected "
+                        f"{'<TAB>'.join(COLUMNS)}.") from None
+      rows[side].append((src, tgt, score if tgt >= 0 else np.float32(0)))
+    if max(len(r) for r in rows) != capacity:
+      raise UserError(f"{path}: {len(rows[0])} and {len(rows[1])} rows, but the header says capacity {capacity}; "
+                      "the file was cut or edited.")
+    value = {"vocab_ids": np.zeros((2, capacity), np.int32), "vocab_mask": np.zeros((2, capacity), bool),
+             "translation": np.full((2, capacity), -1, np.int32), "score": np.zeros((2, capacity), np.float32),
+             "lang_ids": np.asarray(lang_ids, np.int32)}
+    for s, side_rows in enumerate(rows):
+      n = len(side_rows)
+      if n:
+        src, tgt, score = zip(*side_rows)
+        value["vocab_ids"][s, :n], value["translation"][s, :n], value["score"][s, :n] = src, tgt, score
+        value["vocab_mask"][s, :n] = True
+    self.loaded_header = dict(header)
+    return value
+
+  def check(self, value: Value, run: "RunSpec") -> None:
+    header = self.loaded_header or {}
+    settings = {"languages": " ".join(self.languages), "method": self.method, "knn": str(self.knn),
+                "source": self.source or "", "min_count": str(self.vocab.min_count), "split": self.vocab.split,
+                "vocab_size": str(run.vocabulary.size)}
+    differ = [f"{key} {header[key]!r} (this run: {want!r})" for key, want in settings.items()
+              if key in header and header[key] != want]
+    if differ:
+      raise UserError(f"{FILENAME} was built with {', '.join(differ)}; remove it (it is rebuilt with this run's "
+                      "options) or use a new MODEL_DIR.")
+    expected = [run.language_id(code) for code in self.languages]
+    if [int(x) for x in np.asarray(value["lang_ids"])] != expected:
+      raise UserError(f"{FILENAME} has lang_ids {np.asarray(value['lang_ids']).tolist()}, but this run's "
+                      f"{list(self.languages)} have {expected}; remove it or use a new MODEL_DIR.")
+    mask = np.asarray(value["vocab_mask"], bool)
+    ids, translation = np.asarray(value["vocab_ids"]), np.asarray(value["translation"])
+    low, high = run.vocabulary.specials.regular_range(run.vocabulary.size)
+    for s in (0, 1):
+      if mask[s].any() and (ids[s][mask[s]].min() < low or ids[s][mask[s]].max() >= high):
+        raise UserError(f"{FILENAME} holds ids outside this run's regular ids [{low}, {high}); remove it or use a "
+                        "new MODEL_DIR.")
+      found = translation[s][mask[s]]
+      stray = sorted(set(found[found >= 0].tolist()) - set(ids[1 - s][mask[1 - s]].tolist()))
+      if stray:
+        raise UserError(f"{FILENAME}: {self.languages[s]} tokens translate to ids {stray[:5]} that are not in the "
+                        f"{self.languages[1 - s]} vocabulary of the file; fix those rows or remove the file.")
+
+  def describe(self, value: Value) -> str:
+    mask = np.asarray(value["vocab_mask"], bool)
+    translation, score = np.asarray(value["translation"]), np.asarray(value["score"])
+    induced = (translation >= 0) & mask
+    a, b = self.languages
+    origin = (f"from {self.source}" if self.source else "empty until the first refresh")
+    if self.refresh_every:
+      origin += f", refreshed every {self.refresh_every} steps"
+    text = (f"induced_dictionary: {int(induced[0].sum()):,} {a}->{b} and {int(induced[1].sum()):,} {b}->{a} "
+            f"pairs of {int(mask[0].sum()):,} / {int(mask[1].sum()):,} tokens ({self.method}, knn {self.knn}; "
+            f"{origin})")
+    examples = np.flatnonzero(induced[0])[:5]
+    if examples.size:
+      ids = np.asarray(value["vocab_ids"])
+      shown = [f"{self._piece_of(int(ids[0, i])) or int(ids[0, i])}->"
+               f"{self._piece_of(int(translation[0, i])) or int(translation[0, i])} ({score[0, i]:.3f})"
+               for i in examples]
+      text += "; e.g. " + ", ".join(shown)
+    return text
+
+
+def _int_option(options: Mapping[str, Any], key: str, default: int, low: int) -> int:
+  value = options.get(key, default)
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    raise UserError(f"induced_dictionary option {key!r} must be an integer >= {low}, got {value!r}.")
+  return int(value)
+
+
+@registry.register("induced_dictionary")
+def _induced_dictionary(run: "RunSpec") -> Asset:
+  options = run.options_of("induced_dictionary")
+  unknown = sorted(set(options) - set(OPTIONS))
+  if unknown:
+    raise UserError(f"unknown induced_dictionary option(s) {unknown}; it takes {', '.join(map(repr, OPTIONS))}.")
+  vocab_options = {**run.options_of("lang_vocab"),
+                   **{k: v for k, v in options.items() if k in lang_vocab_lib.OPTIONS}}
+  languages, min_count, split = lang_vocab_lib.settings_of(run, vocab_options)
+  method = options.get("method", DEFAULT_METHOD)
+  if method not in METHODS:
+    raise UserError(f"induced_dictionary option 'method' must be one of {', '.join(map(repr, METHODS))}, "
+                    f"got {method!r}.")
+  source = options.get("source", run.init_from_checkpoint)
+  if source is not None and (not isinstance(source, str) or not source):
+    raise UserError(f"induced_dictionary option 'source' must be a MODEL_DIR path, got {source!r}.")
+  piece = lang_vocab_lib.piece_function(run)
+  vocab = lang_vocab_lib.LangVocab(languages=languages, min_count=min_count, split=split, task=run.task,
+                                   vocab_size=run.vocabulary.size, piece=piece)
+  return InducedDictionary(vocab=vocab, source=source, method=method, knn=_int_option(options, "knn", DEFAULT_KNN, 1),
+                           refresh_every=_int_option(options, "refresh_every", 0, 0),
+                           vocab_size=run.vocabulary.size, piece=piece)
