@@ -1,0 +1,74 @@
+"""TCS-MLM and SCS-MLM through the real entry point: an MLM base, then both continued from it.
+
+`python -m flax_xalign.train` (in process) with objectives/tcs.gin and
+objectives/scs.gin on two monolingual toy streams (en, de): the
+`induced_dictionary` is induced from the base checkpoint, the `lang_vocab`
+counted from the toy corpus with a toy threshold.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from flax_xalign import train as train_main
+
+from tests.testlib import tiny_encoder_gin
+
+
+def _gin_file(tmp_path, corpus):
+  tag = tmp_path.name.replace("-", "_")
+  files = corpus["files"]
+  text = f"""
+include 'runs/pretrain.gin'
+{tiny_encoder_gin()}
+cs_en/TextTask.name = '{tag}_en'
+cs_en/TextTask.files = {json.dumps({s: files[("en", s)] for s in ("train", "validation")})}
+cs_en/TextTask.lang = 'en'
+cs_en/TextTask.vocabulary_path = '{corpus["vocab"]}'
+cs_de/TextTask.name = '{tag}_de'
+cs_de/TextTask.files = {json.dumps({s: files[("de", s)] for s in ("train", "validation")})}
+cs_de/TextTask.lang = 'de'
+cs_de/TextTask.vocabulary_path = '{corpus["vocab"]}'
+AlphaMixture.name = '{tag}_mono'
+AlphaMixture.tasks = ['{tag}_en', '{tag}_de']
+train.user_tasks = [@cs_en/TextTask(), @cs_de/TextTask(), @AlphaMixture()]
+MIXTURE_OR_TASK_NAME = '{tag}_mono'
+TASK_FEATURE_LENGTHS = {{'tokens': 19}}
+BATCH_SIZE = 6
+LOG_EVERY = 1
+CHECKPOINT_EVERY = 2
+EVAL_EVERY = 0
+"""
+  path = tmp_path / "run.gin"
+  path.write_text(text)
+  return str(path)
+
+
+def _metrics(model_dir):
+  with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  return [r for r in rows if "loss" in r]
+
+
+def test_mlm_base_then_tcs_and_scs_continue_from_it(tmp_path, tiny_corpus):
+  gin_file = _gin_file(tmp_path, tiny_corpus)
+  base = tmp_path / "mlm"
+  assert train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{base}'", "--gin.TRAIN_STEPS=2",
+                          "--gin.train.objectives={'mlm': 1.0}"]) == 0
+  for name in ("tcs", "scs"):
+    model_dir = tmp_path / name
+    code = train_main.main([
+        f"--gin_file={gin_file}", f"--gin_file=objectives/{name}.gin", f"--gin.MODEL_DIR='{model_dir}'",
+        f"--gin.INIT_FROM_CHECKPOINT='{base}'", "--gin.TRAIN_STEPS=3", "--gin.LANG_VOCAB_MIN_COUNT=3",
+        "--gin.OptimizerConfig.warmup_steps=1", "--gin.OptimizerConfig.learning_rate=3e-3"])
+    assert code == 0, name
+    rows = _metrics(model_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for row in rows:
+      for key in ("loss", "mlm", name, f"{name}_accuracy", f"{name}_switched", f"{name}_eligible"):
+        assert np.isfinite(row[key]), (name, key, row)
+      assert 0.0 < row[f"{name}_switched"] <= row[f"{name}_eligible"] <= 1.0, row
+      np.testing.assert_allclose(row["loss"], row["mlm"] + row[name], rtol=1e-5)
+    assert {"tcs": "induced_dictionary.tsv", "scs": "lang_vocab.tsv"}[name] in os.listdir(model_dir)
+  assert rows[-1]["scs_candidates"] > 0
