@@ -10,6 +10,7 @@ and `describe` / `register_described` (re-register a run's tasks elsewhere).
 from . import registry
 from . import bible
 from . import user
+from . import code_switch
 from .registry import describe
 from .registry import get_provider
 from .registry import get_vocabulary

@@ -51,7 +51,7 @@ Provider = Union[seqio.Task, seqio.Mixture]
 DEFAULT_ALPHA = 0.7
 # Kinds of describable definitions -> the module (in this package) defining them.
 _KINDS = {"TextTask": "user", "TsvBitextTask": "user", "AlphaMixture": "user",
-          "SyntheticTasks": "synthetic", "BibleTasks": "bible"}
+          "SyntheticTasks": "synthetic", "BibleTasks": "bible", "CodeSwitchedTask": "code_switch"}
 _LISTED_PLAIN_NAMES = 20
 
 
@@ -170,13 +170,15 @@ def register_task(name: str, *, loader: Loader,
                   splits: Sequence[str] = ("train", "validation", "test"),
                   definition: Any = None,
                   id_maps: Tuple[Any, Any] = (None, None),
-                  spec: Any = None, normalize: str = "") -> seqio.Task:
+                  spec: Any = None, normalize: str = "",
+                  text_preprocessors: Sequence[Callable[..., Any]] = ()) -> seqio.Task:
   """Registers a monolingual (MLM) or, with `lang_b`, a bitext (TLM) task.
 
   Idempotent: registering the same `definition` again returns the task.
   `spec` is what `describe` reports (see `TaskInfo`); `normalize` names the
   text normaliser applied before tokenising (`tokenize_and_tag`), which
-  `definition` and `spec` should record.
+  `definition` and `spec` should record; `text_preprocessors` run on the
+  text before it (e.g. code-switching).
   """
   definition = definition if definition is not None else (name, loader)
   if _already(name, definition):
@@ -193,7 +195,7 @@ def register_task(name: str, *, loader: Loader,
           functools.partial(in_memory_dataset, loader=loader),
           splits=tuple(splits), caching_permitted=False),
       output_features=output_features(vocabulary),
-      preprocessors=[functools.partial(tokenize_and_tag, lang=lang,
+      preprocessors=[*text_preprocessors, functools.partial(tokenize_and_tag, lang=lang,
                                        lang_b=lang_b or "", id_maps=tuple(id_maps),
                                        normalize=normalize)])
   seqio.TaskRegistry.add_provider(name, task)
@@ -528,6 +530,8 @@ def describe(name: str) -> Optional[List[Dict[str, Any]]]:
     if info is None:
       return None
     if info.spec is not None:
+      # A spec built on other tasks (CodeSwitchedTask's source) describes them first.
+      definitions.extend(d for d in getattr(info.spec, "required_definitions", list)() if d not in definitions)
       definition = _spec_definition(info.spec)
       if definition not in definitions:
         definitions.append(definition)
