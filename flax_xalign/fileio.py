@@ -18,6 +18,10 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp")
   try:
+    # mkstemp creates 0600; a written file gets the mode `open` would give it (0666 less the umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     if isinstance(data, str):
       with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(data)
