@@ -29,10 +29,10 @@ import argparse
 import json
 import os
 import statistics
-import time
 from typing import Any
 
 import numpy as np
+from train_step_side import Side
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "code_switch_step.json")
 _BOS, _EOS, _FIRST_REGULAR = 3, 1, 5
@@ -149,57 +149,14 @@ def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any
   return Trainer(model=model, optimizer=OptimizerConfig(), partitioner=partitioner, loop=loop, assets=assets)
 
 
-class Side:
-  """One configuration's state, step and batches."""
-
-  def __init__(self, name: str, objectives: dict[str, float], data: list[dict], args: argparse.Namespace):
-    import jax
-
-    self.name = name
-    self.trainer = build_trainer(objectives, args)
-    self.state = self.trainer.init_state()
-    with self.trainer.mesh_context():
-      self.batches = [self.trainer.shard(b) for b in data]
-    self.index = 0
-    self._jax = jax
-
-  def step(self) -> None:
-    with self.trainer.mesh_context():
-      batch = self.batches[self.index % len(self.batches)]
-      self.index += 1
-      self.state, metrics = self.trainer.train_step(self.state, batch, self.trainer.base_rng,
-                                                    self.trainer.assets.device)
-    self._jax.block_until_ready(metrics["loss"])
-    self.last_metrics = metrics
-
-  def flops(self) -> float | None:
-    """XLA's cost-analysis FLOPs of the compiled step (a noise-free companion of the timings)."""
-    try:
-      with self.trainer.mesh_context():
-        compiled = self.trainer.train_step.lower(self.state, self.batches[0], self.trainer.base_rng,
-                                                 self.trainer.assets.device).compile()
-      cost = compiled.cost_analysis()
-      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-      return float(cost["flops"])
-    except Exception:  # noqa: BLE001  (a backend without cost analysis)
-      return None
-
-  def timed(self, steps: int) -> float:
-    self.step()  # warm-up (the first call compiles)
-    start = time.perf_counter()
-    for _ in range(steps):
-      self.step()
-    return (time.perf_counter() - start) / steps
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
   import jax
 
   data = batches(np.random.default_rng(args.seed), count=4, batch=args.batch, length=args.length,
                  vocab=args.vocab, shared=args.shared)
-  sides = [Side("MLM", {"mlm": 1.0}, data, args),
-           Side("MLM+TCS", {"mlm": 1.0, "tcs": 1.0}, data, args),
-           Side("MLM+SCS", {"mlm": 1.0, "scs": 1.0}, data, args)]
+  sides = [Side(name, build_trainer(objectives, args), data)
+           for name, objectives in (("MLM", {"mlm": 1.0}), ("MLM+TCS", {"mlm": 1.0, "tcs": 1.0}),
+                                    ("MLM+SCS", {"mlm": 1.0, "scs": 1.0}))]
   times: dict[str, list[float]] = {s.name: [] for s in sides}
   for r in range(args.rounds):
     for side in sides:

@@ -25,10 +25,10 @@ import argparse
 import json
 import os
 import statistics
-import time
 from typing import Any
 
 import numpy as np
+from train_step_side import Side
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "dwa_overhead.json")
 _BOS, _EOS, _FIRST_REGULAR = 3, 1, 5
@@ -99,37 +99,6 @@ def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any
   return Trainer(model=model, optimizer=OptimizerConfig(), partitioner=partitioner, loop=loop)
 
 
-class Side:
-  """One configuration's state, step and batches."""
-
-  def __init__(self, name: str, objectives: dict[str, float], batches: list[dict], args: argparse.Namespace):
-    import jax
-
-    self.name = name
-    self.trainer = build_trainer(objectives, args)
-    self.state = self.trainer.init_state()
-    with self.trainer.mesh_context():
-      self.batches = [self.trainer.shard(b) for b in batches]
-    self.index = 0
-    self._jax = jax
-
-  def step(self) -> None:
-    with self.trainer.mesh_context():
-      batch = self.batches[self.index % len(self.batches)]
-      self.index += 1
-      self.state, metrics = self.trainer.train_step(self.state, batch, self.trainer.base_rng,
-                                                    self.trainer.assets.device)
-    self._jax.block_until_ready(metrics["loss"])
-    self.last_metrics = metrics
-
-  def timed(self, steps: int) -> float:
-    self.step()  # warm (and the first call compiles)
-    start = time.perf_counter()
-    for _ in range(steps):
-      self.step()
-    return (time.perf_counter() - start) / steps
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
   import jax
 
@@ -138,8 +107,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
   else:
     batches = pair_batches(np.random.default_rng(args.seed), count=4, batch=args.batch,
                            length=args.length, vocab=args.vocab)
-  sides = [Side("MLM+TLM", {"mlm": 1.0, "tlm": 1.0}, batches, args),
-           Side("MLM+TLM+DWA", {"mlm": 1.0, "tlm": 1.0, "dwa": 1.0}, batches, args)]
+  sides = [Side(name, build_trainer(objectives, args), batches)
+           for name, objectives in (("MLM+TLM", {"mlm": 1.0, "tlm": 1.0}),
+                                    ("MLM+TLM+DWA", {"mlm": 1.0, "tlm": 1.0, "dwa": 1.0}))]
   times: dict[str, list[float]] = {s.name: [] for s in sides}
   for r in range(args.rounds):
     for side in sides:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+
+from flax_xalign.errors import UserError
 
 
 def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
@@ -33,6 +36,21 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+def utf8_lines(path: str, *, what: str = "the file") -> Iterator[tuple[int, str]]:
+  """(line number, line without its newline) of a UTF-8 file, read lazily.
+
+  Raises:
+    UserError: a line is not UTF-8, named as `path:line` (re-encode `what`).
+  """
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        yield number, raw.decode("utf-8").rstrip("\r\n")
+      except UnicodeDecodeError as e:
+        raise UserError(f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start}); "
+                        f"re-encode {what} as UTF-8.") from e
 
 
 def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> None:

@@ -48,6 +48,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from flax_xalign import errors
+from flax_xalign.fileio import utf8_lines
 from flax_xalign.data import normalize as normalize_lib
 from flax_xalign.data import vocab as vocab_lib
 
@@ -92,18 +93,6 @@ def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
   return paths
 
 
-def _lines(path: str):
-  """Yields (line number, line without newline) of a UTF-8 file."""
-  with open(path, "rb") as f:
-    for number, raw in enumerate(f, start=1):
-      try:
-        yield number, raw.decode("utf-8").rstrip("\r\n")
-      except UnicodeDecodeError as e:
-        raise errors.UserError(
-            f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start}); "
-            "re-encode the file as UTF-8.") from e
-
-
 @dataclasses.dataclass(frozen=True)
 class FileLoader:
   """Reads and validates a task's files for one split (a registry loader)."""
@@ -131,7 +120,7 @@ class FileLoader:
     TSV columns are checked when the dataset is built.
     """
     paths = self._paths(split)
-    count = sum(1 for path in paths for _, line in _lines(path) if line.strip())
+    count = sum(1 for path in paths for _, line in utf8_lines(path) if line.strip())
     if not count:
       raise self._empty_corpus(split, paths)
     return count
@@ -140,7 +129,7 @@ class FileLoader:
     columns = {"text": [], "text_b": []} if self.tsv else {"text": []}
     paths = self._paths(split)
     for path in paths:
-      for number, line in _lines(path):
+      for number, line in utf8_lines(path):
         if not line.strip():
           continue
         if not self.tsv:

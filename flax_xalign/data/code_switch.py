@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 
 from flax_xalign import errors
 from flax_xalign.data import normalize as normalize_lib
+from flax_xalign.fileio import utf8_lines
 
 WORD_START = "\u2581"  # SentencePiece's word-start marker '▁'.
 WORDPIECE_CONTINUATION = "##"
@@ -66,18 +67,6 @@ Dictionary = dict[str, tuple[str, ...]]
 
 
 # ---------------------------------------------------------------- reading
-
-
-def _lines(path: str):
-  """(line number, line without newline) of a UTF-8 file; UserError for bad bytes."""
-  with open(path, "rb") as f:
-    for number, raw in enumerate(f, start=1):
-      try:
-        yield number, raw.decode("utf-8").rstrip("\r\n")
-      except UnicodeDecodeError as e:
-        raise errors.UserError(
-            f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start}); re-encode the "
-            "dictionary as UTF-8.") from e
 
 
 def _entry(path: str, number: int, line: str) -> tuple[str, str, bool]:
@@ -124,7 +113,7 @@ def read_bilingual_dictionary(path: str, *, log: Callable[[str], Any] = print) -
         "MUSE format ('source target' per line) or with `python -m flax_xalign.bli --output=...`.")
   entries = []
   first = True
-  for number, line in _lines(path):
+  for number, line in utf8_lines(path, what="the dictionary"):
     stripped = line.strip()
     if not stripped or stripped == "#" or stripped.startswith(("# ", "#\t")):
       continue  # Not any '#' start: '##' begins WordPiece continuation pieces.
