@@ -274,14 +274,10 @@ class InducedDictionary(Asset):
 
   def check(self, value: Value, run: "RunSpec") -> None:
     header = self.loaded_header or {}
-    settings = {"languages": " ".join(self.languages), "method": self.method, "knn": str(self.knn),
-                "source": self.source or "", "min_count": str(self.vocab.min_count), "split": self.vocab.split,
-                "vocab_size": str(run.vocabulary.size)}
-    differ = [f"{key} {header[key]!r} (this run: {want!r})" for key, want in settings.items()
-              if key in header and header[key] != want]
-    if differ:
-      raise UserError(f"{FILENAME} was built with {', '.join(differ)}; remove it (it is rebuilt with this run's "
-                      "options) or use a new MODEL_DIR.")
+    lang_vocab_lib.check_header_settings(FILENAME, header, {
+        "languages": " ".join(self.languages), "method": self.method, "knn": str(self.knn),
+        "source": self.source or "", "min_count": str(self.vocab.min_count), "split": self.vocab.split,
+        "vocab_size": str(run.vocabulary.size)}, options="options")
     expected = [run.language_id(code) for code in self.languages]
     if [int(x) for x in np.asarray(value["lang_ids"])] != expected:
       raise UserError(f"{FILENAME} has lang_ids {np.asarray(value['lang_ids']).tolist()}, but this run's "

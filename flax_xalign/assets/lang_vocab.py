@@ -336,6 +336,16 @@ def header_value(path: str, header: Mapping[str, str], key: str) -> str:
   return header[key]
 
 
+def check_header_settings(filename: str, header: Mapping[str, str], settings: Mapping[str, str], *,
+                          options: str) -> None:
+  """UserError naming every setting a loaded file's header records differently from this run's."""
+  differ = [f"{key} {header[key]!r} (this run: {want!r})" for key, want in settings.items()
+            if key in header and header[key] != want]
+  if differ:
+    raise UserError(f"{filename} was built with {', '.join(differ)}; remove it (it is rebuilt with this run's "
+                    f"{options}) or use a new MODEL_DIR.")
+
+
 def read_lines(path: str) -> list[str]:
   try:
     with open(path, encoding="utf-8") as f:
@@ -430,13 +440,9 @@ class LangVocab(Asset):
 
   def check(self, value: Value, run: "RunSpec") -> None:
     header = self.loaded_header or {}
-    settings = {"languages": " ".join(self.languages), "min_count": str(self.min_count), "split": self.split,
-                "vocab_size": str(run.vocabulary.size)}
-    differ = [f"{key} {header[key]!r} (this run: {want!r})" for key, want in settings.items()
-              if key in header and header[key] != want]
-    if differ:
-      raise UserError(f"{FILENAME} was built with {', '.join(differ)}; remove it (it is rebuilt with this run's "
-                      "lang_vocab options) or use a new MODEL_DIR.")
+    check_header_settings(FILENAME, header, {
+        "languages": " ".join(self.languages), "min_count": str(self.min_count), "split": self.split,
+        "vocab_size": str(run.vocabulary.size)}, options="lang_vocab options")
     expected_ids = [run.language_id(code) for code in self.languages]
     found = [int(x) for x in np.asarray(value["lang_ids"])]
     if found != expected_ids:

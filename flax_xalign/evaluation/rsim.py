@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +102,21 @@ def _pyplot():
   return plt
 
 
+def _finish(plt: Any, fig: Any, axes: Sequence[Any], layers: Sequence[int], path: str, title: str | None) -> str:
+  """Layer ticks and grids on `axes`, the title, then the PNG written atomically; returns `path`."""
+  from flax_xalign.fileio import save_figure
+
+  for ax in axes:
+    ax.set_xticks(layers)
+    ax.grid(alpha=0.3)
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  save_figure(fig, path)
+  plt.close(fig)
+  return path
+
+
 def plot_layers(per_layer: Mapping[str, Sequence[float]], path: str, *, title: str | None = None) -> str:
   """Fig. 3's shape: (a) Hit@1 and mean translation-pair cosine vs layer, (b) RSIM vs layer.
 
@@ -113,8 +129,6 @@ def plot_layers(per_layer: Mapping[str, Sequence[float]], path: str, *, title: s
   Returns:
     `path`.
   """
-  from flax_xalign.fileio import save_figure
-
   plt = _pyplot()
   layers = list(per_layer["layers"])
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -134,15 +148,7 @@ def plot_layers(per_layer: Mapping[str, Sequence[float]], path: str, *, title: s
   right.set_xlabel("layer")
   right.set_ylabel("RSIM")
   right.set_title("(b) RSIM")
-  for ax in (left, right):
-    ax.set_xticks(layers)
-    ax.grid(alpha=0.3)
-  if title:
-    fig.suptitle(title)
-  fig.tight_layout()
-  save_figure(fig, path)
-  plt.close(fig)
-  return path
+  return _finish(plt, fig, (left, right), layers, path, title)
 
 
 def delta_rsim(rsims: Mapping[str, Sequence[float]], baseline: str) -> dict[str, np.ndarray]:
@@ -171,8 +177,6 @@ def plot_delta_rsim(rsims: Mapping[str, Sequence[float]], baseline: str, path: s
     layers: the layer numbers (default 0..n-1).
     title: figure title.
   """
-  from flax_xalign.fileio import save_figure
-
   deltas = delta_rsim(rsims, baseline)
   plt = _pyplot()
   layers = list(range(len(rsims[baseline]))) if layers is None else list(layers)
@@ -188,12 +192,5 @@ def plot_delta_rsim(rsims: Mapping[str, Sequence[float]], baseline: str, path: s
   right.set_title(f"(b) ΔRSIM against {baseline}")
   for ax in (left, right):
     ax.set_xlabel("layer")
-    ax.set_xticks(layers)
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-  if title:
-    fig.suptitle(title)
-  fig.tight_layout()
-  save_figure(fig, path)
-  plt.close(fig)
-  return path
+  return _finish(plt, fig, (left, right), layers, path, title)
