@@ -2,7 +2,8 @@ r"""Bilingual lexicon induction from a checkpoint (Lu, Lu & Zhang 2023, §2.2, T
 
   python -m flax_xalign.bli --checkpoint=DIR --src=grc --tgt=en [--layer=0] [--method=csls|nn] \
       [--output=dict.tsv] [--gold=FILE|token_map] [--min_count=N] [--knn=10] \
-      [--layers=all --rsim_plot=PATH] [--max_sentences=5000] [--task=NAME|bible] [--normalize=...]
+      [--layers=all --rsim_plot=PATH] [--max_sentences=5000] [--task=NAME|bible] [--normalize=...] \
+      [--isomorphism [--quadruples=2000] [--seed=0]]
 
 Induces a token-level dictionary between the language-specific vocabularies
 of --src and --tgt (tokens with count > --min_count in each language's train
@@ -23,6 +24,19 @@ queries scored), then `nn` / `csls` (both methods), `entries`, `covered`,
 Hit@1, the mean cosine and the RSIM of the translation pairs (the gold's, else
 the layer-0 CSLS dictionary's) at each layer, on the tokens every layer has,
 and --rsim_plot draws them (the paper's Fig. 3).
+
+--isomorphism (with --gold; `evaluation/isomorphism.py`) adds Ai & Fang's
+isomorphism measures at the embedding layer, over EVERY listed gold pair, not
+only single-token ones: `muse_cosine` (Table 2: the mean cosine of the gold
+pairs, a word = the mean of its pieces' embeddings; `shuffled_mean`, the mean
+cosine of mismatched pairs, is the baseline to read it against; `coverage`
+and `skipped` count pairs with an empty word or the unknown piece; with
+--layers, `per_layer` gives both at each layer over the pairs every layer
+has) and `analogy` (`accuracy`: top-1 of a_src - a_tgt + b_tgt -> b_src over
+--quadruples seeded samples of two gold pairs; `mono_accuracy`: b_src - a_src
++ a_tgt -> b_tgt; `nn_accuracy`: b_tgt's nearest source word, the no-offset
+floor). With --gold=token_map the pairs are the token map's within the
+language-specific vocabularies.
 
 The text comes from the run's task; an import records none: pass --task=NAME
 (a registered task or mixture) or --task=bible (the embedded Greek-English
@@ -47,10 +61,11 @@ TOKEN_MAP_GOLD = "token_map"
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data import normalize
-  from flax_xalign.evaluation import bli
+  from flax_xalign.evaluation import bli, isomorphism
 
   parser = argparse.ArgumentParser(prog="python -m flax_xalign.bli", description=__doc__.splitlines()[0])
-  parser.add_argument("--checkpoint", required=True, help="MODEL_DIR with a checkpoint")
+  parser.add_argument("--checkpoint", "--model_dir", dest="checkpoint", required=True,
+                      help="MODEL_DIR with a checkpoint")
   parser.add_argument("--src", required=True, help="source language code (one of the run's languages)")
   parser.add_argument("--tgt", required=True, help="target language code")
   parser.add_argument("--layer", type=int, default=0, help="0: token-embedding table; l > 0: contextual states")
@@ -70,6 +85,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--normalize", choices=normalize.NORMALIZERS, default=None,
                       help="text normaliser of the gold words (default: the task's)")
   parser.add_argument("--split", default="train", help="split of the text (vocabularies and layers > 0)")
+  parser.add_argument("--isomorphism", action="store_true",
+                      help="with --gold: MUSE cosine (gold-pair cosine, multi-piece words averaged, vs shuffled "
+                           "pairs) and translation analogies")
+  parser.add_argument("--quadruples", type=int, default=isomorphism.DEFAULT_QUADRUPLES,
+                      help="analogy quadruples sampled (with --isomorphism)")
+  parser.add_argument("--seed", type=int, default=0, help="seed of the analogy sample")
   return parser.parse_args(argv)
 
 
@@ -136,14 +157,20 @@ def _layers(args: argparse.Namespace, num_layers: int) -> list[int]:
   return sorted(set(wanted) | {args.layer})
 
 
-def _representations(model, params, run, task: str, args, ids, mask, layers: list[int], log):
-  """({layer: [C, e]} per side, mask [2, C] of rows every layer has)."""
+def _representations(model, params, run, task: str, args, ids, mask, layers: list[int], log, extra_ids=None):
+  """({layer: [C, e]} per side, mask [2, C] of rows every layer has, contextual piece tables per side).
+
+  `extra_ids` (per side, int [n] token ids; e.g. the gold words' pieces) are averaged in the same encoder
+  pass as the language-specific tokens; the third value is, per side, None without contextual layers or
+  extra ids, else (sorted collected ids [U], {layer > 0: [U, e] means}, bool [U] seen in the text).
+  """
   import numpy as np
 
   from flax_xalign.evaluation import bli
 
   table = np.asarray(bli.embedding_table(params), np.float32)
   reps = [{}, {}]
+  pieces = [None, None]
   mask = mask.copy()
   contextual = [layer for layer in layers if layer > 0]
   specials = run.vocabulary.specials
@@ -159,15 +186,20 @@ def _representations(model, params, run, task: str, args, ids, mask, layers: lis
     length = min(limit, max(len(s) for s in sentences) + 2)
     rows = bli.sentence_rows(sentences, bos=specials.bos, eos=specials.eos, pad=specials.pad,
                              lang_id=run.language_id(code), length=length)
-    means, counts = bli.contextual_means(model.encoder, params, rows, vocab_ids=ids[side], layers=contextual,
+    extra = np.zeros(0, np.int64) if extra_ids is None else np.asarray(extra_ids[side], np.int64)
+    collected = np.unique(np.concatenate([np.asarray(ids[side], np.int64), extra]))  # Distinct, as required.
+    means, counts = bli.contextual_means(model.encoder, params, rows, vocab_ids=collected, layers=contextual,
                                          batch_size=args.batch_size, progress=log)
+    at = np.searchsorted(collected, np.asarray(ids[side], np.int64))
     for i, layer in enumerate(contextual):
-      reps[side][layer] = means[i]
-    unseen = int((mask[side] & (counts == 0)).sum())
-    mask[side] &= counts > 0
+      reps[side][layer] = means[i][at]
+    if extra_ids is not None:
+      pieces[side] = (collected, {layer: means[i] for i, layer in enumerate(contextual)}, counts > 0)
+    unseen = int((mask[side] & (counts[at] == 0)).sum())
+    mask[side] &= counts[at] > 0
     log(f"{code}: layers {contextual[0]}..{contextual[-1]} averaged over {len(sentences):,} sentences "
         f"({time.perf_counter() - start:.1f} s); {unseen} language-specific tokens never occur there (left out)")
-  return reps, mask
+  return reps, mask, pieces
 
 
 def _gold(args, model_dir: str, run, step: int, vocabulary, normalizer: str, ids, mask):
@@ -252,7 +284,10 @@ def run(args: argparse.Namespace) -> dict:
     raise UserError(f"--src and --tgt are both {args.src!r}; name two languages.")
   if args.rsim_plot and args.layers is None:
     raise UserError("--rsim_plot draws the per-layer curves: add --layers=all (or a list such as 0,4,8).")
-  for name in ("max_sentences", "batch_size", "knn"):
+  if args.isomorphism and not args.gold:
+    raise UserError("--isomorphism measures the gold pairs: add --gold=FILE (a MUSE lexicon) or "
+                    f"--gold={TOKEN_MAP_GOLD} (a synthetic run).")
+  for name in ("max_sentences", "batch_size", "knn", "quadruples"):
     if getattr(args, name) < 1:
       raise UserError(f"--{name}={getattr(args, name)} must be at least 1.")
   if not os.path.isdir(args.checkpoint):
@@ -270,8 +305,13 @@ def run(args: argparse.Namespace) -> dict:
                                              args.split, use_file=task == run_spec.task)
   log(f"language-specific vocabularies ({origin}): {args.src} {int(mask[0].sum()):,}, "
       f"{args.tgt} {int(mask[1].sum()):,} tokens; {args.checkpoint} step {step}, layers {layers}")
-  reps, mask = _representations(model, params, run_spec, task, args, ids, mask, layers, log)
   vocabulary = mlm_eval.run_vocabulary(args.checkpoint, run_spec)
+  pair_pieces = None
+  if args.isomorphism:
+    pair_pieces = _pair_pieces(args, args.checkpoint, run_spec, step, vocabulary, normalizer, ids, mask)
+  reps, mask, piece_tables = _representations(
+      model, params, run_spec, task, args, ids, mask, layers, log,
+      extra_ids=None if pair_pieces is None else [pair_pieces.piece_ids(side) for side in (0, 1)])
   src, tgt = reps[0][args.layer], reps[1][args.layer]
   start = time.perf_counter()
   top = bli.induce(src, tgt, method=args.method, k=1, knn=args.knn, src_mask=mask[0], tgt_mask=mask[1])
@@ -299,8 +339,95 @@ def run(args: argparse.Namespace) -> dict:
               "out_of_coverage": dict(gold.out_of_coverage), "gold": args.gold, "normalize": normalizer}
   if args.layers is not None:
     result["per_layer"] = _per_layer(args, reps, mask, gold, log)
+  if pair_pieces is not None:
+    result.update(_isomorphism(args, pair_pieces, bli.embedding_table(params), piece_tables, layers, log))
   print(json.dumps(result, ensure_ascii=False), flush=True)
   return result
+
+
+def _pair_pieces(args, model_dir: str, run, step: int, vocabulary, normalizer: str, ids, mask):
+  """The gold's translation pairs as piece ids (`isomorphism.PairPieces`); UserError when none is usable."""
+  from flax_xalign.data import lexicon, normalize
+  from flax_xalign.evaluation import isomorphism
+
+  if args.gold == TOKEN_MAP_GOLD:
+    pairs = _token_map_pairs(model_dir, run, step, args.src, args.tgt)
+    pieces = isomorphism.pieces_from_token_pairs(pairs, src_ids=ids[0][mask[0]], tgt_ids=ids[1][mask[1]])
+  else:
+    pieces = isomorphism.pieces_from_lexicon(
+        lexicon.read_lexicon(args.gold), encode=lambda text: vocabulary.encode(text),
+        unknown_id=run.vocabulary.specials.unk, normalize=lambda word: normalize.normalize_text(word, normalizer))
+  if pieces.pairs < 2:
+    reasons = ", ".join(f"{k} {v}" for k, v in pieces.skipped.items() if v) or "none"
+    raise UserError(f"--isomorphism needs at least 2 usable pairs of --gold {args.gold}; {pieces.pairs} of "
+                    f"{pieces.given} are (skipped: {reasons}; e.g. {dict(pieces.examples)}). Check --src/--tgt "
+                    "and --normalize.")
+  return pieces
+
+
+def _isomorphism(args, pieces, embedding_table, piece_tables, layers: list[int], log) -> dict:
+  """{"muse_cosine": ..., "analogy": ...} of the gold pairs (module docstring, --isomorphism)."""
+  import numpy as np
+
+  from flax_xalign.evaluation import isomorphism
+
+  table = np.asarray(embedding_table, np.float32)
+  x, _ = isomorphism.word_vectors(table, pieces.src)
+  y, _ = isomorphism.word_vectors(table, pieces.tgt)
+  cos = isomorphism.pair_cosine(x, y, src_word=pieces.src_word, tgt_word=pieces.tgt_word)
+  skipped = ", ".join(f"{k} {v}" for k, v in pieces.skipped.items() if v) or "none"
+  log(f"MUSE cosine (layer 0, {pieces.pairs:,} of {pieces.given:,} gold pairs, {100 * pieces.coverage:.1f}%; "
+      f"skipped: {skipped}; {pieces.identical} identical): gold pairs {cos.mean:.4f}, shuffled pairs "
+      f"{cos.shuffled_mean:.4f}, gap {cos.mean - cos.shuffled_mean:+.4f}")
+  muse = {"layer": 0, "mean": cos.mean, "shuffled_mean": cos.shuffled_mean, "gap": cos.mean - cos.shuffled_mean,
+          "pairs": pieces.pairs, "given": pieces.given, "coverage": pieces.coverage, "skipped": dict(pieces.skipped),
+          "skipped_examples": {k: list(v) for k, v in pieces.examples.items()}, "identical": pieces.identical}
+  if piece_tables[0] is not None:
+    muse["per_layer"] = _muse_per_layer(pieces, table, piece_tables, layers, log)
+  quadruples = isomorphism.sample_quadruples(pieces.src_word, pieces.tgt_word, count=args.quadruples,
+                                             seed=args.seed)
+  analogy = {"layer": 0, "seed": args.seed,
+             **isomorphism.translation_analogies(x, y, src_word=pieces.src_word, tgt_word=pieces.tgt_word,
+                                                 quadruples=quadruples)}
+  log(f"translation analogy (layer 0, {analogy['quadruples']:,} quadruples, seed {args.seed}; "
+      f"{analogy['source_candidates']:,} / {analogy['target_candidates']:,} candidate words): "
+      f"a_src-a_tgt+b_tgt->b_src {100 * analogy['accuracy']:.2f}% (cos {analogy['mean_cosine']:.4f}), "
+      f"b_src-a_src+a_tgt->b_tgt {100 * analogy['mono_accuracy']:.2f}% (cos {analogy['mono_mean_cosine']:.4f}), "
+      f"no-offset NN {100 * analogy['nn_accuracy']:.2f}%")
+  return {"muse_cosine": muse, "analogy": analogy}
+
+
+def _muse_per_layer(pieces, table, piece_tables, layers: list[int], log) -> dict:
+  """Gold / shuffled pair cosine at every layer, over the pairs whose pieces all occur in the text read."""
+  import numpy as np
+
+  from flax_xalign.evaluation import isomorphism
+
+  vectors: dict[int, list] = {}
+  valid = np.ones(pieces.pairs, bool)
+  for layer in layers:
+    sides = []
+    for side, word_pieces in enumerate((pieces.src, pieces.tgt)):
+      if layer == 0:
+        vec, ok = isomorphism.word_vectors(table, word_pieces)
+      else:
+        collected, means, seen = piece_tables[side]
+        rows = np.where(word_pieces >= 0, np.searchsorted(collected, np.maximum(word_pieces, 0)), -1)
+        vec, ok = isomorphism.word_vectors(means[layer], rows, row_valid=seen)
+      sides.append(vec)
+      valid &= ok
+    vectors[layer] = sides
+  out: dict[str, list] = {"layers": list(layers), "mean": [], "shuffled_mean": []}
+  for layer in layers:
+    cos = isomorphism.pair_cosine(*vectors[layer], src_word=pieces.src_word, tgt_word=pieces.tgt_word, mask=valid)
+    out["mean"].append(cos.mean)
+    out["shuffled_mean"].append(cos.shuffled_mean)
+  out["pairs"] = int(valid.sum())
+  log(f"MUSE cosine per layer ({out['pairs']:,} gold pairs whose pieces all occur in the text read):")
+  log("| layer | gold pairs | shuffled pairs |")
+  for layer, mean, shuffled in zip(out["layers"], out["mean"], out["shuffled_mean"]):
+    log(f"| {layer} | {mean:.4f} | {shuffled:.4f} |")
+  return out
 
 
 def _per_layer(args, reps, mask, gold, log) -> dict:

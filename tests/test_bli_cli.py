@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from flax_xalign import bli as bli_main
+from flax_xalign.data.synthetic import SyntheticLanguage
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
@@ -149,3 +150,102 @@ def test_reads_the_model_dirs_lang_vocab_file_with_sides_swapped(checkpoint, gol
   sizes = value["mask"].sum(axis=1)
   assert "lang_vocab.tsv (min_count 20)" in text
   assert _last_json(text)["vocab_sizes"] == [int(sizes[1]), int(sizes[0])]
+
+
+# ------------------------------------------------------------ --isomorphism
+
+
+def _reference_muse_cosine(model_dir, gold_text):
+  """Mean cosine of every gold pair, each word the mean of its pieces' embedding rows, written from the paper."""
+  from flax_xalign.evaluation import mlm_eval
+
+  _, params, run, _ = mlm_eval.load_model(str(model_dir))
+  vocabulary = mlm_eval.run_vocabulary(str(model_dir), run)
+  table = np.asarray(params["token_embed"]["embedding"], np.float64)
+  cosines, skipped = [], 0
+  for line in gold_text.splitlines():
+    source, target = line.split()
+    vectors = []
+    for word in (source, target):
+      ids = list(vocabulary.encode(word))
+      if not ids or run.vocabulary.specials.unk in ids:
+        break
+      vectors.append(table[ids].mean(axis=0))
+    if len(vectors) < 2:
+      skipped += 1
+      continue
+    a, b = vectors
+    cosines.append(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+  return float(np.mean(cosines)), len(cosines), skipped
+
+
+def test_isomorphism_on_a_word_lexicon(checkpoint, gold_file, capsys):
+  code = bli_main.main([f"--model_dir={checkpoint}", "--src=de", "--tgt=en", f"--gold={gold_file}",
+                        "--min_count=5", "--knn=3", "--isomorphism", "--quadruples=20", "--seed=3",
+                        "--layers=all", "--max_sentences=50", "--batch_size=8"])
+  text = capsys.readouterr().out
+  assert code == 0, text
+  result = _last_json(text)
+  muse, analogy = result["muse_cosine"], result["analogy"]
+  mean, pairs, skipped = _reference_muse_cosine(checkpoint, GOLD)
+  # Multi-piece words (hund, xyzzy, new) count here, unlike in BLI's single-token gold.
+  assert muse["given"] == 9 and muse["pairs"] == pairs == 9 - skipped and pairs > result["pairs"]
+  assert sum(muse["skipped"].values()) == skipped
+  assert muse["mean"] == pytest.approx(mean, abs=1e-5)
+  assert -1 <= muse["shuffled_mean"] <= 1 and muse["gap"] == pytest.approx(muse["mean"] - muse["shuffled_mean"])
+  curves = muse["per_layer"]
+  assert curves["layers"] == [0, 1, 2] and 0 < curves["pairs"] <= pairs
+  assert all(np.isfinite(curves[key]).all() and len(curves[key]) == 3 for key in ("mean", "shuffled_mean"))
+  if curves["pairs"] == pairs:  # Every piece occurs in the 50 sentences: layer 0 is the headline number.
+    assert curves["mean"][0] == pytest.approx(muse["mean"], abs=1e-6)
+  assert analogy["seed"] == 3 and 0 < analogy["quadruples"] <= 20
+  for key in ("accuracy", "mono_accuracy", "nn_accuracy"):
+    assert 0.0 <= analogy[key] <= 1.0
+  assert "MUSE cosine (layer 0" in text and "translation analogy" in text
+
+
+def test_isomorphism_needs_gold(checkpoint, capsys):
+  code = bli_main.main([f"--checkpoint={checkpoint}", "--src=de", "--tgt=en", "--min_count=5", "--isomorphism"])
+  _expect_error(capsys, code, "--isomorphism", "--gold")
+
+
+@pytest.fixture(scope="module")
+def synthetic_checkpoint(tmp_path_factory, bible_data_dir):
+  from flax_xalign.tasks import synthetic
+
+  del bible_data_dir  # The Greek NT the synthetic language derives from.
+  names = synthetic.register_synthetic(SyntheticLanguage(transforms="trans", vocab_size=211, seed=0))
+  model_dir = tmp_path_factory.mktemp("bli_cli_synthetic") / "model"
+  pretrain(model_dir=str(model_dir), mixture_or_task_name=names["mlm"], task_feature_lengths={"tokens": 19},
+           batch_size=6, train_steps=2, encoder=tiny_encoder_config(num_languages=0), objectives={"mlm": 1.0},
+           optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
+           checkpoint=CheckpointConfig(every_steps=2, keep=1, async_save=False), log_every=1, seed=0)
+  return model_dir
+
+
+def test_isomorphism_on_the_token_map(synthetic_checkpoint, capsys):
+  from flax_xalign.evaluation import mlm_eval
+
+  _, params, run, _ = mlm_eval.load_model(str(synthetic_checkpoint))
+  derived = next(code for code in run.languages if code != "grc")
+  code = bli_main.main([f"--checkpoint={synthetic_checkpoint}", "--src=grc", f"--tgt={derived}", "--gold=token_map",
+                        "--min_count=2", "--isomorphism", "--quadruples=30"])
+  text = capsys.readouterr().out
+  assert code == 0, text
+  result = _last_json(text)
+  muse = result["muse_cosine"]
+  # The token map's pairs inside both language-specific vocabularies are exactly BLI's one-translation queries.
+  assert muse["pairs"] == result["pairs"] == result["gold_pairs"] and muse["given"] == result["entries"]
+  assert muse["pairs"] + sum(muse["skipped"].values()) == muse["given"]
+  # Reference: natural id i <-> derived id i + V (211 natural pieces), straight from the embedding table.
+  from flax_xalign.assets import lang_vocab
+
+  value = lang_vocab.lang_vocab_for(run, languages=("grc", derived), min_count=2, log=None)
+  natural = set(np.asarray(value["ids"])[0][np.asarray(value["mask"], bool)[0]].tolist())
+  copies = set(np.asarray(value["ids"])[1][np.asarray(value["mask"], bool)[1]].tolist())
+  table = np.asarray(params["token_embed"]["embedding"], np.float64)
+  pairs = [(i, i + 211) for i in sorted(natural) if i + 211 in copies]
+  cosines = [table[i] @ table[j] / np.linalg.norm(table[i]) / np.linalg.norm(table[j]) for i, j in pairs]
+  assert muse["pairs"] == len(pairs)
+  assert muse["mean"] == pytest.approx(np.mean(cosines), abs=1e-5)
+  assert result["analogy"]["quadruples"] == min(30, len(pairs) * (len(pairs) - 1))
