@@ -142,6 +142,17 @@ EXTRAS_REQUIRE = {
         "transformers==5.23.0",
         "safetensors>=0.4",
     ],
+    # The Apache Beam co-occurrence pipeline (flax_xalign.data.cooc_beam), in
+    # an environment of its own (make test-beam: .venv-beam): apache-beam
+    # 2.77 needs protobuf < 7 and pyarrow < 26, so this resolves protobuf
+    # 6.33 / pyarrow 25 under tensorflow 2.21 (which allows >= 6.31.1), and
+    # sentencepiece 0.2.3's generated code refuses a protobuf runtime older
+    # than 7.36 at import (a requirement its metadata does not declare):
+    # hence the cap, 0.2.2 has no such check.
+    "beam": [
+        "apache-beam==2.77.0",
+        "sentencepiece>=0.2.0,<0.2.3",
+    ],
     # TPU VMs: jax[tpu] pins libtpu==0.0.42.* (0.0.42.1 has a cp311 wheel).
     "tpu": [
         "jax[tpu]==0.10.2",
