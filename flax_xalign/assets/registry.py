@@ -37,8 +37,8 @@ def register(name: str) -> Callable[[Factory], Factory]:
 
 
 def _load_builtin() -> None:
-  # Importing registers: induced_dictionary, lang_vocab; synthetic: dictionary, token_map.
-  from flax_xalign.assets import induced_dictionary, lang_vocab, synthetic  # noqa: F401
+  # Importing registers: cooc, induced_dictionary, lang_vocab; synthetic: dictionary, token_map.
+  from flax_xalign.assets import cooc, induced_dictionary, lang_vocab, synthetic  # noqa: F401
 
 
 def names() -> tuple[str, ...]:
