@@ -12,7 +12,10 @@ warm start: nothing parses config.gin.
     run.languages, run.vocabulary.specials.mask, run.model.num_layers
 
 The manifest holds facts, not settings that may change between a run and its
-resumption (steps, batch size, learning rate live in config.gin).
+resumption (steps, batch size, learning rate live in config.gin). The one
+exception is `optimizer`, a record of the optimiser settings of the invocation
+that wrote the checkpoint: objectives' checks read it (MLM-GC refuses a run
+without LR warmup), resumption never compares it.
 """
 
 from __future__ import annotations
@@ -95,6 +98,10 @@ class RunSpec:
     pair_layout: how translation pairs were laid out in rows
       (`data.specials.PAIR_LAYOUTS`); the aligner lays pairs out the same way.
     bitext_both_directions: each training pair was also seen as (b, a).
+    optimizer: the optimiser settings of the invocation that wrote this
+      manifest (`dataclasses.asdict(OptimizerConfig)`); {} in manifests
+      written before it was recorded, or by imports. A record for checks,
+      free to change on resume (not in `COMPATIBILITY_FIELDS`).
   """
 
   task: str
@@ -113,6 +120,7 @@ class RunSpec:
   init_from_checkpoint: str | None = None
   pair_layout: str = "restart"
   bitext_both_directions: bool = False
+  optimizer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   version: int = VERSION
 
   def language_id(self, code: str) -> int:

@@ -24,6 +24,7 @@ from flax_xalign.objectives import base
 from flax_xalign.objectives import code_switch as _code_switch  # noqa: F401  (tcs, scs)
 from flax_xalign.objectives import dictionary_objectives as _dictionary  # noqa: F401  (align, dict_mlm)
 from flax_xalign.objectives import dwa as _dwa  # noqa: F401  (registers dwa)
+from flax_xalign.objectives import glove as _glove  # noqa: F401  (registers gc)
 from flax_xalign.objectives import mlm as _mlm  # noqa: F401  (registers mlm, tlm)
 from flax_xalign.objectives.masking import MaskedTokens, copy_ranges, mask_tokens, max_predictions_for
 

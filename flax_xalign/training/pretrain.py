@@ -134,7 +134,8 @@ def pretrain(
       vocabulary=data.vocabulary_spec, model=encoder, objectives=dict(objectives),
       objective_options={k: objectives_lib.describe_options(v) for k, v in (objective_options or {}).items()},
       monitors=monitors, asset_options=asset_options, seed=seed, init_from_checkpoint=init_from_checkpoint,
-      pair_layout=pair_layout, bitext_both_directions=bitext_both_directions)
+      pair_layout=pair_layout, bitext_both_directions=bitext_both_directions,
+      optimizer=dataclasses.asdict(optimizer))
   _check_row_length(int(task_feature_lengths["tokens"]), encoder)
   for obj in built.values():
     getattr(obj, "check", lambda run: None)(run)
