@@ -40,6 +40,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from flax_xalign.experiments import harness
 from flax_xalign.fileio import write_atomically
 
 SETTINGS = ("synthetic", "natural")
@@ -66,57 +67,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   return parser.parse_args(argv)
 
 
-def _split(text: str, known: Sequence[str], what: str) -> list[str]:
-  from flax_xalign.errors import UserError
-
-  items = [x.strip() for x in text.split(",") if x.strip()]
-  unknown = [x for x in items if x not in known]
-  if not items or unknown:
-    raise UserError(f"--{what}={text!r}: choose from {', '.join(known)}.")
-  return items
-
-
-def _finished(model_dir: str, steps: int) -> bool:
-  from flax_xalign.training import checkpoints
-
-  return checkpoints.find_latest_step(model_dir) == steps
-
-
-def _train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], steps: int) -> float:
-  """Trains (or resumes) one run through the real entry point; seconds spent."""
-  from flax_xalign import train as train_main
-  from flax_xalign.errors import UserError
-
-  start = time.time()
-  if _finished(model_dir, steps):
-    return 0.0
-  flags = [f"--gin_file={f}" for f in gin_files]
-  flags += [f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={steps}", *[f"--gin.{b}" for b in bindings]]
-  code = train_main.main(flags)
-  if code != 0:
-    raise UserError(f"training {model_dir} failed (exit {code}); see the output above.")
-  return time.time() - start
-
-
-def _bli(model_dir: str, args: argparse.Namespace, **flags: Any) -> dict[str, Any]:
-  from flax_xalign import bli as bli_cli
-
-  argv = [f"--checkpoint={model_dir}", "--layers=all", f"--min_count={args.min_count}",
-          f"--max_sentences={args.max_sentences}"] + [f"--{k}={v}" for k, v in flags.items()]
-  return bli_cli.run(bli_cli.parse_args(argv))
-
-
-def _mlm_accuracy(model_dir: str) -> float | None:
-  path = os.path.join(model_dir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return None
-  last = None
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      row = json.loads(line)
-      if "eval_mlm_accuracy" in row:
-        last = row["eval_mlm_accuracy"]
-  return last
+def _bli(model_dir: str, args: argparse.Namespace, **options: Any) -> dict[str, Any]:
+  return harness.bli(model_dir, "--layers=all", f"--min_count={args.min_count}",
+                     f"--max_sentences={args.max_sentences}", **options)
 
 
 def _top_half_rsim(curves: dict[str, list]) -> float:
@@ -132,26 +85,7 @@ def _row(setting: str, objective: str, model_dir: str, result: dict[str, Any], s
   return {"setting": setting, "objective": objective, "model_dir": model_dir, "seconds": seconds,
           "nn": result["nn"], "csls": result["csls"], "coverage": result["coverage"], "pairs": result["pairs"],
           "vocab_sizes": result["vocab_sizes"], "per_layer": curves, "rsim_top_half": _top_half_rsim(curves),
-          "mlm_accuracy": _mlm_accuracy(model_dir)}
-
-
-def _pos_transfer(model_dir: str, args: argparse.Namespace, data: dict) -> dict[str, Any]:
-  from flax_xalign.evaluation import mlm_eval, transfer, transfer_data
-  from flax_xalign.tasks import synthetic as synthetic_tasks
-
-  if "pos" not in data:
-    data["pos"] = transfer_data.greek_pos("train"), transfer_data.greek_pos("test")
-  loaded = mlm_eval.load_model(model_dir)
-  run = loaded[2]
-  mlm_eval.register_run_tasks(run)
-  language = synthetic_tasks.language_of(run.task)
-  vocabulary = mlm_eval.run_vocabulary(model_dir, run).base
-  train, test = data["pos"]
-  result = transfer.zero_shot_transfer(
-      loaded, vocabulary, task_name="pos", train=train, test=test, language=language,
-      natural_lang=synthetic_tasks.NATURAL, derived_lang=synthetic_tasks.derived_language_code(language),
-      steps=args.finetune_steps, batch_size=32, learning_rate=1e-3, seed=0, group_by_length=True, log=None)
-  return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}
+          "mlm_accuracy": harness.mlm_accuracy(model_dir)}
 
 
 def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict, save) -> list[dict]:
@@ -161,14 +95,14 @@ def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: di
   data: dict = {}
   rows = []
   print(f"\n=== synthetic: mono-mPLM (MLM, {args.base_steps} steps) -> {base}", flush=True)
-  base_seconds = 0.0 if args.base_dir else _train(
+  base_seconds = 0.0 if args.base_dir else harness.train(
       base, [setting_gin, "experiments/code_switch/mlm.gin"], args.gin, args.base_steps)
   runs = [("start", base, base_seconds)]
   for objective in objectives:
     run_dir = os.path.join(root, objective)
     if ("synthetic", objective) not in done:
       print(f"\n=== synthetic: {objective} continued for {args.steps} steps -> {run_dir}", flush=True)
-    seconds = 0.0 if ("synthetic", objective) in done else _train(
+    seconds = 0.0 if ("synthetic", objective) in done else harness.train(
         run_dir, [setting_gin, f"experiments/code_switch/{objective}.gin"],
         [f"train.init_from_checkpoint='{base}'", "OptimizerConfig.warmup_steps=50", *args.gin], args.steps)
     runs.append((objective, run_dir, seconds))
@@ -187,7 +121,7 @@ def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: di
     print(f"\n--- scoring synthetic / {objective} ({run_dir})", flush=True)
     result = _bli(run_dir, args, src=synthetic_tasks.NATURAL, tgt=derived, gold="token_map")
     row = _row("synthetic", objective, run_dir, result, seconds)
-    row["pos"] = _pos_transfer(run_dir, args, data)
+    row["pos"] = harness.pos_transfer(run_dir, finetune_steps=args.finetune_steps, cache=data)
     rows.append(row)
     save(row)
   return rows
@@ -222,7 +156,7 @@ def natural_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict
     run_dir = os.path.join(root, objective)
     if ("natural", objective) not in done:
       print(f"\n=== natural: e5-small + {objective} for {args.natural_steps} steps -> {run_dir}", flush=True)
-    seconds = 0.0 if ("natural", objective) in done else _train(
+    seconds = 0.0 if ("natural", objective) in done else harness.train(
         run_dir, [os.path.join(e5_dir, "model.gin"), *setting, f"experiments/code_switch/{objective}.gin"],
         bindings, args.natural_steps)
     runs.append((objective, run_dir, seconds))
@@ -278,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   args = parse_args(argv)
   try:
-    settings = _split(args.settings, SETTINGS, "settings")
-    objectives = _split(args.objectives, OBJECTIVES, "objectives")
+    settings = harness.split_choices(args.settings, SETTINGS, "settings")
+    objectives = harness.split_choices(args.objectives, OBJECTIVES, "objectives")
     if args.fresh and os.path.isdir(args.model_dir):
       shutil.rmtree(args.model_dir)
     os.makedirs(args.model_dir, exist_ok=True)

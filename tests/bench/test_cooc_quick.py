@@ -1,4 +1,4 @@
-"""Smoke tests of bench/cooc.py and bench/cooc_lookup.py in --quick mode (timings are not checked)."""
+"""Smoke tests of the co-occurrence benches (cooc, cooc_lookup, gc_step) in --quick mode; no timings checked."""
 
 import json
 import pathlib
@@ -31,4 +31,13 @@ def test_cooc_lookup_bench_reports_time_per_batch(tmp_path: pathlib.Path):
   output = tmp_path / "cooc_lookup.json"
   _, result = _run("cooc_lookup.py", "--output", str(output))
   assert result["seconds_per_batch"] > 0 and result["ratio"] > 0
+  assert json.loads(output.read_text()) == result
+
+
+@pytest.mark.slow  # three small compiles in a fresh process.
+def test_gc_step_bench_reports_both_equations_against_mlm(tmp_path: pathlib.Path):
+  output = tmp_path / "gc_step.json"
+  _, result = _run("gc_step.py", "--output", str(output))
+  assert result["ratio"] == pytest.approx(result["gc_ms"] / result["mlm_ms"])
+  assert result["ratio_output"] == pytest.approx(result["gc_output_ms"] / result["mlm_ms"])
   assert json.loads(output.read_text()) == result
