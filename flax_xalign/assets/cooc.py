@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flax_xalign.assets import registry
+from flax_xalign.assets import lang_vocab, registry
 from flax_xalign.assets.base import Asset, Value, content_hash
 from flax_xalign.data import cooc as cooc_data
 from flax_xalign.errors import UserError
@@ -219,7 +219,7 @@ class Cooc(Asset):
       table = cooc_data.load_table(settings.path)
       check_info(table.info, run=run, settings=settings, where=settings.path, all_languages=True)
       return self._from_table(table, where=settings.path)
-    _ensure_registered(run)
+    lang_vocab.ensure_registered(run)
     table = cooc_data.count_task(run.task, split=settings.split, languages=run.languages, window=settings.window,
                                  reference_language=settings.reference_language,
                                  drop_diagonal=settings.drop_diagonal, log=self._log)
@@ -258,18 +258,6 @@ class Cooc(Asset):
     origin = f"from {self.settings.path}" if self.settings.path else f"counted on {self.task}:{self.settings.split}"
     return (f"cooc: {nnz:,} pairs over {vocab_size:,} ids (window ±{window}, {nnz / max(vocab_size, 1):.1f} per "
             f"row), {megabytes:,.1f} MB on each device, {origin}")
-
-
-def _ensure_registered(run: RunSpec) -> None:
-  """Registers the run's user-defined tasks when another process (an evaluation) builds the table."""
-  from flax_xalign import tasks
-
-  try:
-    tasks.get_provider(run.task)
-  except UserError:
-    if not run.task_definitions:
-      raise
-    tasks.registry.register_described(run.task_definitions)
 
 
 @registry.register("cooc")

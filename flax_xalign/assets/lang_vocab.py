@@ -244,7 +244,7 @@ def settings_of(run: "RunSpec", options: Mapping[str, Any], *, asset: str = "lan
   return (str(languages[0]), str(languages[1])), int(min_count), split
 
 
-def _ensure_registered(run: "RunSpec") -> None:
+def ensure_registered(run: "RunSpec") -> None:
   """Registers the run's user-defined tasks when another process (an evaluation) reads the asset."""
   from flax_xalign import tasks
 
@@ -271,7 +271,7 @@ def lang_vocab_for(run: "RunSpec", *, languages: Sequence[str] | None = None, mi
     languages, min_count, split = settings_of(run, options)
   except registry.Unavailable as e:
     raise UserError(str(e)) from None
-  _ensure_registered(run)
+  ensure_registered(run)
   vocab_size = run.vocabulary.size
   counts = cached_counts(run.task, languages=languages, vocab_size=vocab_size, split=split, log=log)
   specials = run.vocabulary.specials
