@@ -33,15 +33,11 @@ per layer and ΔRSIM against continued MLM: the paper's Fig. 7 shape).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import time
 from typing import Any, Sequence
 
 from flax_xalign.experiments import harness
-from flax_xalign.fileio import write_atomically
 
 SETTINGS = ("synthetic", "natural")
 OBJECTIVES = ("mlm", "tcs", "scs")
@@ -214,21 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     settings = harness.split_choices(args.settings, SETTINGS, "settings")
     objectives = harness.split_choices(args.objectives, OBJECTIVES, "objectives")
-    if args.fresh and os.path.isdir(args.model_dir):
-      shutil.rmtree(args.model_dir)
-    os.makedirs(args.model_dir, exist_ok=True)
-    results_path = os.path.join(args.model_dir, "results.json")
-    done: dict = {}
-    if os.path.exists(results_path):
-      for row in json.load(open(results_path, encoding="utf-8"))["rows"]:
-        done[(row["setting"], row["objective"])] = row
-    kept = dict(done)
-    start = time.time()
-
-    def save(row: dict) -> None:
-      kept[(row["setting"], row["objective"])] = row
-      write_atomically(results_path, json.dumps({"rows": list(kept.values()), "args": vars(args)}, indent=2))
-
+    results = harness.Results(args.model_dir, args, fresh=args.fresh)
+    done, save = results.done, results.save
     rows: list[dict] = []
     if "synthetic" in settings:
       rows += synthetic_rows(args, objectives, done, save)
@@ -237,12 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  seconds = time.time() - start
   table = format_table(rows)
   plots = [p for s in settings if (p := plot(rows, s, os.path.join(args.model_dir, f"rsim_{s}.png")))]
-  write_atomically(results_path, json.dumps({"rows": rows, "args": vars(args), "seconds": seconds}, indent=2))
-  write_atomically(os.path.join(args.model_dir, "results.md"),
-                   f"{table}\n\nWall time of this invocation: {seconds / 60:.1f} min.\n")
+  seconds = results.finish(rows, table)
   print("\n" + table + f"\n\nplots: {', '.join(plots) or 'none'}; wall time {seconds / 60:.1f} min; results in "
         f"{args.model_dir}", flush=True)
   return 0

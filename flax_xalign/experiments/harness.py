@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from typing import Any, Sequence
 
@@ -109,3 +110,43 @@ def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[st
       natural_lang=synthetic_tasks.NATURAL, derived_lang=synthetic_tasks.derived_language_code(language),
       steps=finetune_steps, batch_size=32, learning_rate=1e-3, seed=0, group_by_length=True, log=None)
   return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}
+
+
+class Results:
+  """A driver's MODEL_DIR/results.json: rows keyed by (setting, objective), rewritten after every row.
+
+  `done` holds the rows of earlier invocations (a rerun skips them); `save(row)`
+  records one row at once, so an interrupted driver loses no finished scoring;
+  `finish` writes the final rows, results.md and the wall time.
+  """
+
+  def __init__(self, model_dir: str, args: Any, *, fresh: bool = False):
+    if fresh and os.path.isdir(model_dir):
+      shutil.rmtree(model_dir)
+    os.makedirs(model_dir, exist_ok=True)
+    self.model_dir = model_dir
+    self.path = os.path.join(model_dir, "results.json")
+    self.args = vars(args)
+    self.done: dict[tuple[str, str], dict] = {}
+    if os.path.exists(self.path):
+      with open(self.path, encoding="utf-8") as f:
+        for row in json.load(f)["rows"]:
+          self.done[(row["setting"], row["objective"])] = row
+    self.kept = dict(self.done)
+    self.start = time.time()
+
+  def save(self, row: dict) -> None:
+    from flax_xalign.fileio import write_atomically
+
+    self.kept[(row["setting"], row["objective"])] = row
+    write_atomically(self.path, json.dumps({"rows": list(self.kept.values()), "args": self.args}, indent=2))
+
+  def finish(self, rows: Sequence[dict], table: str) -> float:
+    """Writes the final rows and results.md (the table + wall time); returns the wall time in seconds."""
+    from flax_xalign.fileio import write_atomically
+
+    seconds = time.time() - self.start
+    write_atomically(self.path, json.dumps({"rows": list(rows), "args": self.args, "seconds": seconds}, indent=2))
+    write_atomically(os.path.join(self.model_dir, "results.md"),
+                     f"{table}\n\nWall time of this invocation: {seconds / 60:.1f} min.\n")
+    return seconds

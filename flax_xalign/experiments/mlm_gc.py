@@ -31,15 +31,11 @@ rerun skips finished rows), results.md and pair_cosine.png.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import time
 from typing import Any, Sequence
 
 from flax_xalign.experiments import harness
-from flax_xalign.fileio import write_atomically
 
 SETTINGS = ("trans", "trans_inv", "natural")
 OBJECTIVES = ("mlm", "gc", "gc_output")
@@ -196,39 +192,20 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     settings = harness.split_choices(args.settings, SETTINGS, "settings")
     objectives = harness.split_choices(args.objectives, OBJECTIVES, "objectives")
-    if args.fresh and os.path.isdir(args.model_dir):
-      shutil.rmtree(args.model_dir)
-    os.makedirs(args.model_dir, exist_ok=True)
-    results_path = os.path.join(args.model_dir, "results.json")
-    done: dict = {}
-    if os.path.exists(results_path):
-      with open(results_path, encoding="utf-8") as f:
-        for row in json.load(f)["rows"]:
-          done[(row["setting"], row["objective"])] = row
-    kept = dict(done)
-    start = time.time()
-
-    def save(row: dict) -> None:
-      kept[(row["setting"], row["objective"])] = row
-      write_atomically(results_path, json.dumps({"rows": list(kept.values()), "args": vars(args)}, indent=2))
-
+    results = harness.Results(args.model_dir, args, fresh=args.fresh)
     rows: list[dict] = []
     cache: dict = {}
     for setting in settings:
-      rows += setting_rows(setting, args, objectives, done, save, cache)
+      rows += setting_rows(setting, args, objectives, results.done, results.save, cache)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  seconds = time.time() - start
   # Rows of earlier invocations (other settings) stay in the files, in a fixed order.
-  for row in rows:
-    kept[(row["setting"], row["objective"])] = row
+  kept = {**results.kept, **{(r["setting"], r["objective"]): r for r in rows}}
   rows = sorted(kept.values(), key=lambda r: (SETTINGS.index(r["setting"]), OBJECTIVES.index(r["objective"])))
   table = format_table(rows)
   figure = plot(rows, os.path.join(args.model_dir, "pair_cosine.png"))
-  write_atomically(results_path, json.dumps({"rows": rows, "args": vars(args), "seconds": seconds}, indent=2))
-  write_atomically(os.path.join(args.model_dir, "results.md"),
-                   f"{table}\n\nWall time of this invocation: {seconds / 60:.1f} min.\n")
+  seconds = results.finish(rows, table)
   print("\n" + table + f"\n\nplot: {figure or 'none'}; wall time {seconds / 60:.1f} min; results in "
         f"{args.model_dir}", flush=True)
   return 0
