@@ -26,13 +26,12 @@ object (also written to bench/results/code_switch_step.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from typing import Any
 
 import numpy as np
-from train_step_side import Side
+from train_step_side import Side, print_ratio_table, write_result
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "code_switch_step.json")
 _BOS, _EOS, _FIRST_REGULAR = 3, 1, 5
@@ -189,26 +188,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
   args = parse_args(argv)
   result = run(args)
-  print()
-  print(f"{'configuration':<16}{'ms / step':>12}{'x MLM':>8}{'target':>9}")
-  print(f"{'MLM':<16}{result['mlm_ms']:>12.1f}{1.0:>8.2f}{'':>9}")
-  for name in ("tcs", "scs"):
-    ratio, target = result[f"ratio_{name}"], _TARGETS[name]
-    verdict = "met" if ratio <= target else "NOT met"
-    label, bound = "MLM+" + name.upper(), f"<= {target}"
-    print(f"{label:<16}{result[f'{name}_ms']:>12.1f}{ratio:>8.2f}{bound:>9}  {verdict}")
+  print_ratio_table(result["mlm_ms"], [("MLM+" + name.upper(), result[f"{name}_ms"], result[f"ratio_{name}"],
+                                        _TARGETS[name]) for name in ("tcs", "scs")])
   if result["flops_ratio_tcs"] is not None:
     print(f"XLA cost-analysis FLOPs over MLM: TCS {result['flops_ratio_tcs']:.2f}x, "
           f"SCS {result['flops_ratio_scs']:.2f}x; fastest rounds: TCS {result['ratio_tcs_best']:.2f}x, "
           f"SCS {result['ratio_scs_best']:.2f}x")
   print(f"{result['layers']} layers x {result['embed']}, vocab {result['vocab']}, batch {result['batch']} x "
         f"{result['length']}, {result['dtype']} on {result['device']}")
-  os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-  from flax_xalign import fileio
-
-  fileio.write_atomically(args.output, json.dumps(result, indent=2))
-  print(json.dumps(result))
-
+  write_result(args.output, result)
 
 if __name__ == "__main__":
   main()

@@ -26,14 +26,13 @@ The last printed line is one JSON object (also written to bench/results/gc_step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from typing import Any
 
 import numpy as np
-from train_step_side import Side
+from train_step_side import Side, print_ratio_table, write_result
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gc_step.json")
 _BOS, _EOS, _FIRST_REGULAR = 3, 1, 5
@@ -232,12 +231,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
   args = parse_args(argv)
   result = run(args)
-  print()
-  print(f"{'configuration':<16}{'ms / step':>12}{'x MLM':>8}{'target':>10}")
-  print(f"{'MLM':<16}{result['mlm_ms']:>12.1f}{1.0:>8.2f}")
-  for label, key, ratio in (("MLM+GC Eq.3", "gc_ms", "ratio"), ("MLM+GC Eq.6", "gc_output_ms", "ratio_output")):
-    verdict = "met" if result[ratio] <= _TARGET else "NOT met"
-    print(f"{label:<16}{result[key]:>12.1f}{result[ratio]:>8.2f}{'<= ' + str(_TARGET):>10}  {verdict}")
+  print_ratio_table(result["mlm_ms"], [("MLM+GC Eq.3", result["gc_ms"], result["ratio"], _TARGET),
+                                       ("MLM+GC Eq.6", result["gc_output_ms"], result["ratio_output"], _TARGET)])
   if result["flops_ratio"] is not None:
     print(f"XLA cost-analysis FLOPs over MLM: Eq.3 {result['flops_ratio']:.3f}x, Eq.6 "
           f"{result['flops_ratio_output']:.3f}x; fastest rounds: Eq.3 {result['ratio_best']:.2f}x, "
@@ -247,12 +242,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{result.get('gc_found_eq3', float('nan')):.2f}")
   print(f"{result['layers']} layers x {result['embed']}, vocab {result['vocab']}, batch {result['batch']} x "
         f"{result['length']}, window ±{result['window']}, {result['dtype']} on {result['device']}")
-  os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-  from flax_xalign import fileio
-
-  fileio.write_atomically(args.output, json.dumps(result, indent=2))
-  print(json.dumps(result))
-
+  write_result(args.output, result)
 
 if __name__ == "__main__":
   main()

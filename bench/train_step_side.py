@@ -1,6 +1,6 @@
 """One configuration of a step-cost benchmark: a Trainer, its state and sharded batches.
 
-Shared by bench/dwa_overhead.py and bench/code_switch_step.py, which time
+Shared by bench/dwa_overhead.py, bench/code_switch_step.py and bench/gc_step.py, which time
 several objective sets on the same batches in interleaved rounds. Run as
 scripts, those files find this one on sys.path (the script's folder).
 """
@@ -53,3 +53,25 @@ class Side:
     for _ in range(steps):
       self.step()
     return (time.perf_counter() - start) / steps
+
+
+def print_ratio_table(mlm_ms: float, sides: list[tuple[str, float, float, float]]) -> None:
+  """The readable table of a step-cost bench: MLM, then (label, ms, ratio over MLM, target ratio) per side."""
+  print()
+  print(f"{'configuration':<16}{'ms / step':>12}{'x MLM':>8}{'target':>10}")
+  print(f"{'MLM':<16}{mlm_ms:>12.1f}{1.0:>8.2f}")
+  for label, ms, ratio, target in sides:
+    verdict = "met" if ratio <= target else "NOT met"
+    print(f"{label:<16}{ms:>12.1f}{ratio:>8.2f}{'<= ' + str(target):>10}  {verdict}")
+
+
+def write_result(path: str, result: dict[str, Any]) -> None:
+  """Saves the bench's JSON summary to `path` and prints it as the last line (the bench contract)."""
+  import json
+  import os
+
+  from flax_xalign import fileio
+
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fileio.write_atomically(path, json.dumps(result, indent=2))
+  print(json.dumps(result))
