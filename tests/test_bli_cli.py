@@ -10,7 +10,7 @@ from flax_xalign.data.synthetic import SyntheticLanguage
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
-from tests.testlib import tiny_encoder_config
+from tests.testlib import register_synthetic_afresh, tiny_encoder_config
 
 # German -> English toy gold (tests/testlib.py's aligned word lists). Under the toy 83-piece BPE model "hund"
 # (▁h un d) and "xyzzy" are several pieces, and "neu" is one piece but its translation "new" (▁ne w) is not:
@@ -211,10 +211,8 @@ def test_isomorphism_needs_gold(checkpoint, capsys):
 
 @pytest.fixture(scope="module")
 def synthetic_checkpoint(tmp_path_factory, bible_data_dir):
-  from flax_xalign.tasks import synthetic
-
   del bible_data_dir  # The Greek NT the synthetic language derives from.
-  names = synthetic.register_synthetic(SyntheticLanguage(transforms="trans", vocab_size=211, seed=0))
+  names = register_synthetic_afresh(SyntheticLanguage(transforms="trans", vocab_size=211, seed=0))
   model_dir = tmp_path_factory.mktemp("bli_cli_synthetic") / "model"
   pretrain(model_dir=str(model_dir), mixture_or_task_name=names["mlm"], task_feature_lengths={"tokens": 19},
            batch_size=6, train_steps=2, encoder=tiny_encoder_config(num_languages=0), objectives={"mlm": 1.0},

@@ -44,3 +44,23 @@ def tree_snapshot(path):
       st = os.stat(full)
       out[os.path.relpath(full, path)] = (st.st_size, st.st_mtime_ns)
   return out
+
+
+def register_synthetic_afresh(language, **kwargs):
+  """`tasks.synthetic.register_synthetic(language)` after forgetting other tests' tasks of the same names.
+
+  Synthetic task names depend on the transforms only, so two test modules with other vocabulary sizes or
+  overlaps would clash when pytest-xdist happens to run them in one process (the registry refuses a
+  second, different definition of a name, as it should for users).
+  """
+  import seqio
+
+  from flax_xalign.tasks import registry, synthetic
+
+  for name in synthetic.names(language).values():
+    for table in (registry._TASKS, registry._MIXTURES, synthetic._LANGUAGES, synthetic._SPECS):
+      table.pop(name, None)
+    for seqio_registry in (seqio.MixtureRegistry, seqio.TaskRegistry):
+      if name in seqio_registry.names():
+        seqio_registry.remove(name)
+  return synthetic.register_synthetic(language, **kwargs)

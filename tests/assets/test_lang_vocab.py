@@ -12,7 +12,7 @@ from flax_xalign.assets import registry
 from flax_xalign.data.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
 from flax_xalign.run_spec import RunSpec
-from tests.testlib import tiny_encoder_config
+from tests.testlib import register_synthetic_afresh, tiny_encoder_config
 
 EN = "cat dog house tree river sun moon red blue green the a of and".split()
 DE = "katze hund haus baum fluss sonne mond rot blau gruen die ein von und".split()
@@ -212,7 +212,7 @@ def test_synthetic_pair_with_overlap(bible_data_dir):
 
   V = 211
   language = SyntheticLanguage(transforms="trans", vocab_size=V, overlap=0.2, seed=0)
-  names = synthetic.register_synthetic(language)
+  names = register_synthetic_afresh(language)
   run = _run(names["mlm"])
   value = lv.lang_vocab_for(run, min_count=20, log=None)
   assert value["lang_ids"].tolist() == [run.language_id("grc"), run.language_id("grc~trans")]
