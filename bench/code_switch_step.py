@@ -111,7 +111,6 @@ def asset_values(vocab: int, shared: float) -> dict[str, dict[str, np.ndarray]]:
 
 def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any:
 
-  from flax_xalign.assets.base import Asset
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.config import EncoderConfig
   from flax_xalign.models.encoder import Encoder
@@ -120,28 +119,13 @@ def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.trainer import LoopConfig, Trainer
 
-  class FixedAsset(Asset):
-    """A ready value (the bench builds no files)."""
-
-    def __init__(self, name: str):
-      self.name = name
-
-    def build(self, run):
-      raise NotImplementedError
-
-    def save(self, directory, value):
-      raise NotImplementedError
-
-    def load(self, directory):
-      raise NotImplementedError
-
   encoder = EncoderConfig(num_layers=args.layers, embed_dim=args.embed, num_heads=args.heads,
                           head_dim=args.embed // args.heads, mlp_dim=args.mlp, vocab_size=args.vocab,
                           max_positions=max(512, args.length), num_languages=2, dtype=args.dtype)
   model = PretrainingModel(encoder=Encoder(encoder), objectives=objectives)
   needed = set(model.requires())
   values = {name: v for name, v in asset_values(args.vocab, args.shared).items() if name in needed}
-  assets = RunAssets({name: FixedAsset(name) for name in values}, values, run=None)
+  assets = RunAssets.of_values(values)
   loop = LoopConfig(train_steps=1000, batch_size=args.batch, length=args.length, seed=args.seed)
   partitioner = partitioning.Partitioner(mesh=partitioning.make_mesh(1),
                                          rules=partitioning.logical_axis_rules())

@@ -121,7 +121,6 @@ def table(rng: np.random.Generator, data: list[dict], *, vocab: int, nnz: int, w
 
 def build_trainer(objectives: dict[str, float], representation: str | None, cooc: dict,
                   args: argparse.Namespace) -> Any:
-  from flax_xalign.assets.base import Asset
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.config import EncoderConfig
   from flax_xalign.models.encoder import Encoder
@@ -130,27 +129,12 @@ def build_trainer(objectives: dict[str, float], representation: str | None, cooc
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.trainer import LoopConfig, Trainer
 
-  class FixedAsset(Asset):
-    """A ready value (the bench builds no files)."""
-
-    name = "cooc"
-
-    def build(self, run):
-      raise NotImplementedError
-
-    def save(self, directory, value):
-      raise NotImplementedError
-
-    def load(self, directory):
-      raise NotImplementedError
-
   encoder = EncoderConfig(num_layers=args.layers, embed_dim=args.embed, num_heads=args.heads,
                           head_dim=args.embed // args.heads, mlp_dim=args.mlp, vocab_size=args.vocab,
                           max_positions=max(512, args.length), num_languages=2, dtype=args.dtype)
   options = {"gc": {"window": args.window, "representation": representation}} if representation else {}
   model = PretrainingModel(encoder=Encoder(encoder), objectives=objectives, objective_options=options)
-  assets = (RunAssets({"cooc": FixedAsset()}, {"cooc": cooc}, run=None) if "cooc" in model.requires()
-            else RunAssets.empty())
+  assets = RunAssets.of_values({"cooc": cooc} if "cooc" in model.requires() else {})
   loop = LoopConfig(train_steps=1000, batch_size=args.batch, length=args.length, seed=args.seed)
   partitioner = partitioning.Partitioner(mesh=partitioning.make_mesh(1),
                                          rules=partitioning.logical_axis_rules())

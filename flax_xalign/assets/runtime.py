@@ -25,6 +25,22 @@ if TYPE_CHECKING:
 ShardingFn = Callable[[tuple[str | None, ...], tuple[int, ...]], Any]
 
 
+class ReadyValue(Asset):
+  """An asset whose value is handed over in memory (benches, tests): nothing to build, save or load."""
+
+  def __init__(self, name: str):
+    self.name = name
+
+  def build(self, run: "RunSpec") -> Value:
+    raise NotImplementedError(f"asset {self.name!r} is a ready value; it has nothing to build")
+
+  def save(self, directory: str, value: Value) -> None:
+    raise NotImplementedError(f"asset {self.name!r} is a ready value; it is not saved")
+
+  def load(self, directory: str) -> Value:
+    raise NotImplementedError(f"asset {self.name!r} is a ready value; it is not loaded")
+
+
 class RunAssets:
   """Asset objects plus their current values (see the module docstring).
 
@@ -53,6 +69,11 @@ class RunAssets:
   @classmethod
   def empty(cls, run: "RunSpec | None" = None) -> "RunAssets":
     return cls({}, {}, run)  # type: ignore[arg-type]
+
+  @classmethod
+  def of_values(cls, values: Mapping[str, Value], run: "RunSpec | None" = None) -> "RunAssets":
+    """Static assets from values already in memory (`ReadyValue`s): for benches and tests."""
+    return cls({name: ReadyValue(name) for name in values}, values, run)  # type: ignore[arg-type]
 
   @property
   def names(self) -> tuple[str, ...]:

@@ -368,30 +368,16 @@ def test_pretrain_refuses_a_gc_run_without_warmup_before_writing(tmp_path, tiny_
 
 
 def test_trains_a_few_steps_through_the_trainer():
-  from flax_xalign.assets.base import Asset
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.encoder import Encoder
   from flax_xalign.objectives.pretraining import PretrainingModel
   from flax_xalign.training import partitioning
   from flax_xalign.training.trainer import LoopConfig, Trainer
 
-  class FixedAsset(Asset):
-    name = "cooc"
-
-    def build(self, run):
-      raise NotImplementedError
-
-    def save(self, directory, value):
-      raise NotImplementedError
-
-    def load(self, directory):
-      raise NotImplementedError
-
   rng = np.random.default_rng(7)
   table = {key: x for key, x in random_table(rng, density=0.5).items() if key[0] not in LAYOUT}
   indptr, indices, log_x = csr_from_pairs(table, V)
-  assets = RunAssets({"cooc": FixedAsset()}, {"cooc": {"indptr": indptr, "indices": indices, "log_x": log_x}},
-                     run=None)
+  assets = RunAssets.of_values({"cooc": {"indptr": indptr, "indices": indices, "log_x": log_x}})
   model = PretrainingModel(encoder=Encoder(tiny_encoder_config(vocab_size=V)), objectives={"mlm": 1.0, "gc": 1.0})
   trainer = Trainer(model=model, optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
                     partitioner=partitioning.Partitioner(mesh=partitioning.make_mesh(1),
