@@ -1,6 +1,5 @@
 """The co-occurrence counter (MLM-GC §3.2) against a brute-force dict counter written here from the definitions."""
 
-import collections
 import json
 import random
 
@@ -10,6 +9,7 @@ import sentencepiece as spm
 
 from flax_xalign.data import cooc
 from flax_xalign.errors import UserError
+from tests.data.cooc_reference import table_as_dict, brute_counts, brute_table
 
 V = 23  # Odd and small: many repeated pairs, diagonal pairs ("the the") included.
 
@@ -28,47 +28,6 @@ def _corpus(seed, languages=("de", "en", "fr"), sizes=(40, 90, 25), vocab=V):
   return sequences
 
 
-def _brute_counts(sequences, window):
-  """C[(lang, d, a, b)] and tokens per language, straight from the definition (ordered pairs i < j, j - i <= n)."""
-  pairs, tokens = collections.Counter(), collections.Counter()
-  for lang, ids in sequences:
-    ids = [int(t) for t in ids]
-    tokens[lang] += len(ids)
-    for i in range(len(ids)):
-      for j in range(i + 1, min(i + window, len(ids) - 1) + 1):
-        pairs[(lang, j - i, ids[i], ids[j])] += 1
-  return pairs, tokens
-
-
-def _brute_table(sequences, languages, window, reference="en", drop_diagonal=False):
-  """{(a, b): float32 log X} with X = sum_lang c_lang sum_d (C[l,d,a,b] + C[l,d,b,a]) / (d + 1), fixed order."""
-  pairs, tokens = _brute_counts(sequences, window)
-  present = [code for lang, code in enumerate(languages) if tokens[lang]]
-  ref = reference if reference in present else min(present)
-  c_lang = {lang: tokens[languages.index(ref)] / tokens[lang] for lang in range(len(languages)) if tokens[lang]}
-  cells = {(a, b) for _, _, a, b in pairs} | {(b, a) for _, _, a, b in pairs}
-  table = {}
-  for a, b in cells:
-    if drop_diagonal and a == b:
-      continue
-    x = 0.0
-    for lang in sorted(c_lang, key=lambda i: languages[i]):
-      for d in range(1, window + 1):
-        s = pairs[(lang, d, a, b)] + pairs[(lang, d, b, a)]
-        if s:
-          x += c_lang[lang] * (s / (d + 1))
-    table[(a, b)] = np.float32(np.log(x))
-  return table, ref, {languages[i]: c for i, c in c_lang.items()}
-
-
-def _as_dict(table):
-  out = {}
-  for a in range(table.vocab_size):
-    for k in range(table.indptr[a], table.indptr[a + 1]):
-      out[(a, int(table.indices[k]))] = table.log_x[k]
-  return out
-
-
 def _raw_dict(counts):
   size = counts.vocab_size
   out = {}
@@ -83,7 +42,7 @@ def _raw_dict(counts):
 def test_raw_counts_match_the_brute_force_counter(window):
   sequences = _corpus(window)
   counts = cooc.count_sequences(sequences, languages=("de", "en", "fr"), vocab_size=V, window=window)
-  pairs, tokens = _brute_counts(sequences, window)
+  pairs, tokens = brute_counts(sequences, window)
   assert counts.keys.dtype == counts.counts.dtype == np.int64
   assert (np.diff(counts.keys) > 0).all()  # Sorted unique.
   assert _raw_dict(counts) == dict(pairs)
@@ -103,14 +62,14 @@ def test_chunking_threads_and_the_dense_path_do_not_change_the_counts(threads, c
     mine = [ids for code, ids in rest if code == lang]
     counter.add_batch(lang, np.concatenate(mine), [len(ids) for ids in mine])
   counts = counter.result()
-  assert _raw_dict(counts) == dict(_brute_counts(sequences, 2)[0])
+  assert _raw_dict(counts) == dict(brute_counts(sequences, 2)[0])
   assert counts.sequences == len(sequences)
 
 
 def test_a_window_longer_than_any_sequence_counts_every_pair_inside_each():
   sequences = [(0, np.arange(20) % 7), (0, np.array([3, 3])), (0, np.array([5]))]
   counts = cooc.count_sequences(sequences, languages=("xx",), vocab_size=7, window=300)  # > 255: wide `left`.
-  assert _raw_dict(counts) == dict(_brute_counts(sequences, 300)[0])
+  assert _raw_dict(counts) == dict(brute_counts(sequences, 300)[0])
   assert int(counts.counts.sum()) == 20 * 19 // 2 + 1
 
 
@@ -119,7 +78,7 @@ def test_large_vocabulary_uses_64_bit_keys():
   size = 70_001  # > 2**16: a * V + b no longer fits uint32.
   sequences = [(0, rng.integers(size - 50, size, 9).astype(np.int32)) for _ in range(30)]
   counts = cooc.count_sequences(sequences, languages=("xx",), vocab_size=size, window=2)
-  assert _raw_dict(counts) == dict(_brute_counts(sequences, 2)[0])
+  assert _raw_dict(counts) == dict(brute_counts(sequences, 2)[0])
 
 
 @pytest.mark.parametrize("window", [1, 2, 3])
@@ -129,8 +88,8 @@ def test_table_matches_the_brute_force_table_bit_for_bit(window, drop_diagonal):
   sequences = _corpus(10 + window)
   counts = cooc.count_sequences(sequences, languages=languages, vocab_size=V, window=window)
   table = cooc.finalize(counts, drop_diagonal=drop_diagonal, source={"test": 1})
-  expected, ref, c_lang = _brute_table(sequences, languages, window, drop_diagonal=drop_diagonal)
-  got = _as_dict(table)
+  expected, ref, c_lang = brute_table(sequences, languages, window, drop_diagonal=drop_diagonal)
+  got = table_as_dict(table)
   assert got.keys() == expected.keys()
   assert all(got[k] == expected[k] for k in expected)  # Exact float32 equality.
   assert table.indptr.dtype == np.int64 and table.indices.dtype == np.int32 and table.log_x.dtype == np.float32
@@ -151,7 +110,7 @@ def test_distance_weights_and_language_constant_by_hand():
   # en: "1 2 3" (3 tokens); de: "1 2" "2 2 2" (5 tokens) -> c_en = 1, c_de = 3/5.
   sequences = [(1, np.array([1, 2, 3])), (0, np.array([1, 2])), (0, np.array([2, 2, 2]))]
   table = cooc.finalize(cooc.count_sequences(sequences, languages=("de", "en"), vocab_size=5, window=2))
-  x = {k: float(np.exp(np.float64(v))) for k, v in _as_dict(table).items()}
+  x = {k: float(np.exp(np.float64(v))) for k, v in table_as_dict(table).items()}
   # (1,2): en d=1 -> 1/2; de d=1 -> 0.6 * 1/2. (1,3): en d=2 -> 1/3. (2,3): en d=1 -> 1/2.
   # (2,2): de "2 2 2": d=1 twice, d=2 once, each seen from both ends: 0.6 * (2*2/2 + 2*1/3).
   expected = {(1, 2): 0.5 + 0.3, (1, 3): 1 / 3, (2, 3): 0.5, (2, 2): 0.6 * (2.0 + 2 / 3)}
@@ -284,8 +243,8 @@ def cooc_tasks(tmp_path_factory, toy_corpus):
 def test_count_task_matches_the_brute_force_table_of_the_encoded_text(cooc_tasks):
   lines = []
   table = cooc.count_task("co_mix", window=2, log=lines.append)
-  expected, _, c_lang = _brute_table(cooc_tasks["sequences"], ("de", "en"), 2)
-  got = _as_dict(table)
+  expected, _, c_lang = brute_table(cooc_tasks["sequences"], ("de", "en"), 2)
+  got = table_as_dict(table)
   assert got.keys() == expected.keys() and all(got[k] == expected[k] for k in expected)
   info = table.info
   assert info["vocab_size"] == cooc_tasks["size"] and info["c_lang"] == c_lang

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from flax_xalign.data import cooc, cooc_beam
+from tests.data.cooc_reference import table_as_dict, brute_table
 
 
 @pytest.fixture(scope="session")  # Session: it skips before the session-scoped toy_corpus is built.
@@ -37,34 +38,6 @@ def _assert_same_table(local_dir, beam_dir):
   assert got_info == local_info
   # np.savez stamps its zip members with a fixed date: the table file itself is byte-identical.
   assert (beam_dir / cooc.TABLE_FILE).read_bytes() == (local_dir / cooc.TABLE_FILE).read_bytes()
-
-
-def _brute_log_x(sequences, languages, window, reference="en"):
-  """{(a, b): float32 log X} straight from the definitions (ordered pairs i < j <= i + n, weights 1/(d+1))."""
-  pairs, tokens = collections.Counter(), collections.Counter()
-  for lang, ids in sequences:
-    ids = [int(t) for t in ids]
-    tokens[lang] += len(ids)
-    for i in range(len(ids)):
-      for j in range(i + 1, min(i + window, len(ids) - 1) + 1):
-        pairs[(lang, j - i, ids[i], ids[j])] += 1
-  ref = languages.index(reference)
-  x = collections.defaultdict(float)
-  for lang in sorted(tokens, key=lambda i: languages[i]):  # The fixed order: languages sorted, d ascending.
-    for d in range(1, window + 1):
-      cells = collections.Counter()
-      for (l, dd, a, b), c in pairs.items():
-        if l == lang and dd == d:
-          cells[(a, b)] += c
-          cells[(b, a)] += c
-      for cell, c in cells.items():
-        x[cell] += (tokens[ref] / tokens[lang]) * (c / (d + 1))
-  return {cell: np.float32(np.log(v)) for cell, v in x.items()}
-
-
-def _as_dict(table):
-  rows = np.repeat(np.arange(table.vocab_size), np.diff(table.indptr))
-  return {(int(a), int(b)): v for a, b, v in zip(rows, table.indices, table.log_x)}
 
 
 def _metric(result, name):
@@ -131,7 +104,7 @@ def test_text_pipeline_matches_the_local_table_and_the_definitions(beam_corpus, 
   sp = spm.SentencePieceProcessor(model_file=model)
   sequences = [(1, sp.encode(t.strip())) for t in beam_corpus["en"]] + [(0, sp.encode(t.strip()))
                                                                           for t in beam_corpus["de"]]
-  got, expected = _as_dict(cooc.load_table(str(beam_dir))), _brute_log_x(sequences, ("de", "en"), 3)
+  got, expected = table_as_dict(cooc.load_table(str(beam_dir))), brute_table(sequences, ("de", "en"), 3)[0]
   assert got.keys() == expected.keys() and all(got[k] == expected[k] for k in expected)
 
 
