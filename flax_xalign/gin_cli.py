@@ -11,7 +11,7 @@ import argparse
 import difflib
 import os
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 import gin
 
@@ -106,6 +106,54 @@ def parse_gin(args: argparse.Namespace) -> None:
       if close:
         hint = f" Did you mean {', '.join(close)}?"
     raise UserError(f"gin configuration error: {message}.{hint}") from e
+  _check_macros_used(args.gin_bindings)
+
+
+_MACRO_BINDING = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def _check_macros_used(bindings: Sequence[str]) -> None:
+  """Refuses a command-line macro that no binding refers to.
+
+  gin accepts `--gin.TRAIN_STEP=20` (a new macro nobody reads) without a word,
+  so a misspelt setting would silently train with the default. Only macros
+  bound on the command line are checked: gin files may define macros for
+  objectives or experiments a run does not include.
+  """
+  from gin import config as gin_config
+
+  bound = []
+  for binding in bindings:
+    match = _MACRO_BINDING.match(binding)
+    if match and "." not in match.group(1):
+      bound.append(match.group(1))
+  if not bound:
+    return
+  referenced = set()
+
+  def collect(value: Any) -> None:
+    if isinstance(value, gin_config.ConfigurableReference):
+      selector = value.scoped_selector
+      if selector.endswith("/gin.macro"):
+        referenced.add(selector[: -len("/gin.macro")])
+    elif isinstance(value, dict):
+      for item in value.values():
+        collect(item)
+    elif isinstance(value, (list, tuple, set)):
+      for item in value:
+        collect(item)
+
+  for params in gin_config._CONFIG.values():  # noqa: SLF001
+    for value in params.values():
+      collect(value)
+  unused = [name for name in dict.fromkeys(bound) if name not in referenced]
+  if unused:
+    name = unused[0]
+    defined = sorted({key[0] for key in gin_config._CONFIG if key[1] == "gin.macro"} & referenced)  # noqa: SLF001
+    close = difflib.get_close_matches(name, defined, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else (
+        "no gin file in this run refers to it; check the spelling or include the file that uses it.")
+    raise UserError(f"--gin.{name} sets a macro that nothing in this configuration reads; {hint}")
 
 
 def _known_names() -> list[str]:

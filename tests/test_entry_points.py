@@ -104,6 +104,17 @@ def test_gin_typo(tmp_path, tiny_corpus, capsys):
   assert not (tmp_path / "m").exists()
 
 
+def test_misspelt_macro_is_refused_with_the_close_match(tmp_path, tiny_corpus, capsys):
+  # gin itself accepts a binding of a macro nothing reads: the run would train the default 1000 steps.
+  code = _train(_gin_file(tmp_path, tiny_corpus), tmp_path / "m", "--gin.TRAIN_STEP=3")
+  _expect_error(capsys, code, "--gin.TRAIN_STEP", "TRAIN_STEPS")
+  assert not (tmp_path / "m").exists()
+  # A macro no file uses and nothing resembles: the message says so.
+  code = _train(_gin_file(tmp_path, tiny_corpus), tmp_path / "m", "--gin.QQQ_ZZZ=1")
+  _expect_error(capsys, code, "--gin.QQQ_ZZZ", "check the spelling")
+  assert not (tmp_path / "m").exists()
+
+
 def test_missing_gin_file(tmp_path, capsys):
   code = train_main.main(["--gin_file=no/such.gin", "--gin.MODEL_DIR='x'"])
   _expect_error(capsys, code, "no/such.gin")
