@@ -168,7 +168,7 @@ def _representations(model, params, run, task: str, args, ids, mask, layers: lis
 
   from flax_xalign.evaluation import bli
 
-  table = np.asarray(bli.embedding_table(params), np.float32)
+  table = np.asarray(bli.embedding_table(params, run.model), np.float32)
   reps = [{}, {}]
   pieces = [None, None]
   mask = mask.copy()
@@ -340,7 +340,7 @@ def run(args: argparse.Namespace) -> dict:
   if args.layers is not None:
     result["per_layer"] = _per_layer(args, reps, mask, gold, log)
   if pair_pieces is not None:
-    result.update(_isomorphism(args, pair_pieces, bli.embedding_table(params), piece_tables, layers, log))
+    result.update(_isomorphism(args, pair_pieces, bli.embedding_table(params, run_spec.model), piece_tables, layers, log))
   print(json.dumps(result, ensure_ascii=False), flush=True)
   return result
 

@@ -116,12 +116,16 @@ def empty_value(vocab: Value) -> Value:
           "lang_ids": np.asarray(vocab["lang_ids"], np.int32)}
 
 
-def _embedding_table(params: Any) -> Any:
+def _embedding_table(params: Any, vocab_size: int) -> Any:
+  """The real rows of the encoder's token table (a padded vocabulary's padding rows are no token)."""
+  from flax_xalign.models.encoder import token_embedding_table
+
   try:
-    return params["token_embed"]["embedding"]
+    table = params["token_embed"]["embedding"]
   except (KeyError, TypeError) as e:
     raise ValueError("induced_dictionary reads the encoder's params['token_embed']['embedding'] (layer 0); these "
                      f"parameters have no such entry ({e})") from e
+  return token_embedding_table(params, vocab_size) if vocab_size else table
 
 
 def _source_vocabulary_check(source: str, run: "RunSpec") -> None:
@@ -160,7 +164,7 @@ class InducedDictionary(Asset):
 
   def induce(self, params: Any, value: Value) -> Value:
     """`value` with translation and score induced from `params` (traceable; keeps shapes and dtypes)."""
-    translation, score = induce_dictionary(_embedding_table(params), jnp.asarray(value["vocab_ids"]),
+    translation, score = induce_dictionary(_embedding_table(params, self.vocab_size), jnp.asarray(value["vocab_ids"]),
                                            jnp.asarray(value["vocab_mask"]), method=self.method, knn=self.knn)
     return {"vocab_ids": value["vocab_ids"], "vocab_mask": value["vocab_mask"], "translation": translation,
             "score": score, "lang_ids": value["lang_ids"]}

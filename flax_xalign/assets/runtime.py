@@ -22,7 +22,8 @@ if TYPE_CHECKING:
   from flax_xalign.run_spec import RunSpec
 
 # (logical axis names, shape) -> a jax Sharding; the trainer's partitioner provides it.
-ShardingFn = Callable[[tuple[str | None, ...], tuple[int, ...]], Any]
+# (logical axes, shape, *, name=, dtype=) -> sharding: Partitioner.logical_sharding.
+ShardingFn = Callable[..., Any]
 
 
 class ReadyValue(Asset):
@@ -91,7 +92,8 @@ class RunAssets:
     for name in self.device_names:
       value = self._host[name]
       axes = self.assets[name].logical_axes(value)
-      self._shardings[name] = {k: sharding_fn(tuple(axes[k]), np.shape(v)) for k, v in value.items()}
+      self._shardings[name] = {k: sharding_fn(tuple(axes[k]), np.shape(v), name=f"{name}/{k}", dtype=np.asarray(v).dtype)
+                             for k, v in value.items()}
     self._device = {name: {k: jax.device_put(v, self._shardings[name][k]) for k, v in self._host[name].items()}
                     for name in self.device_names}
 

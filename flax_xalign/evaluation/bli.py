@@ -8,7 +8,7 @@ against a gold lexicon measures the induced dictionary (Table 1).
 Token representations, per layer l:
 
 * l = 0: the rows of the input token-embedding table
-  (`params["token_embed"]["embedding"]`), as in the paper's Table 1;
+  (`embedding_table(params, config)`), as in the paper's Table 1;
 * l > 0: the contextual states of layer l, averaged over every occurrence of
   the token in its language's monolingual text (the `split`, train by
   default, of the task's monolingual member tasks; at most `max_sentences`
@@ -63,9 +63,15 @@ PAIR_REASONS = (TRANSLATION_NOT_ONE_TOKEN, TRANSLATION_NOT_LANGUAGE_SPECIFIC)
 # ------------------------------------------------------------ representations
 
 
-def embedding_table(params: Mapping[str, Any]) -> jax.Array:
-  """[vocab, embed] input token embeddings of an encoder's (or PretrainingModel's) params."""
-  return params["token_embed"]["embedding"]
+def embedding_table(params: Mapping[str, Any], config: Any) -> jax.Array:
+  """[vocab, embed] input token embeddings of an encoder's (or PretrainingModel's) params.
+
+  Only the real rows (`config.vocab_size`, or an int): a padded vocabulary's
+  padding rows are no word and must never be a neighbour.
+  """
+  from flax_xalign.models.encoder import token_embedding_table
+
+  return token_embedding_table(params, config)
 
 
 def sentence_rows(sentences: Sequence[Sequence[int]], *, bos: int, eos: int, pad: int, lang_id: int,

@@ -84,7 +84,10 @@ def synthetic_alignment(model_dir: str, params: Any, run: RunSpec, step: int) ->
 
   names = ("token_map", "dictionary") if "dictionary" in run.assets else ("token_map",)
   values = load_assets(model_dir, run, step, names)
-  return score_assets(np.asarray(jax.device_get(params["token_embed"]["embedding"])), values["token_map"],
+  from flax_xalign.models.encoder import token_embedding_table
+
+  table = token_embedding_table(params, run.model)
+  return score_assets(np.asarray(jax.device_get(table)), values["token_map"],
                       values.get("dictionary"))
 
 

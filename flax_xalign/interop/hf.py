@@ -301,6 +301,10 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: EncoderConfig, *, la
     fresh = sorted("/".join(("mlm_head", *(k.key for k in path)))
                    for path, _ in jax.tree_util.tree_leaves_with_path(head))
   params["mlm_head"] = head
+  if config.padded_vocab_size != config.vocab_size:  # Inert zero rows for a padded vocabulary.
+    from flax_xalign.models.encoder import with_vocab_rows
+
+    params = with_vocab_rows(params, config.padded_vocab_size)
   unused = sorted(k for k in reader.state if k not in reader.used and k not in IGNORED_KEYS
                   and not k.startswith(IGNORED_PREFIXES))
   if unused:
@@ -381,7 +385,10 @@ def hf_state_from_params(params, config: EncoderConfig, *, layout: str,
     raise UserError(f"heads x head_dim = {config.attention_dim} differs from embed_dim = {config.embed_dim}; "
                     "HF encoders need them equal.")
   hf_config = hf_config_of(config, layout=layout, specials=specials)
-  p = jax.tree.map(lambda x: np.asarray(x, np.float32), nn.unbox(dict(params)))
+  from flax_xalign.models.encoder import with_vocab_rows
+
+  # HF has one row per token id: the padding rows of a padded vocabulary stay behind.
+  p = with_vocab_rows(jax.tree.map(lambda x: np.asarray(x, np.float32), nn.unbox(dict(params))), config.vocab_size)
   if config.scan_layers:
     layers = [jax.tree.map(lambda a, i=i: a[i], p["layers"]) for i in range(config.num_layers)]
   else:

@@ -70,9 +70,12 @@ def _check_tokenizer(source: str, vocabulary: Any) -> str:
 
 
 def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
-              language_pairs: Sequence[tuple[str, str]] = (), seed: int = 0,
+              language_pairs: Sequence[tuple[str, str]] = (), seed: int = 0, vocab_pad_multiple: int = 1,
               log: Callable[[str], None] = print) -> dict[str, Any]:
   """Converts HF directory `source` and writes it as the new MODEL_DIR `output`.
+
+  `vocab_pad_multiple` > 1 writes a padded vocabulary (`EncoderConfig.vocab_pad_multiple`,
+  zero rows past the last token), for runs that shard `vocab` over a 'model' axis.
 
   Returns:
     {"run": the manifest, "fresh": names initialised here, "seconds": {stage: s}}.
@@ -88,10 +91,14 @@ def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
   hf_config, state, layout = hf.load_hf_directory(source)
   progress.step("read", f"read {source}: {hf_config.get('model_type')} ({layout} layout), {len(state)} tensors, "
         f"{sum(a.size for a in state.values()):,} weights")
-  config = hf.encoder_config_from_hf(hf_config)
+  try:
+    config = hf.encoder_config_from_hf(hf_config).replace(vocab_pad_multiple=vocab_pad_multiple)
+  except ValueError as e:
+    raise UserError(f"--vocab_pad_multiple: {e}") from e
   params, fresh = hf.params_from_hf(state, config, layout=layout, seed=seed)
   progress.step("convert", f"converted: {config.num_layers} layers, embed {config.embed_dim}, {config.num_heads} heads, "
         f"mlp {config.mlp_dim}, vocab {config.vocab_size:,}"
+        + (f" (padded to {config.padded_vocab_size:,} rows)" if config.padded_vocab_size != config.vocab_size else "")
         + (f"; initialised {len(fresh)} parameters the checkpoint lacks ({', '.join(fresh)})" if fresh else ""))
   weights = next((os.path.join(source, n) for n in hf.WEIGHT_FILES if os.path.isfile(os.path.join(source, n))),
                  None)
@@ -129,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--languages", default="", help="comma-separated language codes, e.g. grc,en")
   parser.add_argument("--language_pair", default="", help="the aligner's default source,target, e.g. grc,en")
   parser.add_argument("--seed", type=int, default=0, help="seeds parameters the checkpoint lacks (MLM head)")
+  parser.add_argument("--vocab_pad_multiple", type=int, default=1,
+                      help="pad the embedding rows to a multiple of this (e.g. 128, for a sharded 'vocab' axis)")
   parser.add_argument("--trim_vocab_to", default=None,
                       help="keep only the vocabulary pieces this task's text uses (unigram SentencePiece)")
   parser.add_argument("--trim_normalize", default="",
@@ -151,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run(output: str) -> None:
       import_hf(args.source, output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
-                seed=args.seed)
+                seed=args.seed, vocab_pad_multiple=args.vocab_pad_multiple)
 
     import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to, trim_normalize=args.trim_normalize)
 

@@ -60,6 +60,11 @@ def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, 
   if config.vocab_size != spec.size:
     raise UserError(f"the model has {config.vocab_size} token embeddings but its vocabulary has {spec.size} ids; "
                     "they must be the same vocabulary.")
+  rows = int(np.shape(params["token_embed"]["embedding"])[0])
+  if rows != config.padded_vocab_size:
+    raise UserError(f"the token embedding has {rows} rows but the config wants {config.padded_vocab_size} "
+                    f"(vocab_size {config.vocab_size} padded to a multiple of {config.vocab_pad_multiple}); "
+                    "pad or cut them with flax_xalign.models.encoder.with_vocab_rows.")
   asset = VocabularyAsset(vocabulary)
   run = RunSpec(task="", languages=tuple(sorted(set(languages))), language_pairs=tuple(map(tuple, language_pairs)),
                 task_feature_lengths=dict(task_feature_lengths or {"tokens": 128}), task_definitions=None,

@@ -49,8 +49,9 @@ Limits, compared with flax_xalign's own trainer (`python -m flax_xalign.train`):
 * t5x *sums* gradients over `Trainer.num_microbatches`, and our loss is a
   per-batch mean: with k microbatches, divide the learning rate by k.
 * Parameter dimensions must divide the mesh axes they are sharded over (our
-  partitioner replicates them instead; t5x's pjit refuses them): round the
-  vocabulary to a multiple of the `model` axis or map `vocab` to None.
+  partitioner replicates small ones and refuses big ones; t5x's pjit refuses
+  them all): pad the vocabulary to a multiple of the `model` axis
+  (`EncoderConfig.vocab_pad_multiple`) or map `vocab` to None.
 """
 
 from __future__ import annotations

@@ -142,6 +142,7 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
 
   from flax_xalign.evaluation.mlm_eval import load_model, register_run_tasks, run_vocabulary
   from flax_xalign.interop.model_dir import NOTICE_FILE, write_model_dir
+  from flax_xalign.models.encoder import with_vocab_rows
 
   start = time.perf_counter()
   _, params, run, step = load_model(checkpoint)
@@ -166,7 +167,8 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
       f.write(new_model)
     notice_path = os.path.join(checkpoint, NOTICE_FILE)
     notice = open(notice_path, encoding="utf-8").read() if os.path.exists(notice_path) else None
-    write_model_dir(output, config=config, params=trim_params(params, keep, run.model.vocab_size),
+    params = with_vocab_rows(trim_params(params, keep, run.model.vocab_size), config.padded_vocab_size)
+    write_model_dir(output, config=config, params=params,
                     vocabulary=seqio.SentencePieceVocabulary(path, extra_ids=0), languages=run.languages,
                     language_pairs=run.language_pairs, notice=notice,
                     origin={"trimmed_from": os.path.abspath(checkpoint), "step": int(step), "task": task,

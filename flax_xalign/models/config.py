@@ -25,6 +25,13 @@ class EncoderConfig:
     vocab_size: rows of the token embedding (tied with the MLM output). Usually
       left None in presets and filled in by the trainer from the vocabulary;
       the encoder refuses to build while it is None.
+    vocab_pad_multiple: the token embedding (and the MLM logits and output
+      bias) get `padded_vocab_size` = vocab_size rounded up to a multiple of
+      this many rows, so the `vocab` axis divides the 'model' mesh axis and is
+      sharded instead of replicated (XLM-R's 250,002 ids: 128 gives 250,112).
+      The padded rows are inert: zero at init, never looked up by a real id,
+      their logits masked out of every softmax and argmax. 1 (no padding)
+      keeps every existing checkpoint loadable.
     num_layers: number of Transformer layers.
     embed_dim: width of the residual stream (`embed`).
     num_heads: attention heads (`heads`).
@@ -75,6 +82,7 @@ class EncoderConfig:
   """
 
   vocab_size: int | None = None
+  vocab_pad_multiple: int = 1
   num_layers: int
   embed_dim: int
   num_heads: int
@@ -99,7 +107,7 @@ class EncoderConfig:
   def __post_init__(self):
     if self.vocab_size is not None:
       _check_positive_int("vocab_size", self.vocab_size)
-    for name in ("num_layers", "embed_dim", "num_heads", "head_dim", "mlp_dim",
+    for name in ("vocab_pad_multiple", "num_layers", "embed_dim", "num_heads", "head_dim", "mlp_dim",
                  "max_positions"):
       _check_positive_int(name, getattr(self, name))
     if not isinstance(self.num_languages, int) or self.num_languages < 0:
@@ -152,6 +160,14 @@ class EncoderConfig:
   @property
   def params_dtype(self) -> jnp.dtype:
     return jnp.dtype(self.param_dtype)
+
+  @property
+  def padded_vocab_size(self) -> int | None:
+    """Rows of the token embedding and width of the MLM logits: vocab_size
+    rounded up to a multiple of vocab_pad_multiple (None while vocab_size is)."""
+    if self.vocab_size is None:
+      return None
+    return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
 
   @property
   def num_positions(self) -> int:
@@ -234,4 +250,6 @@ def architecture_gin(config: EncoderConfig) -> str:
   lines = ["# The architecture of this model: include it in runs that warm-start from it",
            "# (--gin_file=<this dir>/model.gin --gin.INIT_FROM_CHECKPOINT=\"<this dir>\")."]
   lines += [f"EncoderConfig.{name} = {getattr(config, name)!r}" for name in ARCHITECTURE_FIELDS]
+  if config.vocab_pad_multiple != 1:  # Not architecture, but the checkpoint's embedding rows follow it.
+    lines.append(f"EncoderConfig.vocab_pad_multiple = {config.vocab_pad_multiple!r}")
   return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ MLM logits are float32.
 
 Parameter tree (`variables["params"]`):
 
-  token_embed/embedding       [vocab, embed]
+  token_embed/embedding       [vocab, embed]       vocab = config.padded_vocab_size rows
   type_embed/embedding        [types, embed]       only if num_token_types > 0
   position_embed/embedding    [positions, embed]
   language_embed/embedding    [languages, embed]   only if num_languages > 0
@@ -30,19 +30,29 @@ Parameter tree (`variables["params"]`):
   final_norm/{scale,bias}     [embed]              pre-LN only
   mlm_head/transform/{kernel [embed,embed_out], bias [embed_out]}
   mlm_head/norm/{scale,bias}  [embed_out]
-  mlm_head/output_bias        [vocab]
+  mlm_head/output_bias        [vocab]              padded like the token embedding
   pointer_query/{kernel [embed,embed_out], bias [embed_out]}  pointer_head only
   pointer_key/{kernel [embed,embed_out], bias [embed_out]}    pointer_head only
+
+Padded vocabulary (`config.vocab_pad_multiple` > 1): the token table has
+`padded_vocab_size` rows so the `vocab` axis divides the 'model' mesh axis.
+Rows past `vocab_size` start at zero, ids there gather NaN like any other
+out-of-range id, and their MLM logits are masked to `PADDED_LOGIT`, so they
+never win an argmax, carry no softmax mass and get no gradient. Code that
+reads the table directly takes `token_embedding_table(params, config)`, the
+real rows only.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax_xalign.models import axes
 from flax_xalign.models.config import EncoderConfig
@@ -51,6 +61,9 @@ Array = jax.Array
 # Large but finite, so a query whose keys are all masked (a padding row) gets a
 # uniform, finite distribution instead of the NaN that -inf would give.
 _MASK_VALUE = -1e9
+# The logit of a padded vocabulary id: exp(PADDED_LOGIT - max) is exactly 0 in
+# float32, so a softmax over the padded width equals the one over the real ids.
+PADDED_LOGIT = -1e9
 
 
 class EncoderOutput(NamedTuple):
@@ -164,27 +177,59 @@ def sinusoidal_init(std: float) -> Any:
   return init
 
 
+def zero_padded_init(init_fn: Any, real_rows: int) -> Any:
+  """`init_fn` over the first `real_rows` rows of a [rows, ...] table, zeros below.
+
+  The real rows get exactly the values `init_fn` gives an unpadded table of
+  `real_rows` rows with the same key, so padding the vocabulary changes no
+  real parameter of a fresh model.
+  """
+
+  def init(key: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
+    real = init_fn(key, (real_rows, *shape[1:]), dtype)
+    return jnp.pad(real, [(0, shape[0] - real_rows)] + [(0, 0)] * (len(shape) - 1))
+
+  return init
+
+
 class Embedding(nn.Module):
-  """A learned table [num_rows, embed] looked up by integer ids."""
+  """A learned table [num_rows, embed] looked up by integer ids.
+
+  With `real_rows` < num_rows the rows from real_rows on are padding (see the
+  module docstring): zero at init and out of range for lookups.
+  """
 
   config: EncoderConfig
   num_rows: int
   row_axis: str
   sinusoidal: bool = False
+  real_rows: int | None = None
 
   def setup(self):
     cfg = self.config
-    init = (_init(sinusoidal_init(cfg.initializer_std), (self.row_axis, axes.EMBED))
-            if self.sinusoidal else _kernel_init(cfg, (self.row_axis, axes.EMBED)))
+    if self.sinusoidal:
+      init_fn = sinusoidal_init(cfg.initializer_std)
+    else:
+      init_fn = nn.initializers.normal(stddev=cfg.initializer_std)
+    if self._padded:
+      init_fn = zero_padded_init(init_fn, self.real_rows)
     self.embedding = self.param(
-        "embedding", init, (self.num_rows, cfg.embed_dim), cfg.params_dtype)
+        "embedding", _init(init_fn, (self.row_axis, axes.EMBED)), (self.num_rows, cfg.embed_dim),
+        cfg.params_dtype)
+
+  @property
+  def _padded(self) -> bool:
+    return self.real_rows is not None and self.real_rows < self.num_rows
 
   def __call__(self, ids: Array) -> Array:
     """ids [...] int -> [..., embed] in config.dtype.
 
-    Out-of-range ids gather NaN (jnp.take's fill mode) so they show up in the
-    loss instead of silently reading a clipped row.
+    Out-of-range ids (padding rows included) gather NaN (jnp.take's fill
+    mode) so they show up in the loss instead of silently reading a clipped
+    or padded row.
     """
+    if self._padded:
+      ids = jnp.where(ids < self.real_rows, ids, self.num_rows)
     return jnp.take(self.embedding, ids, axis=0).astype(self.config.dtype)
 
   def table(self) -> Array:
@@ -281,7 +326,11 @@ class MlmHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden: Array, embedding: Array) -> Array:
-    """hidden [b, p, e], embedding [vocab, e] -> logits [b, p, vocab] f32."""
+    """hidden [b, p, e], embedding [vocab, e] -> logits [b, p, vocab] f32.
+
+    vocab = config.padded_vocab_size; the logits of ids >= config.vocab_size
+    are PADDED_LOGIT (a constant: no gradient reaches their rows or bias).
+    """
     cfg = self.config
     h = _dense(cfg, cfg.embed_dim, axis=-1,
                kernel_axes=(axes.EMBED, axes.EMBED_OUT),
@@ -297,6 +346,9 @@ class MlmHead(nn.Module):
                       _init(nn.initializers.zeros_init(), (axes.VOCAB,)),
                       (embedding.shape[0],), cfg.params_dtype)
     logits = logits + bias.astype(jnp.float32)
+    if cfg.vocab_size < embedding.shape[0]:
+      real = jnp.arange(embedding.shape[0]) < cfg.vocab_size
+      logits = jnp.where(real, logits, PADDED_LOGIT)
     return _constrain(logits, (axes.BATCH, axes.LENGTH, axes.VOCAB))
 
 
@@ -326,7 +378,7 @@ class Encoder(nn.Module):
           "EncoderConfig.vocab_size is None; set it from the vocabulary, e.g. "
           "config.replace(vocab_size=vocabulary.vocab_size), before building "
           "the Encoder.")
-    self.token_embed = Embedding(cfg, cfg.vocab_size, axes.VOCAB)
+    self.token_embed = Embedding(cfg, cfg.padded_vocab_size, axes.VOCAB, real_rows=cfg.vocab_size)
     # XLM's language embeddings are BERT's token-type table put to another
     # use, so the (tiny, replicated) rows share the `languages` axis name.
     self.type_embed = (
@@ -470,7 +522,8 @@ class Encoder(nn.Module):
     """hidden [batch, predictions, embed] -> logits [batch, predictions, vocab].
 
     Run on the gathered masked positions only:
-    `encoder.apply(variables, h, method=Encoder.mlm_logits)`. Float32 output.
+    `encoder.apply(variables, h, method=Encoder.mlm_logits)`. Float32 output;
+    vocab = config.padded_vocab_size, padded ids at PADDED_LOGIT.
     """
     return self.mlm_head(hidden, self.token_embed.table())
 
@@ -543,3 +596,55 @@ def stack_layers(params: dict[str, Any], num_layers: int) -> dict[str, Any]:
   per_layer = [params.pop(f"layers_{i}") for i in range(num_layers)]
   params["layers"] = jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
   return params
+
+
+# Parameters with a vocabulary axis (their leading one), padded to config.padded_vocab_size rows.
+VOCAB_PARAMS = (("token_embed", "embedding"), ("mlm_head", "output_bias"))
+
+
+def _encoder_params(params: Mapping[str, Any]) -> Mapping[str, Any]:
+  """The encoder's params, also from a `{"params": ...}` variables dict."""
+  if "token_embed" not in params and "params" in params:
+    return params["params"]
+  return params
+
+
+def token_embedding_table(params: Mapping[str, Any], config: EncoderConfig | int) -> Array:
+  """[vocab_size, embed] the real rows of the token embedding (no padding rows).
+
+  Every direct reader of the table (dictionary induction, BLI, alignment
+  scores, exports) takes it from here, so padded rows never show up as
+  neighbours or exported tokens.
+
+  Args:
+    params: the encoder's (or a PretrainingModel's) params, or `{"params": ...}`.
+    config: the encoder config, or the real vocabulary size.
+  """
+  vocab_size = config if isinstance(config, int) else config.vocab_size
+  if vocab_size is None:
+    raise ValueError("token_embedding_table needs EncoderConfig.vocab_size.")
+  table = _encoder_params(params)["token_embed"]["embedding"]
+  return table[:vocab_size] if table.shape[0] > vocab_size else table
+
+
+def with_vocab_rows(params: Mapping[str, Any], rows: int) -> dict[str, Any]:
+  """`params` with every VOCAB_PARAMS leaf cut to, or zero-padded to, `rows` rows.
+
+  `rows = config.vocab_size` gives the real rows (export); `rows =
+  config.padded_vocab_size` pads an unpadded tree for a padded model (import,
+  warm start). Cutting drops only padding rows as long as rows >= vocab_size.
+  NumPy leaves stay NumPy; the rest of the tree is shared, not copied.
+  """
+  out = dict(params)
+  for module, name in VOCAB_PARAMS:
+    if module not in out or name not in out[module]:
+      continue
+    leaf = out[module][name]
+    have = leaf.shape[0]
+    if have > rows:
+      leaf = leaf[:rows]
+    elif have < rows:
+      xp = np if isinstance(leaf, np.ndarray) else jnp
+      leaf = xp.pad(leaf, [(0, rows - have)] + [(0, 0)] * (leaf.ndim - 1))
+    out[module] = {**out[module], name: leaf}
+  return out

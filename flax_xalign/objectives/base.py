@@ -114,6 +114,10 @@ class StepContext:
     assets: the step's asset arguments, `{name: {key: array}}`.
     specials: the vocabulary's special ids.
     num_layers: the encoder's depth (None: unknown, e.g. a stubbed context).
+    vocab_size: the vocabulary's ids (None: unknown). With a padded
+      vocabulary (`EncoderConfig.vocab_pad_multiple`) the logits and the
+      token table have more columns/rows than this; ids >= vocab_size are
+      padding, their logits masked.
   """
 
   params: Any
@@ -128,6 +132,7 @@ class StepContext:
   assets: Assets = dataclasses.field(default_factory=dict)
   specials: SpecialTokens = SpecialTokens()
   num_layers: int | None = None
+  vocab_size: int | None = None
 
   def at_predictions(self, feature: str) -> jax.Array:
     """[batch, predictions] values of a batch feature at the masked slots."""

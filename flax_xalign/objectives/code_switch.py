@@ -437,7 +437,10 @@ class SemanticCodeSwitch(CodeSwitchObjective):
     at_slots = jnp.take_along_axis(hidden, sel.positions[..., None], axis=1)  # [batch, slots, embed]
     logits = ctx.apply(params, at_slots, method=Encoder.mlm_logits)
     n = sel.positions.size
-    regular = ctx.specials.is_regular(jnp.arange(vocab))
+    ids = jnp.arange(vocab)
+    regular = ctx.specials.is_regular(ids)
+    if ctx.vocab_size is not None and ctx.vocab_size < vocab:  # A padded vocabulary's rows are no token.
+      regular = regular & (ids < ctx.vocab_size)
     source_side = jnp.maximum(jnp.take_along_axis(side, sel.positions, axis=1), 0).reshape(n)
     semantic = semantic_switch(
         table, logits.reshape(n, vocab), source_side, candidate_ids, candidate_valid, top_k=self.top_k,

@@ -195,7 +195,7 @@ class PretrainingModel:
     return base.StepContext(
         params=params, apply=self.apply, batch=batch, masked=masked, hidden=out.hidden,
         all_hidden=out.all_hidden, logits=logits, rng=rng_objectives, train=train, assets=assets,
-        specials=self.specials, num_layers=self.config.num_layers)
+        specials=self.specials, num_layers=self.config.num_layers, vocab_size=self.config.vocab_size)
 
   def loss_fn(self, params: Any, batch: base.Batch, rng: jax.Array, assets: base.Assets | None = None, *,
               train: bool = True) -> tuple[jax.Array, dict[str, jax.Array]]:
