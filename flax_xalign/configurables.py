@@ -20,7 +20,9 @@ from flax_xalign.ops.align_solver import AlignmentSolver
 from flax_xalign.objectives.pretraining import MaskingConfig
 from flax_xalign.tasks import bible as bible_tasks
 from flax_xalign.tasks import code_switch as code_switch_tasks
+from flax_xalign.tasks import debian as debian_tasks
 from flax_xalign.tasks import synthetic as synthetic_tasks
+from flax_xalign.tasks import tfds as tfds_tasks
 from flax_xalign.tasks import user as user_tasks
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
@@ -36,7 +38,8 @@ def register() -> None:
     return
   for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, AlignmentSolver,
               user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture,
-              synthetic_tasks.SyntheticTasks, bible_tasks.BibleTasks, code_switch_tasks.CodeSwitchedTask):
+              synthetic_tasks.SyntheticTasks, bible_tasks.BibleTasks, code_switch_tasks.CodeSwitchedTask,
+              tfds_tasks.TfdsTasks, debian_tasks.DebianTasks):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
   gin.external_configurable(pretrain, name="train", module="flax_xalign")
   gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")

@@ -11,6 +11,8 @@ from . import registry
 from . import bible
 from . import user
 from . import code_switch
+from . import tfds
+from . import debian
 from .registry import describe
 from .registry import get_provider
 from .registry import get_vocabulary

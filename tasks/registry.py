@@ -51,7 +51,8 @@ Provider = Union[seqio.Task, seqio.Mixture]
 DEFAULT_ALPHA = 0.7
 # Kinds of describable definitions -> the module (in this package) defining them.
 _KINDS = {"TextTask": "user", "TsvBitextTask": "user", "AlphaMixture": "user",
-          "SyntheticTasks": "synthetic", "BibleTasks": "bible", "CodeSwitchedTask": "code_switch"}
+          "SyntheticTasks": "synthetic", "BibleTasks": "bible", "CodeSwitchedTask": "code_switch",
+          "TfdsTasks": "tfds", "DebianTasks": "debian"}
 _LISTED_PLAIN_NAMES = 20
 
 

@@ -1,0 +1,724 @@
+r"""More languages from Debian packages: LibreOffice help, gettext catalogues, dictionaries.
+
+Three kinds of real, offline text arrive with Debian 12 packages (fetch them with
+`apt-get download PKG` and unpack with `dpkg-deb -x PKG.deb ROOT`; no root needed):
+
+* **Help paragraphs** (`libreoffice-help-<lang>`, MPL-2.0):
+  `usr/share/libreoffice/help/<dir>/text/<topic>/**/*.html`. Every language ships the same
+  files and the same `<p id="par_id...">` paragraphs; an untranslated paragraph is the
+  English text. A paragraph's key is `(file path under text/, par_id)`; its topic label is
+  the first directory under `text/` (`TOPICS`, 9 modules).
+* **UI strings** (`libreoffice-l10n-<lang>`): GNU `.mo` catalogues in
+  `usr/lib/libreoffice/program/resource/<dir>/LC_MESSAGES/`, msgid English, msgstr the
+  translation (`read_mo`, our own reader of the GNU format).
+* **Dictionaries**: FreeDict `dict-freedict-eng-<xxx>` (dictd `.index` + `.dict.dz`,
+  `read_dictd`) and Ding `trans-de-en` (`read_ding`).
+
+Rendering of help text (`HelpParagraphParser`): markup is dropped and its text kept;
+images, `class="bug"` debug spans and the hidden platform variants of a `switchinline`
+(MAC, WIN, UNIX, or an application's) are dropped, keeping the `default` variant;
+`<br>` is a space; whitespace is collapsed. The product-name variables `$[officename]` and
+`%PRODUCTNAME` (and its misspellings in the sources) become "LibreOffice". A paragraph with
+no letter left is dropped (only an icon, a number or a variable).
+
+Splits (`split_of`) hash the bare `par_id` (sha256, first 8 bytes, mod 1000: < 900 train,
+< 950 validation, else test), so one paragraph is held out in every language at once and
+the copies of a paragraph that LibreOffice embeds into several pages share a split. Then,
+per output file, each distinct line goes to the first split (train, validation, test) of a
+paragraph that holds it, so no held-out line also occurs in training; a held-out pair whose
+English or foreign side occurs in a training pair is dropped too.
+
+A foreign paragraph equal to the English one is taken as untranslated (LibreOffice falls
+back to English) and left out of that language's files; likewise a catalogue entry with an
+empty msgstr or one equal to its msgid. `.mo` files hold no fuzzy entries (msgfmt drops
+them unless built with --use-fuzzy), so none can be skipped here.
+
+Output layout (`build`): see `flax_xalign.debian_data`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gzip
+import hashlib
+import html.parser
+import json
+import os
+import pathlib
+import re
+import shutil
+import struct
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
+
+from flax_xalign import errors
+from flax_xalign.fileio import write_atomically
+
+PathLike = str | os.PathLike
+SPLITS = ("train", "validation", "test")
+TOPICS = ("sbasic", "scalc", "schart", "sdatabase", "sdraw", "shared", "simpress", "smath", "swriter")
+PRODUCT_NAME = "LibreOffice"
+# The product-name variables (and their misspellings in LibreOffice 7.4's sources);
+# "$[...]" also covers translated copies of the variable (es: "$[nombre de la oficina]").
+_PRODUCT_VARIABLES = re.compile(r"\$\[[^\]]*\]|%PRODUCTNAME|%PRDUCTNAME|%PROCUCTNAME|%PRODUCNTAME")
+_LETTER = re.compile(r"[^\W\d_]")
+_SPACES = re.compile(r"\s+")
+_PARAGRAPH_MARKUP = re.compile(r'<p id="par_id[^"]*"[^>]*>.*?</p>', re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class Language:
+  """Where one language's data lives in the Debian packages (None: no such package)."""
+  code: str
+  help_dir: str | None
+  l10n_dir: str | None
+  freedict: str | None
+
+  @property
+  def help_package(self) -> str | None:
+    return None if self.help_dir is None else f"libreoffice-help-{self.help_dir.lower()}"
+
+  @property
+  def l10n_package(self) -> str | None:
+    return None if self.l10n_dir is None else f"libreoffice-l10n-{self.l10n_dir.lower().replace('_', '-')}"
+
+  @property
+  def dict_packages(self) -> tuple[str, ...]:
+    found = (f"dict-freedict-eng-{self.freedict}",) if self.freedict else ()
+    return found + (("trans-de-en",) if self.code == "de" else ())
+
+
+ENGLISH = Language("en", "en-US", None, None)
+LANGUAGES = {lang.code: lang for lang in (
+    Language("de", "de", "de", "deu"), Language("fr", "fr", "fr", "fra"),
+    Language("es", "es", "es", None), Language("ru", "ru", "ru", None),
+    Language("zh", "zh-CN", "zh_CN", None), Language("ja", "ja", "ja", None),
+    Language("hi", "hi", "hi", "hin"), Language("ar", None, "ar", "ara"))}
+DEFAULT_LANGUAGES = tuple(LANGUAGES)
+SOURCES = ("help", "gettext", "dict")
+HELP_ROOT = "usr/share/libreoffice/help"
+L10N_ROOT = "usr/lib/libreoffice/program/resource"
+DICTD_ROOT = "usr/share/dictd"
+DING_FILE = "usr/share/trans/de-en"
+
+
+def clean_text(text: str) -> str:
+  """Product variables -> "LibreOffice", whitespace collapsed, ends stripped."""
+  return _SPACES.sub(" ", _PRODUCT_VARIABLES.sub(PRODUCT_NAME, text)).strip()
+
+
+def has_letter(text: str) -> bool:
+  return bool(_LETTER.search(text))
+
+
+def split_of(paragraph_id: str) -> str:
+  """The split of a paragraph id: sha256 bucket, 90 / 5 / 5 % (same in every language)."""
+  bucket = int.from_bytes(hashlib.sha256(paragraph_id.encode("utf-8")).digest()[:8], "big") % 1000
+  return "train" if bucket < 900 else "validation" if bucket < 950 else "test"
+
+
+# ------------------------------------------------------------------- help pages
+
+
+class HelpParagraphParser(html.parser.HTMLParser):
+  """Collects `(par_id, text)` of the `<p id="par_id...">` paragraphs of one help page."""
+
+  _VOID = frozenset({"img", "br", "input", "meta", "link", "hr", "wbr", "source"})
+
+  def __init__(self):
+    super().__init__(convert_charrefs=True)
+    self.paragraphs: list[tuple[str, str]] = []
+    self._id: str | None = None
+    self._parts: list[str] = []
+    self._open: list[bool] = []  # Per open element inside the paragraph: does it hide its text?
+    self._hidden = 0
+
+  def handle_starttag(self, tag, attrs):
+    attrs = dict(attrs)
+    if tag == "p":
+      self._finish()
+      if (attrs.get("id") or "").startswith("par_id"):
+        self._id, self._parts, self._open, self._hidden = attrs["id"], [], [], 0
+      return
+    if self._id is None:
+      return
+    if tag == "br":
+      self._parts.append(" ")
+    if tag in self._VOID:
+      return
+    # A switchinline's variants are hidden spans; keep only the default one (id "default...").
+    hides = (tag == "span" and (attrs.get("class") == "bug" or (
+        "hidden" in attrs and not (attrs.get("id") or "").startswith("default"))))
+    self._open.append(hides)
+    self._hidden += hides
+
+  def handle_startendtag(self, tag, attrs):
+    if tag == "br" and self._id is not None:
+      self._parts.append(" ")
+    elif tag == "p":
+      self._finish()
+
+  def handle_endtag(self, tag):
+    if self._id is None:
+      return
+    if tag == "p":
+      self._finish()
+    elif tag not in self._VOID and self._open:
+      self._hidden -= self._open.pop()
+
+  def handle_data(self, data):
+    if self._id is not None and not self._hidden:
+      self._parts.append(data)
+
+  def _finish(self):
+    if self._id is not None:
+      self.paragraphs.append((self._id, "".join(self._parts)))
+    self._id = None
+
+  def close(self):
+    super().close()
+    self._finish()
+
+
+def parse_help_page(markup: str) -> list[tuple[str, str]]:
+  """`(par_id, text)` of a help page's paragraphs, in page order, text cleaned (`clean_text`).
+
+  Paragraphs without a letter are dropped; a repeated par_id keeps its first text.
+  """
+  parser = HelpParagraphParser()
+  # Parsing only the paragraphs' own markup halves the time (a page is mostly other markup).
+  parser.feed("\n".join(_PARAGRAPH_MARKUP.findall(markup)))
+  parser.close()
+  seen, result = set(), []
+  for par_id, raw in parser.paragraphs:
+    text = clean_text(raw)
+    if par_id not in seen and has_letter(text):
+      seen.add(par_id)
+      result.append((par_id, text))
+  return result
+
+
+class Paragraph(NamedTuple):
+  """A help paragraph: `key` = "<path under text/>#<par_id>", `topic` its module."""
+  key: str
+  par_id: str
+  topic: str
+  text: str
+
+
+def read_help(root: PathLike, help_dir: str) -> dict[str, Paragraph]:
+  """Paragraphs of one language's help pages (`ROOT/usr/share/libreoffice/help/<dir>/text`)."""
+  base = pathlib.Path(root) / HELP_ROOT / help_dir / "text"
+  result = {}
+  for path in sorted(base.rglob("*.html")):
+    rel = path.relative_to(base).as_posix()
+    topic = rel.split("/", 1)[0]
+    if topic not in TOPICS:
+      continue
+    for par_id, text in parse_help_page(path.read_text(encoding="utf-8", errors="replace")):
+      key = f"{rel}#{par_id}"
+      result[key] = Paragraph(key, par_id, topic, text)
+  return result
+
+
+# ------------------------------------------------------------------ GNU .mo
+
+
+class MoEntry(NamedTuple):
+  """One translated message of a `.mo` catalogue.
+
+  Attributes:
+    context: msgctxt, or None.
+    msgid: the source (English) string.
+    msgid_plural: the plural source string, or None.
+    msgstr: the translations (one per plural form; one for a plain entry).
+  """
+  context: str | None
+  msgid: str
+  msgid_plural: str | None
+  msgstr: tuple[str, ...]
+
+
+class MoCatalogue(NamedTuple):
+  header: dict[str, str]
+  entries: list[MoEntry]
+
+
+_MO_MAGIC = 0x950412DE
+
+
+def _mo_charset(header: bytes) -> str:
+  match = re.search(rb"charset=([A-Za-z0-9_.:-]+)", header)
+  charset = match.group(1).decode("ascii") if match else "utf-8"
+  return "utf-8" if charset.upper() == "CHARSET" else charset
+
+
+def read_mo(data: bytes, *, where: str = "the .mo file") -> MoCatalogue:
+  """Parses a GNU gettext `.mo` catalogue (either byte order, format revision 0 or 1).
+
+  Layout (GNU gettext manual, "The Format of GNU MO Files"): magic 0x950412de as a 4-byte
+  word in the file's byte order, revision, N, offset of the original-string table, offset
+  of the translation table; each table holds N (length, offset) pairs. An original is
+  `[msgctxt "\\x04"] msgid ["\\0" msgid_plural]`; a translation is the plural forms joined
+  by "\\0". The header is the entry with an empty msgid and no context.
+
+  Returns:
+    The header fields (`Name: value` lines) and the other entries with at least one
+    non-empty translation, in file order.
+
+  Raises:
+    UserError: not a .mo file, or a table pointing outside the file (naming `where`).
+  """
+  if len(data) < 20:
+    raise errors.UserError(f"{where}: {len(data)} bytes is too short for a .mo catalogue.")
+  for order in "<>":
+    if struct.unpack(order + "I", data[:4])[0] == _MO_MAGIC:
+      break
+  else:
+    raise errors.UserError(f"{where}: not a GNU .mo catalogue (magic {data[:4].hex()}).")
+  revision, count, originals, translations = struct.unpack(order + "4I", data[4:20])
+  if revision >> 16 > 1:
+    raise errors.UserError(f"{where}: unsupported .mo format revision {revision >> 16}.")
+
+  def strings(table: int) -> list[bytes]:
+    end = table + 8 * count
+    if end > len(data):
+      raise errors.UserError(f"{where}: string table at {table} runs past the end of the file.")
+    result = []
+    for length, offset in struct.iter_unpack(order + "2I", data[table:end]):
+      if offset + length > len(data):
+        raise errors.UserError(f"{where}: a string at {offset} runs past the end of the file.")
+      result.append(data[offset:offset + length])
+    return result
+
+  pairs = list(zip(strings(originals), strings(translations)))
+  raw_header = next((value for key, value in pairs if key == b""), b"")
+  charset = _mo_charset(raw_header)
+  header = {}
+  for line in raw_header.decode(charset, errors="replace").splitlines():
+    name, colon, value = line.partition(":")
+    if colon:
+      header[name.strip()] = value.strip()
+  entries = []
+  for key, value in pairs:
+    if key == b"":
+      continue
+    context, sep, rest = key.partition(b"\x04")
+    if not sep:
+      context, rest = None, key
+    msgid, _, plural = rest.partition(b"\x00")
+    forms = tuple(form.decode(charset, errors="replace") for form in value.split(b"\x00"))
+    if not any(forms):
+      continue
+    entries.append(MoEntry(None if context is None else context.decode(charset, errors="replace"),
+                           msgid.decode(charset, errors="replace"),
+                           plural.decode(charset, errors="replace") if b"\x00" in rest else None,
+                           forms))
+  return MoCatalogue(header, entries)
+
+
+def strip_mnemonic(text: str) -> str:
+  """Drops a GTK mnemonic underscore ("Ne_u", "_Add"): the only "_" in the string, before a
+  letter or digit, and not inside an upper-case identifier such as FILE_NAME."""
+  at = text.find("_")
+  if at < 0 or text.count("_") > 1 or at + 1 == len(text) or not text[at + 1].isalnum():
+    return text
+  if at > 0 and text[at - 1].isupper() and text[at + 1].isupper():
+    return text
+  return text[:at] + text[at + 1:]
+
+
+def gettext_pairs(catalogue: MoCatalogue) -> Iterator[tuple[str, str]]:
+  """(English, translation) of a catalogue's entries, cleaned for bitext.
+
+  The singular msgid pairs with the first plural form (languages number their forms
+  differently). The accelerator marker the header names (`X-Accelerator-Marker`, "~" in
+  LibreOffice) and GTK mnemonic underscores (`strip_mnemonic`, LibreOffice's .ui dialogs)
+  are removed, product variables rendered, whitespace collapsed; untranslated
+  (equal to the msgid) and letterless entries are skipped.
+  """
+  marker = catalogue.header.get("X-Accelerator-Marker", "")
+  for entry in catalogue.entries:
+    source, target = entry.msgid, entry.msgstr[0]
+    if marker:
+      source, target = source.replace(marker, ""), target.replace(marker, "")
+    source, target = clean_text(strip_mnemonic(source)), clean_text(strip_mnemonic(target))
+    if source and target and source != target and has_letter(source) and has_letter(target):
+      yield source, target
+
+
+# --------------------------------------------------------------- dictionaries
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B64_VALUE = {c: i for i, c in enumerate(_B64)}
+_BRACKETED = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|\([^()]*\)|<[^<>]*>")
+_SENSE_NUMBER = re.compile(r"^\d+\.\s*")
+_WORD_PUNCTUATION = frozenset("'’.-")
+
+
+def dictd_number(text: str) -> int:
+  """A dictd index number (base 64, digits A-Z a-z 0-9 + /, most significant first)."""
+  value = 0
+  for char in text:
+    value = value * 64 + _B64_VALUE[char]
+  return value
+
+
+def read_dictd(index_path: PathLike, dict_path: PathLike) -> Iterator[tuple[str, str]]:
+  """(headword, definition) of a dictd database, in index order.
+
+  `dict_path` is `.dict` or dictzip `.dict.dz` (gzip-compatible, read whole). Database
+  entries (headwords starting `00database` / `00-database`) are skipped.
+  """
+  opener = gzip.open if str(dict_path).endswith(".dz") else open
+  with opener(dict_path, "rb") as f:
+    body = f.read()
+  with open(index_path, encoding="utf-8") as f:
+    for number, line in enumerate(f, start=1):
+      fields = line.rstrip("\n").split("\t")
+      if len(fields) != 3:
+        raise errors.UserError(f"{index_path}:{number}: expected 3 tab-separated fields "
+                               "(headword, offset, length) of a dictd index.")
+      headword = fields[0].strip()
+      if not headword or headword.startswith(("00database", "00-database")):
+        continue
+      offset, length = dictd_number(fields[1]), dictd_number(fields[2])
+      yield headword, body[offset:offset + length].decode("utf-8", errors="replace")
+
+
+def _words(text: str) -> list[str]:
+  """Comma/semicolon-separated translations of a sense line, notes removed."""
+  text = text.replace("~", " ")
+  previous = None
+  while previous != text:  # Nested brackets: remove innermost first.
+    previous, text = text, _BRACKETED.sub(" ", text)
+  return [w for w in (clean_text(part) for part in re.split(r"[,;]", text)) if w]
+
+
+def freedict_translations(definition: str) -> list[str]:
+  """The translations of a FreeDict (dictd) entry, in sense order.
+
+  The first line is the headword (with IPA and part of speech); each following line at the
+  left margin is a sense (`1. word, word`); indented lines are examples, notes, synonyms
+  and cross references, and are skipped.
+  """
+  result = []
+  for line in definition.split("\n")[1:]:
+    if not line.strip() or line[0].isspace():
+      continue
+    for word in _words(_SENSE_NUMBER.sub("", line)):
+      if word not in result:
+        result.append(word)
+  return result
+
+
+def read_ding(path: PathLike) -> Iterator[tuple[str, str]]:
+  """(English, German) pairs of the Ding `trans-de-en` file (`de :: en` lines).
+
+  Each side's first `|` group is the entry proper (later groups are inflections and
+  phrases); its `;`-separated synonyms pair with each other. English verbs lose `to `.
+  """
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      if line.startswith("#") or " :: " not in line:
+        continue
+      german, english = line.rstrip("\n").split(" :: ", 1)
+      germans = _words(german.split(" | ", 1)[0])
+      englishes = [re.sub(r"^to ", "", w) for w in _words(english.split(" | ", 1)[0])]
+      for en in englishes:
+        for de in germans:
+          yield en, de
+
+
+def is_word(text: str) -> bool:
+  """One word: starts with a letter; letters, combining marks (Devanagari vowel signs,
+  Arabic harakat), digits and inner ' ’ . - only; no space."""
+  if not text or not text[0].isalpha() or text[-1] in _WORD_PUNCTUATION:
+    return False
+  return all(unicodedata.category(c)[0] in "LMN" or c in _WORD_PUNCTUATION for c in text)
+
+
+def dictionary_pairs(pairs: Iterable[tuple[str, str]], *, max_translations: int = 5
+                     ) -> list[tuple[str, str]]:
+  """BLI gold from (English, foreign) candidates: single words, English lowercased,
+  first `max_translations` distinct translations per English word, sorted by English word."""
+  by_word: dict[str, list[str]] = collections.defaultdict(list)
+  for en, other in pairs:
+    en = en.lower()
+    if is_word(en) and is_word(other) and other not in by_word[en] and len(by_word[en]) < max_translations:
+      by_word[en].append(other)
+  return [(en, other) for en in sorted(by_word) for other in by_word[en]]
+
+
+# ------------------------------------------------------------ splitting help
+
+
+def assign_lines(items: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+  """Distinct lines by split: each line goes to the first split (train, validation, test)
+  of the (split, line) items holding it; order of first occurrence kept."""
+  first: dict[str, str] = {}
+  for split, line in items:
+    if line not in first or SPLITS.index(split) < SPLITS.index(first[line]):
+      first[line] = split
+  result = {split: [] for split in SPLITS}
+  for line, split in first.items():
+    result[split].append(line)
+  return result
+
+
+def assign_pairs(items: Iterable[tuple[str, tuple[str, str]]]) -> dict[str, list[tuple[str, str]]]:
+  """`assign_lines` for pairs, then held-out pairs sharing a side with a training pair dropped."""
+  by_split = assign_lines(items)
+  train_a = {a for a, _ in by_split["train"]}
+  train_b = {b for _, b in by_split["train"]}
+  for split in SPLITS[1:]:
+    by_split[split] = [(a, b) for a, b in by_split[split] if a not in train_a and b not in train_b]
+  return by_split
+
+
+def help_files(english: Mapping[str, Paragraph], other: Mapping[str, Paragraph] | None
+               ) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, str]]],
+                          dict[str, list[tuple[str, str]]]]:
+  """(text, bitext, labels) by split for one language (`other=None`: English itself).
+
+  text: translated paragraphs; bitext: (English, translation) by key; labels: (topic, text),
+  texts found under two topics dropped (no single gold label).
+  """
+  paragraphs = []
+  for key, en in english.items():
+    if other is None:
+      paragraphs.append((en, en.text))
+    elif key in other and other[key].text != en.text:
+      paragraphs.append((other[key], en.text))
+  texts = assign_lines((split_of(p.par_id), p.text) for p, _ in paragraphs)
+  bitext = assign_pairs((split_of(p.par_id), (en_text, p.text)) for p, en_text in paragraphs
+                        ) if other is not None else {s: [] for s in SPLITS}
+  topics = collections.defaultdict(set)
+  for p, _ in paragraphs:
+    topics[p.text].add(p.topic)
+  labels = {split: [(next(iter(topics[t])), t) for t in lines if len(topics[t]) == 1]
+            for split, lines in texts.items()}
+  return texts, bitext, labels
+
+
+# ------------------------------------------------------------------ packages
+
+
+def _has_files(path: pathlib.Path, pattern: str) -> bool:
+  return path.is_dir() and next(path.rglob(pattern), None) is not None
+
+
+def _help_present(root: pathlib.Path, lang: Language) -> bool:
+  return _has_files(root / HELP_ROOT / lang.help_dir / "text", "*.html")
+
+
+def _l10n_present(root: pathlib.Path, lang: Language) -> bool:
+  return _has_files(root / L10N_ROOT / lang.l10n_dir / "LC_MESSAGES", "*.mo")
+
+
+def _dict_present(root: pathlib.Path, package: str) -> bool:
+  if package == "trans-de-en":
+    return (root / DING_FILE).is_file()
+  name = package[len("dict-"):]
+  return (root / DICTD_ROOT / f"{name}.index").is_file() and (
+      (root / DICTD_ROOT / f"{name}.dict.dz").is_file() or (root / DICTD_ROOT / f"{name}.dict").is_file())
+
+
+def required_packages(root: PathLike, languages: Sequence[str], sources: Sequence[str]
+                      ) -> tuple[list[str], list[str]]:
+  """(present, missing) Debian packages that `build` reads for these languages and sources.
+
+  A language without a package for a source (e.g. no FreeDict for Spanish, no help for
+  Arabic) simply has no data of that kind; only packages that exist are listed.
+  """
+  root = pathlib.Path(root)
+  wanted: dict[str, bool] = {}
+  if "help" in sources and any(LANGUAGES[c].help_dir for c in languages):
+    wanted[ENGLISH.help_package] = _help_present(root, ENGLISH)
+  for code in languages:
+    lang = LANGUAGES[code]
+    if "help" in sources and lang.help_dir:
+      wanted[lang.help_package] = _help_present(root, lang)
+    if "gettext" in sources and lang.l10n_dir:
+      wanted[lang.l10n_package] = _l10n_present(root, lang)
+    if "dict" in sources:
+      for package in lang.dict_packages:
+        wanted[package] = _dict_present(root, package)
+  return ([p for p, ok in wanted.items() if ok], [p for p, ok in wanted.items() if not ok])
+
+
+def package_version(root: PathLike, package: str) -> str | None:
+  """The installed version: dpkg's status file under ROOT, else the first line of the
+  package's Debian changelog (the source version, which `apt-get download` fetched)."""
+  root = pathlib.Path(root)
+  status = root / "var/lib/dpkg/status"
+  if status.is_file():
+    stanza = None
+    for line in status.read_text(encoding="utf-8", errors="replace").splitlines():
+      if line.startswith("Package: "):
+        stanza = line[len("Package: "):].strip()
+      elif stanza == package and line.startswith("Version: "):
+        return line[len("Version: "):].strip()
+  changelog = root / "usr/share/doc" / package / "changelog.Debian.gz"
+  if changelog.is_file():
+    with gzip.open(changelog, "rt", encoding="utf-8", errors="replace") as f:
+      match = re.match(r"\S+ \(([^)]+)\)", f.readline())
+    if match:
+      return match.group(1)
+  return None
+
+
+def install_hint(missing: Sequence[str]) -> str:
+  """How to get `missing` packages: apt-get as root, or download + unpack without root."""
+  names = " ".join(missing)
+  return (f"Install them as root:  apt-get install {names}\n"
+          f"or, without root, unpack them into a folder and pass --root=ROOT:\n"
+          f"  mkdir -p DEBS ROOT && (cd DEBS && apt-get download {names}) && "
+          f"for f in DEBS/*.deb; do dpkg-deb -x \"$f\" ROOT; done\n"
+          "(run `apt-get update` first on a fresh system so apt knows the packages).")
+
+
+# ------------------------------------------------------------------- builder
+
+
+def _write_lines(path: pathlib.Path, lines: Iterable[str]) -> None:
+  write_atomically(path, "".join(line + "\n" for line in lines))
+
+
+def _write_pairs(path: pathlib.Path, pairs: Iterable[tuple[str, str]]) -> None:
+  _write_lines(path, (f"{a}\t{b}" for a, b in pairs))
+
+
+def _build_help(root: pathlib.Path, out: pathlib.Path, languages: Sequence[str],
+                progress: Callable[[str], None]) -> dict:
+  start = time.time()
+  english = read_help(root, ENGLISH.help_dir)
+  progress(f"help en: {len(english)} paragraphs read ({time.time() - start:.1f}s)")
+  counts = {}
+  for code in ["en"] + [c for c in languages if LANGUAGES[c].help_dir]:
+    other = None if code == "en" else read_help(root, LANGUAGES[code].help_dir)
+    texts, bitext, labels = help_files(english, other)
+    for split in SPLITS:
+      _write_lines(out / "help" / f"{code}.{split}.txt", texts[split])
+      _write_pairs(out / "help_labels" / f"{code}.{split}.tsv", labels[split])
+      if other is not None:
+        _write_pairs(out / "help_bitext" / f"en-{code}.{split}.tsv", bitext[split])
+    counts[code] = {"paragraphs": {s: len(texts[s]) for s in SPLITS},
+                    "labels": {s: len(labels[s]) for s in SPLITS}}
+    if other is not None:
+      counts[code]["pairs"] = {s: len(bitext[s]) for s in SPLITS}
+    progress(f"help {code}: {sum(counts[code]['paragraphs'].values())} paragraphs, "
+             f"{sum(counts[code].get('pairs', {}).values())} pairs with en "
+             f"({time.time() - start:.1f}s)")
+  return counts
+
+
+def _build_gettext(root: pathlib.Path, out: pathlib.Path, languages: Sequence[str],
+                   progress: Callable[[str], None]) -> dict:
+  counts = {}
+  for code in languages:
+    lang = LANGUAGES[code]
+    if not lang.l10n_dir:
+      continue
+    folder = root / L10N_ROOT / lang.l10n_dir / "LC_MESSAGES"
+    pairs: dict[tuple[str, str], None] = {}
+    files = sorted(folder.glob("*.mo"))
+    for path in files:
+      pairs.update(dict.fromkeys(gettext_pairs(read_mo(path.read_bytes(), where=str(path)))))
+    _write_pairs(out / "gettext" / f"en-{code}.tsv", pairs)
+    counts[code] = {"pairs": len(pairs), "catalogues": len(files)}
+    progress(f"gettext {code}: {len(pairs)} pairs from {len(files)} catalogues")
+  return counts
+
+
+def _dictionary_candidates(root: pathlib.Path, package: str) -> Iterator[tuple[str, str]]:
+  if package == "trans-de-en":
+    yield from read_ding(root / DING_FILE)
+    return
+  name = package[len("dict-"):]
+  index = root / DICTD_ROOT / f"{name}.index"
+  body = root / DICTD_ROOT / f"{name}.dict.dz"
+  body = body if body.is_file() else body.with_suffix("")
+  for headword, definition in read_dictd(index, body):
+    for word in freedict_translations(definition):
+      yield headword, word
+
+
+def _build_dict(root: pathlib.Path, out: pathlib.Path, languages: Sequence[str],
+                progress: Callable[[str], None], max_translations: int) -> dict:
+  counts = {}
+  for code in languages:
+    packages = LANGUAGES[code].dict_packages
+    if not packages:
+      continue
+    candidates = [pair for package in packages for pair in _dictionary_candidates(root, package)]
+    pairs = dictionary_pairs(candidates, max_translations=max_translations)
+    _write_pairs(out / "dict" / f"en-{code}.tsv", pairs)
+    counts[code] = {"pairs": len(pairs), "english_words": len({en for en, _ in pairs}),
+                    "sources": list(packages)}
+    progress(f"dict {code}: {len(pairs)} pairs, {counts[code]['english_words']} English words "
+             f"({', '.join(packages)})")
+  return counts
+
+
+def build(root: PathLike, output: PathLike, *, languages: Sequence[str] = DEFAULT_LANGUAGES,
+          sources: Sequence[str] = SOURCES, max_translations: int = 5,
+          progress: Callable[[str], None] = lambda line: None) -> dict:
+  """Builds the text / TSV files from unpacked (or installed) Debian packages under `root`.
+
+  Returns:
+    The manifest (also written to OUTPUT/manifest.json): packages with versions and licence
+    files, counts per source and language, and the rules used.
+
+  Raises:
+    UserError: an unknown language or source, or packages missing under `root` (the message
+      gives the apt-get line).
+  """
+  unknown = [c for c in languages if c not in LANGUAGES]
+  if unknown or not languages:
+    raise errors.UserError(f"Unknown or no languages {unknown or list(languages)}; choose from "
+                           f"{', '.join(LANGUAGES)} (English is always the pivot).")
+  bad = [s for s in sources if s not in SOURCES]
+  if bad or not sources:
+    raise errors.UserError(f"Unknown or no sources {bad or list(sources)}; choose from {', '.join(SOURCES)}.")
+  root, out = pathlib.Path(root), pathlib.Path(output)
+  present, missing = required_packages(root, languages, sources)
+  if missing:
+    raise errors.UserError(f"Debian packages missing under {root}: {', '.join(missing)}.\n"
+                           + install_hint(missing))
+  start = time.time()
+  packages = {}
+  for package in present:
+    copyright_file = root / "usr/share/doc" / package / "copyright"
+    licence = None
+    if copyright_file.is_file():
+      licence = f"LICENSES/{package}.txt"
+      (out / "LICENSES").mkdir(parents=True, exist_ok=True)
+      shutil.copyfile(copyright_file, out / licence)
+    else:
+      progress(f"warning: {copyright_file} not found; keep {package}'s licence with the data yourself")
+    packages[package] = {"version": package_version(root, package), "license_file": licence}
+  counts = {}
+  if "help" in sources:
+    counts["help"] = _build_help(root, out, languages, progress)
+  if "gettext" in sources:
+    counts["gettext"] = _build_gettext(root, out, languages, progress)
+  if "dict" in sources:
+    counts["dict"] = _build_dict(root, out, languages, progress, max_translations)
+  manifest = {
+      "languages": list(languages), "sources": list(sources), "packages": packages, "counts": counts,
+      "rules": {
+          "split": "sha256(par_id)[:8] mod 1000: <900 train, <950 validation, else test; each line in "
+                   "its first split; held-out pairs sharing a side with a training pair dropped",
+          "untranslated": "foreign text equal to the English is dropped",
+          "placeholders": f"$[officename] and %PRODUCTNAME -> {PRODUCT_NAME}; letterless paragraphs dropped",
+          "labels": f"first directory under text/ ({', '.join(TOPICS)}); texts under two topics dropped",
+          "dictionary": f"single words, English lowercased, at most {max_translations} translations per word",
+      },
+      "seconds": round(time.time() - start, 1),
+  }
+  write_atomically(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+  return manifest
