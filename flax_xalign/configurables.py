@@ -14,6 +14,7 @@ import importlib.util  # noqa: F401  (gin 0.5 needs importlib.util loaded before
 import gin
 
 from flax_xalign.evaluation import mlm_eval
+from flax_xalign.evaluation import transfer
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.ops.align_solver import AlignmentSolver
@@ -31,6 +32,14 @@ from flax_xalign.training.pretrain import pretrain
 _REGISTERED = False
 
 
+def eval_job(job=None):
+  """What `python -m flax_xalign.eval` runs: `eval_job.job = @evaluate` (runs/eval.gin, the
+  masked-token accuracy) or `@pair_transfer` (runs/eval_pairs.gin, XNLI / PAWS-X transfer)."""
+  if job is None:
+    raise RuntimeError("Required bindings for `eval_job` not provided in config: ['job']")
+  return job()
+
+
 def register() -> None:
   """Registers the configurables once per process."""
   global _REGISTERED
@@ -43,4 +52,6 @@ def register() -> None:
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
   gin.external_configurable(pretrain, name="train", module="flax_xalign")
   gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")
+  gin.external_configurable(transfer.pair_transfer_from_files, name="pair_transfer", module="flax_xalign")
+  gin.external_configurable(eval_job, name="eval_job", module="flax_xalign")
   _REGISTERED = True

@@ -1,10 +1,15 @@
 r"""Evaluation entry point (same flag style as train).
 
   python -m flax_xalign.eval --gin.MODEL_DIR=\"runs/demo\" [--gin.SPLIT=\"validation\"]
+  python -m flax_xalign.eval --gin_file=runs/eval_pairs.gin --gin.MODEL_DIR=\"runs/demo\" \
+      --gin.PAIR_TASK=\"xnli\" --gin.TRAIN_TSV=\"en.train.tsv\" --gin.TEST_TSV=\"de.test.tsv\"
 
 Scores held-out masked-token accuracy per language against a unigram baseline
-and writes MODEL_DIR/eval.json. Model size, task and languages come from the
-checkpoint, so no model gin file is needed.
+and writes MODEL_DIR/eval.json (runs/eval.gin, the default); or, with
+runs/eval_pairs.gin, fine-tunes on sentence pairs of one language (XNLI /
+PAWS-X TSV) and scores zero-shot transfer to another (pair_transfer.json).
+Model size, task and languages come from the checkpoint, so no model gin file
+is needed.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign.evaluation import mlm_eval
 
   argv = list(sys.argv[1:] if argv is None else argv)
-  code, results = gin_cli.run(argv, description=__doc__.splitlines()[0], configurable="evaluate",
+  code, results = gin_cli.run(argv, description=__doc__.splitlines()[0], configurable="eval_job",
                               default_gin_files=("runs/eval.gin",))
-  if code == 0:
+  if code == 0 and "zs" not in results:  # pair_transfer prints its own summary line
     print(mlm_eval.format_table(results))
   return code
 

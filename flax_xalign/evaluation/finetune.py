@@ -33,9 +33,9 @@ import numpy as np
 import optax
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation.featurize import (FeatureSet, Featurizer, Transliterate,
+from flax_xalign.evaluation.featurize import (Example, FeatureSet, Featurizer, Transliterate, head_task,
                                               label_index_of, label_set_of, task_of)
-from flax_xalign.evaluation.transfer_data import LabelledSentence, TaggedSentence, is_bio
+from flax_xalign.evaluation.transfer_data import is_bio
 from flax_xalign.evaluation.transfer_metrics import macro_f1, span_f1, weighted_cross_entropy
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
@@ -59,23 +59,31 @@ def finetune_loss(params: Any, batch: Mapping[str, jax.Array], language_id: jax.
 
   Args:
     params: {"encoder": ..., "head": ...}.
-    batch: "tokens" [batch, length] int32 (`pad_id` is padding); "labels" and
-      "weights" [batch, length] (tagging) or [batch] (classification).
+    batch: "tokens" [batch, length] int32 (`pad_id` is padding), optional
+      "positions" [batch, length] (default 0, 1, ... along each row);
+      "labels" and "weights" [batch, length] (tagging) or [batch]
+      (classification).
     language_id: [] int32, the language id of every real token.
     rng: dropout key; None evaluates deterministically.
     encoder, head: the networks.
     pad_id: the padding token id.
   """
-  logits = _logits(params, batch["tokens"], language_id, rng, encoder=encoder, head=head,
-                   pad_id=pad_id)
+  logits = _logits(params, batch["tokens"], batch.get("positions"), language_id, rng,
+                   encoder=encoder, head=head, pad_id=pad_id)
   return weighted_cross_entropy(logits, batch["labels"], batch["weights"])
 
 
-def _logits(params: Any, tokens: jax.Array, language_id: jax.Array, rng: jax.Array | None, *,
-            encoder: Encoder, head: nn.Module, pad_id: int) -> jax.Array:
-  """tokens [batch, length] -> head logits; dropout on iff `rng` is given."""
+def _logits(params: Any, tokens: jax.Array, positions: jax.Array | None, language_id: jax.Array,
+            rng: jax.Array | None, *, encoder: Encoder, head: nn.Module, pad_id: int) -> jax.Array:
+  """tokens, positions [batch, length] -> head logits; dropout on iff `rng` is given.
+
+  The whole row is one attention segment, so the two sides of a pair see
+  each other.
+  """
   real = tokens != pad_id
-  positions = jnp.where(real, jnp.arange(tokens.shape[1], dtype=jnp.int32)[None], 0)
+  if positions is None:
+    positions = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None]
+  positions = jnp.where(real, positions, 0)
   train = rng is not None
   encoder_rngs, head_rngs = ({"dropout": r} for r in jax.random.split(rng)) if train else ({}, {})
   hidden = encoder.apply({"params": params["encoder"]}, tokens,
@@ -119,9 +127,10 @@ def _train_step(params: Any, opt_state: Any, batch: Mapping[str, jax.Array],
   return optax.apply_updates(params, updates), opt_state, metrics
 
 
-def _predict(params: Any, tokens: jax.Array, language_id: jax.Array, *, encoder: Encoder,
-             head: nn.Module, pad_id: int) -> jax.Array:
-  logits = _logits(params, tokens, language_id, None, encoder=encoder, head=head, pad_id=pad_id)
+def _predict(params: Any, tokens: jax.Array, positions: jax.Array, language_id: jax.Array, *,
+             encoder: Encoder, head: nn.Module, pad_id: int) -> jax.Array:
+  logits = _logits(params, tokens, positions, language_id, None, encoder=encoder, head=head,
+                   pad_id=pad_id)
   return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
@@ -176,7 +185,7 @@ class FinetunedModel:
   Attributes:
     config: the encoder config.
     head: the head module (`TaggingHead` or `ClassificationHead`).
-    task: "tagging" or "classification".
+    task: "tagging", "classification" or "pair_classification".
     label_set: label names; index i is logit i.
     params: {"encoder": ..., "head": ...}.
     featurizer: the `Featurizer` used in training (vocabulary, max_length,
@@ -202,14 +211,14 @@ def _check_language_id(config: EncoderConfig, language_id: int) -> None:
 
 
 def finetune(model: Any, params: Any, vocabulary: Any,
-             train_examples: Sequence[TaggedSentence | LabelledSentence], *,
+             train_examples: Sequence[Example], *,
              task: str | None = None, label_set: Sequence[str] | None = None,
              language_id: int = 1, transliterate: Transliterate | None = None,
              steps: int | None = None, epochs: float | None = None, batch_size: int = 32,
              learning_rate: float = 1e-3, warmup_ratio: float = 0.1,
              weight_decay: float = 0.01, max_length: int = 128, seed: int = 0,
-             group_by_length: bool = False, name: str = "", log: Log = print
-             ) -> FinetunedModel:
+             group_by_length: bool = False, pair_layout: str = "restart", name: str = "",
+             log: Log = print) -> FinetunedModel:
   """Fine-tunes all encoder parameters and a fresh task head.
 
   AdamW (b2 0.999, eps 1e-8, clip 1.0, decay on kernels/embeddings), linear
@@ -224,9 +233,10 @@ def finetune(model: Any, params: Any, vocabulary: Any,
     params: its parameters (boxed or plain; MLM/pointer heads are dropped).
     vocabulary: the model's vocabulary (its special ids are read from its
       SentencePiece model), or a `Featurizer` (shares its cache and special
-      ids; then `max_length` is the featurizer's).
-    train_examples: `TaggedSentence`s or `LabelledSentence`s.
-    task: "tagging" or "classification"; by default from the example type.
+      ids; then `max_length` and `pair_layout` are the featurizer's).
+    train_examples: `TaggedSentence`s, `LabelledSentence`s or `SentencePair`s.
+    task: "tagging", "classification" or "pair_classification"; by default
+      from the example type.
     label_set: label names; by default the sorted labels of the examples.
     language_id: language id of every token (ignored without language
       embeddings).
@@ -243,6 +253,8 @@ def finetune(model: Any, params: Any, vocabulary: Any,
     group_by_length: batch rows of similar length and cut each batch to a
       multiple of 32 (`batch_order`): several times less padding on verse
       data, at the cost of one compilation per bucket (<= max_length / 32).
+    pair_layout: how SentencePairs are laid out ("restart" or "continuous";
+      use the model's `RunSpec.pair_layout`).
     name: shown in the progress line.
     log: prints one progress line (None: silent).
   """
@@ -251,7 +263,7 @@ def finetune(model: Any, params: Any, vocabulary: Any,
   task = task or task_of(train_examples)
   label_set = tuple(label_set or label_set_of(train_examples))
   featurizer = (vocabulary if isinstance(vocabulary, Featurizer)
-                else Featurizer(vocabulary, max_length=max_length))
+                else Featurizer(vocabulary, max_length=max_length, pair_layout=pair_layout))
   if featurizer.max_length > config.num_positions:
     raise UserError(f"max_length={featurizer.max_length} exceeds the model's "
                     f"{config.num_positions} positions.")
@@ -267,7 +279,7 @@ def finetune(model: Any, params: Any, vocabulary: Any,
     raise UserError(f"steps={steps} and batch_size={batch_size} must be at least 1.")
   features = featurizer.featurize(train_examples, label_index=label_index_of(label_set),
                                   transliterate=transliterate)
-  head = make_head(config, task, len(label_set))
+  head = make_head(config, head_task(task), len(label_set))
   optimizer = OptimizerConfig(learning_rate=learning_rate,
                               warmup_steps=int(round(warmup_ratio * steps)),
                               weight_decay=weight_decay, b2=0.999, eps=1e-8, clip_norm=1.0)
@@ -313,10 +325,11 @@ def _train_loop(config: EncoderConfig, head: nn.Module, optimizer: OptimizerConf
   metrics, start, first_step = [], time.perf_counter(), 0.0
   lengths = (features.tokens != pad_id).sum(axis=1)
   cap = features.tokens.shape[1]
+  positions = _positions(features)
   tagging = features.labels.ndim == 2
   for step, rows in enumerate(order):
     length = bucket_length(lengths[rows].max(), cap) if group_by_length else cap
-    batch = {"tokens": features.tokens[rows, :length]}
+    batch = {"tokens": features.tokens[rows, :length], "positions": positions[rows, :length]}
     for key in ("labels", "weights"):
       batch[key] = getattr(features, key)[rows, :length] if tagging else getattr(features, key)[rows]
     state, opt_state, m = train_step(state, opt_state, batch, lang, learning_rates[step], rng,
@@ -365,7 +378,7 @@ def bucket_length(longest: int, cap: int) -> int:
 # ------------------------------------------------------------------ evaluation
 
 
-def evaluate(finetuned: FinetunedModel, examples: Sequence[TaggedSentence | LabelledSentence], *,
+def evaluate(finetuned: FinetunedModel, examples: Sequence[Example], *,
              language_id: int = 1, transliterate: Transliterate | None = None,
              batch_size: int = 64) -> dict[str, float]:
   """Scores a fine-tuned model on labelled examples.
@@ -375,21 +388,22 @@ def evaluate(finetuned: FinetunedModel, examples: Sequence[TaggedSentence | Labe
     over tags occurring in gold or predictions), `count` (scored words),
     `words_dropped` (cut by truncation, not scored); with BIO tags also
     `entity_precision`, `entity_recall`, `entity_f1` (exact spans, micro).
-    Classification: `accuracy`, `f1` (macro over classes), `count`.
+    Classification (single sentences or pairs): `accuracy`, `f1` (macro over
+    classes), `count`, `words_dropped`.
   """
   if task_of(examples) != finetuned.task:
     raise UserError(f"the model was fine-tuned for {finetuned.task}, not {task_of(examples)}.")
   _check_language_id(finetuned.config, language_id)
   features = finetuned.featurizer.featurize(
       examples, label_index=label_index_of(finetuned.label_set), transliterate=transliterate)
-  predicted = _predict_all(finetuned, features.tokens, language_id, batch_size)
+  predicted = _predict_all(finetuned, features.tokens, _positions(features), language_id, batch_size)
   n = len(examples)
   scored = features.weights > 0
   gold, guess = features.labels[scored], predicted[scored]
   result = {"accuracy": float(np.mean(gold == guess)) if gold.size else 0.0,
             "f1": macro_f1(gold, guess), "count": int(gold.size)}
+  result["words_dropped"] = features.words_dropped
   if finetuned.task == "tagging":
-    result["words_dropped"] = features.words_dropped
     if is_bio(finetuned.label_set):
       names = np.asarray(finetuned.label_set)
       spans = span_f1([names[features.labels[i][scored[i]]] for i in range(n)],
@@ -398,9 +412,16 @@ def evaluate(finetuned: FinetunedModel, examples: Sequence[TaggedSentence | Labe
   return result
 
 
-def _predict_all(finetuned: FinetunedModel, tokens: np.ndarray, language_id: int,
-                 batch_size: int) -> np.ndarray:
-  """Predictions for tokens [n, length]: [n, length] tags or [n] classes.
+def _positions(features: FeatureSet) -> np.ndarray:
+  """[examples, length] position ids of a FeatureSet (0, 1, ... when it has none)."""
+  if features.positions is not None:
+    return features.positions
+  return np.broadcast_to(np.arange(features.tokens.shape[1], dtype=np.int32), features.tokens.shape)
+
+
+def _predict_all(finetuned: FinetunedModel, tokens: np.ndarray, positions: np.ndarray,
+                 language_id: int, batch_size: int) -> np.ndarray:
+  """Predictions for tokens and positions [n, length]: [n, length] tags or [n] classes.
 
   Rows go through in order of length, each batch cut to `bucket_length` of
   its longest row (padding never changes a row's result), so short rows
@@ -417,7 +438,9 @@ def _predict_all(finetuned: FinetunedModel, tokens: np.ndarray, language_id: int
     rows = order[first:first + batch_size]
     batch = np.full((batch_size, bucket_length(lengths[rows].max(), cap)), pad_id, np.int32)
     batch[:len(rows)] = tokens[rows, :batch.shape[1]]
-    outputs.append((rows, predict(finetuned.params, batch, lang)))
+    where = np.zeros(batch.shape, np.int32)
+    where[:len(rows)] = positions[rows, :batch.shape[1]]
+    outputs.append((rows, predict(finetuned.params, batch, where, lang)))
   predicted = np.zeros((n, cap) if finetuned.task == "tagging" else (n,), np.int32)
   for rows, out in jax.device_get(outputs):
     if out.ndim == 2:

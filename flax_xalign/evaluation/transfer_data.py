@@ -29,6 +29,12 @@ subword ids and is applied later, when examples are featurised
 
 `TaggedSentence` is the one of `data.readers` (users' CoNLL-U POS and CoNLL
 NER files read straight into it).
+
+Sentence-pair classification (XNLI, PAWS-X) reads users' TSV files with
+`data.readers.read_xnli_tsv` (`read_pair_tsv`), splitting each sentence on
+whitespace into words (`SentencePair`); `PAIR_TASKS` holds the label sets:
+XNLI's three (`contradiction`, `entailment`, `neutral`; XNLI-MT's
+`contradictory` is read as `contradiction`) and PAWS-X's two (`0`, `1`).
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from flax_xalign.data import bible
-from flax_xalign.data.readers import TaggedSentence
+from flax_xalign.data.readers import PathLike, SentencePairExample, TaggedSentence, read_xnli_tsv
+from flax_xalign.errors import UserError
 
 GREEK_POS_TAGS = ("adj", "adv", "conj", "det", "intj", "noun", "num", "prep",
                   "pron", "ptcl", "verb")
@@ -61,7 +68,74 @@ class LabelledSentence(NamedTuple):
   label: str
 
 
-Example = TypeVar("Example", TaggedSentence, LabelledSentence)
+class SentencePair(NamedTuple):
+  """Two word-tokenised sentences with one label for the pair (XNLI, PAWS-X)."""
+
+  first: tuple[str, ...]
+  second: tuple[str, ...]
+  label: str
+
+
+class PairTask(NamedTuple):
+  """A sentence-pair task's label set and TSV columns (`read_xnli_tsv`'s header names).
+
+  Attributes:
+    labels: the label set, in logit order.
+    label_column: header name of the label column.
+    aliases: other spellings of labels in common files.
+  """
+
+  labels: tuple[str, ...]
+  label_column: str
+  aliases: Mapping[str, str]
+
+
+PAIR_TASKS: dict[str, PairTask] = {
+    # XNLI 1.0's .tsv: sentence1, sentence2, gold_label; XNLI-MT's train: `contradictory`.
+    "xnli": PairTask(("contradiction", "entailment", "neutral"), "gold_label",
+                     {"contradictory": "contradiction"}),
+    # PAWS-X: id, sentence1, sentence2, label (1 = paraphrase).
+    "pawsx": PairTask(("0", "1"), "label", {}),
+}
+
+Example = TypeVar("Example", TaggedSentence, LabelledSentence, SentencePair)
+
+
+def sentence_pairs(examples: Sequence[SentencePairExample]) -> list[SentencePair]:
+  """`read_xnli_tsv`'s examples as word-tokenised pairs (words split on whitespace)."""
+  return [SentencePair(tuple(e.premise.split()), tuple(e.hypothesis.split()), e.label) for e in examples]
+
+
+def read_pair_tsv(path: PathLike, *, task: str, has_header: bool = True,
+                  premise_column: str = "sentence1", hypothesis_column: str = "sentence2",
+                  label_column: str | None = None) -> list[SentencePair]:
+  """Sentence pairs of an XNLI- or PAWS-X-style TSV, labels checked against the task's set.
+
+  Args:
+    path: the file (a header row naming the columns, or `has_header=False`
+      for `premise<TAB>hypothesis<TAB>label` lines).
+    task: a `PAIR_TASKS` name ("xnli" or "pawsx").
+    has_header, premise_column, hypothesis_column: as `read_xnli_tsv`.
+    label_column: default the task's (`gold_label` for XNLI, `label` for PAWS-X).
+
+  Raises:
+    UserError: an unknown task, a malformed file, or a label outside the task's set.
+  """
+  if task not in PAIR_TASKS:
+    raise UserError(f"unknown sentence-pair task {task!r}; use one of {', '.join(PAIR_TASKS)}.")
+  spec = PAIR_TASKS[task]
+  examples = read_xnli_tsv(path, premise_column=premise_column, hypothesis_column=hypothesis_column,
+                           label_column=label_column or spec.label_column, has_header=has_header)
+  pairs = []
+  for i, pair in enumerate(sentence_pairs(examples)):
+    label = spec.aliases.get(pair.label, pair.label)
+    if label not in spec.labels:
+      raise UserError(f"{path}: example {i + 1} has label {pair.label!r}, not one of {task}'s "
+                      f"{list(spec.labels)}; check the label column or the task.")
+    pairs.append(pair._replace(label=label))
+  if not pairs:
+    raise UserError(f"{path}: no sentence pairs.")
+  return pairs
 
 
 def is_bio(label_set: Collection[str]) -> bool:
@@ -115,9 +189,11 @@ def derive(examples: Sequence[Example], language: WordTransform, *,
   on ids; see `transfer.Featurizer`).
 
   Args:
-    examples: `TaggedSentence`s or `LabelledSentence`s.
+    examples: `TaggedSentence`s, `LabelledSentence`s or `SentencePair`s
+      (each side transformed alone, with the example's seed).
     language: anything with `transform_words` (a `SyntheticLanguage`).
-    parses: optional per-example parses for syntax transforms (`parse=`).
+    parses: optional per-example parses for syntax transforms (`parse=`);
+      for a `SentencePair`, a (first, second) pair of parses or None.
     sentence_seeds: per-example `sentence_seed`s (e.g. verse ids as ints);
       by default example i gets seed i, so the result is deterministic.
 
@@ -144,7 +220,13 @@ def derive(examples: Sequence[Example], language: WordTransform, *,
     elif isinstance(example, LabelledSentence):
       words, _ = language.transform_words(list(example.words), None, **options)
       derived.append(LabelledSentence(tuple(words), example.label))
+    elif isinstance(example, SentencePair):
+      parse = options.pop("parse")
+      parse = (None, None) if parse is None else parse
+      sides = [tuple(language.transform_words(list(words), None, parse=side_parse, **options)[0])
+               for words, side_parse in zip((example.first, example.second), parse)]
+      derived.append(SentencePair(sides[0], sides[1], example.label))
     else:
-      raise TypeError(f"example {i} is a {type(example).__name__}; expected a TaggedSentence "
-                      "or a LabelledSentence.")
+      raise TypeError(f"example {i} is a {type(example).__name__}; expected a TaggedSentence, "
+                      "a LabelledSentence or a SentencePair.")
   return derived
