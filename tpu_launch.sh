@@ -48,7 +48,10 @@
 # coordinator and process ids come from the TPU metadata), which is why the
 # very same command is started on every worker, at the same time. Each
 # worker's process feeds its own share of the global batch; all hosts must run
-# the same code and flags, so re-run `setup` after changing the code.
+# the same code and flags, so re-run `setup` after changing the code. MODEL_DIR
+# must be storage every worker sees (gs://...). `kill` sends SIGTERM, which jax's
+# preemption service passes to every worker so all save at one step. To run the
+# same multi-process code path on one machine (CPU), see docs/MULTIHOST.md.
 #
 # Example:
 #   export TPU_NAME=xalign-v4-32 ZONE=us-central2-b PROJECT=my-proj

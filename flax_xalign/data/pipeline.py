@@ -14,24 +14,26 @@ sample tasks with their rates). Evaluation: `shuffle=False, num_epochs=1`; a
 mixture is then read task after task in its listed order (seqio's sampler stops
 at the first exhausted task, which would drop most of the other tasks' data).
 Batches are `drop_remainder=True`, so a final partial batch is dropped.
-Sharding (`shard_id`/`num_shards`, one shard per host) happens on examples
-before packing; every host must pass the same seed.
+Sharding (`shard_id`/`num_shards`) happens on examples before packing; every
+host must pass the same seed. A host that reads several shards builds one
+stream per shard and joins their batches row-wise (`concat_batches`), so the
+global batch depends on the number of shards, never on the number of hosts.
 """
 
-from typing import List, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Union
 
 import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
 from flax_xalign.data import feature_converter
-from flax_xalign.data.specials import PROJECT
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.specials import PROJECT, SpecialTokens
 
 Provider = Union[seqio.Task, seqio.Mixture]
 
 
-def tasks_of(provider: Provider) -> List[seqio.Task]:
+def tasks_of(provider: Provider) -> list[seqio.Task]:
   """The tasks of a mixture in its listed order (or `[provider]` for a task).
 
   `seqio.Mixture.tasks` sorts by name; the order the mixture lists them in is
@@ -68,7 +70,7 @@ def _check_arguments(provider, split: str,
 
 def _one_pass_of_mixture(mixture: seqio.Mixture, split: str,
                          lengths: Mapping[str, int], shuffle: bool,
-                         seed: Optional[int], shard_info,
+                         seed: int | None, shard_info,
                          num_epochs: int) -> tf.data.Dataset:
   """One finite pass over every task, interleaved round-robin.
 
@@ -92,9 +94,9 @@ def _one_pass_of_mixture(mixture: seqio.Mixture, split: str,
 
 def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
                 feature_lengths: Mapping[str, int], batch_size: int,
-                seed: Optional[int], shuffle: bool = True,
+                seed: int | None, shuffle: bool = True,
                 shard_id: int = 0, num_shards: int = 1, pack: bool = True,
-                num_epochs: Optional[int] = None,
+                num_epochs: int | None = None,
                 specials: SpecialTokens = PROJECT, pair_layout: str = "restart",
                 both_directions: bool = False) -> tf.data.Dataset:
   """Builds the batched model-feature dataset of a task or mixture.
@@ -147,3 +149,18 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
   options = tf.data.Options()
   options.deterministic = True
   return ds.with_options(options)
+
+
+def concat_batches(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
+  """Joins batched datasets row-wise: batch i is the rows of batch i of each, in order.
+
+  A host reading shards [s, s + k) of the data yields the rows that k hosts,
+  one shard each, would have fed in that order. Ends with the shortest input.
+  """
+  if len(datasets) == 1:
+    return datasets[0]
+  joined = tf.data.Dataset.zip(tuple(datasets)).map(
+      lambda *parts: {key: tf.concat([part[key] for part in parts], axis=0) for key in parts[0]})
+  options = tf.data.Options()
+  options.deterministic = True
+  return joined.with_options(options)

@@ -10,7 +10,8 @@ tasks package itself.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 
@@ -43,21 +44,33 @@ class TaskData:
 
   def dataset(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int,
               split: str = "train", shuffle: bool = True, num_epochs: int | None = None, pack: bool = True,
-              pair_layout: str = "restart", both_directions: bool = False):
+              pair_layout: str = "restart", both_directions: bool = False, data_shards: int | None = None):
     """This host's share of a global batch stream (`batch_size` is global).
 
+    The examples are split into `data_shards` shards (default: one per host)
+    and each shard fills `batch_size / data_shards` consecutive rows of every
+    global batch; a host reads its `data_shards / hosts` shards. The global
+    batches therefore depend on `data_shards` only: with `data_shards=2` one
+    process and two processes train on the same examples in the same rows.
     `pair_layout` and `both_directions` say how translation pairs fill a row
     (`flax_xalign.data.feature_converter`).
     """
     from flax_xalign.data import pipeline
 
-    if batch_size % jax.process_count():
-      raise UserError(f"BATCH_SIZE={batch_size} must be divisible by the {jax.process_count()} hosts.")
-    return pipeline.get_dataset(
-        self.provider, languages=self.languages, split=split, feature_lengths=feature_lengths,
-        batch_size=batch_size // jax.process_count(), seed=seed, shuffle=shuffle,
-        shard_id=jax.process_index(), num_shards=jax.process_count(), pack=pack, num_epochs=num_epochs,
-        specials=self.vocabulary_spec.specials, pair_layout=pair_layout, both_directions=both_directions)
+    hosts, host = jax.process_count(), jax.process_index()
+    shards = data_shards or hosts
+    if shards % hosts or batch_size % shards:
+      raise UserError(
+          f"BATCH_SIZE={batch_size} and data_shards={shards} do not fit {hosts} host(s): data_shards must "
+          f"be a multiple of the number of hosts and divide BATCH_SIZE (e.g. data_shards={hosts}).")
+    per_host = shards // hosts
+    return pipeline.concat_batches([
+        pipeline.get_dataset(
+            self.provider, languages=self.languages, split=split, feature_lengths=feature_lengths,
+            batch_size=batch_size // shards, seed=seed, shuffle=shuffle, shard_id=shard, num_shards=shards,
+            pack=pack, num_epochs=num_epochs, specials=self.vocabulary_spec.specials, pair_layout=pair_layout,
+            both_directions=both_directions)
+        for shard in range(host * per_host, (host + 1) * per_host)])
 
 
 def resolve_task(name: str, *, languages: Sequence[str] | None = None) -> TaskData:
