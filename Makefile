@@ -1,13 +1,15 @@
 # flax_xalign developer targets.
 #
-#   make demo    create .venv (python3.11) if missing, install '.[test,interop]', run the demo
+#   make demo    create .venv (python3.11) if missing, install '.[test,interop,aot]', run the demo
 #   make test    install if needed, run the default (not slow) tests with xdist
 #   make bench   install '.[bench]' if needed, run bench/train_throughput.py
 #   make lint    shellcheck tpu_launch.sh and .ci/run
 #   make test-beam  create .venv-beam, install '.[beam]' + pytest, run tests/data/test_cooc_beam.py
+#   make test-aot   the ahead-of-time TPU pod compile checks (pytest -m aot; minutes)
+#   make debian-data  download + unpack the Debian packages of the multilingual data (no root)
 #
 # Variables: PYTHON (interpreter for a new venv, default python3.11), VENV,
-# EXTRAS (what `make install` installs, default test,interop; EXTRAS=test
+# EXTRAS (what `make install` installs, default test,interop,aot; EXTRAS=test
 # leaves out torch + transformers, and the HF interop tests then skip),
 # PYTEST_WORKERS (xdist workers, 0 or 1 = no xdist), PYTEST_ARGS (extra pytest
 # args, e.g. PYTEST_ARGS='-m slow' or PYTEST_ARGS='tests/ops -k sinkhorn'),
@@ -26,8 +28,9 @@ PIP := $(PY) -m pip
 
 PACKAGING_HASH := $(shell cat setup.py pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)
 # test: pytest & co.; interop: torch (CPU wheel via find-links) + transformers,
-# the reference forward of tests/interop/test_hf*.py (+~45 s, +1 GB measured).
-EXTRAS ?= test,interop
+# the reference forward of tests/interop/test_hf*.py (+~45 s, +1 GB measured);
+# aot: libtpu, for compiling train steps for TPU topologies on this machine.
+EXTRAS ?= test,interop,aot
 comma := ,
 EXTRAS_TAG := $(subst $(comma),+,$(EXTRAS))
 STAMP_TEST := $(VENV)/.installed-$(EXTRAS_TAG)-$(PACKAGING_HASH)
@@ -42,10 +45,10 @@ BENCH_ARGS ?=
 # (trained vocabularies, compiled steps) are built once per file.
 XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: help demo test bench lint install install-bench clean distclean install-beam test-beam
+.PHONY: help demo test test-aot debian-data bench lint install install-bench clean distclean install-beam test-beam
 
 help:
-	@sed -n '2,19s/^# \{0,1\}//p' Makefile
+	@sed -n '2,21s/^# \{0,1\}//p' Makefile
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install CPython 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -75,6 +78,13 @@ test: $(STAMP_TEST)
 	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
 	exit "$$rc"
 
+# The AOT compile checks of XLM-R base/large for TPU v4 slices (README "Scale").
+test-aot: $(STAMP_TEST)
+	@echo "$(PY) -m pytest -q -m aot $(PYTEST_ARGS)"
+	@rc=0; $(PY) -m pytest -q -m aot $(PYTEST_ARGS) || rc=$$?; \
+	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
+	exit "$$rc"
+
 bench: $(STAMP_BENCH)
 	$(PY) bench/train_throughput.py $(BENCH_ARGS)
 
@@ -101,6 +111,24 @@ test-beam: $(STAMP_BEAM)
 	@rc=0; $(PY_BEAM) -m pytest -q tests/data/test_cooc_beam.py || rc=$$?; \
 	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
 	exit "$$rc"
+
+# The Debian packages flax_xalign.debian_data reads (LibreOffice help and UI
+# catalogues, dictionaries), fetched with `apt-get download` and unpacked with
+# `dpkg-deb -x`: no root and none of LibreOffice's 300 dependencies (58 MB of
+# .deb, ~10 s). Then: python -m flax_xalign.debian_data --root=$(DEBIAN_ROOT) --output=DIR
+DEBIAN_ROOT ?= $(HOME)/.cache/flax_xalign/debroot
+DEBIAN_PACKAGES = libreoffice-help-en-us libreoffice-help-de libreoffice-help-fr libreoffice-help-es \
+  libreoffice-help-ru libreoffice-help-zh-cn libreoffice-help-ja libreoffice-help-hi \
+  libreoffice-l10n-de libreoffice-l10n-fr libreoffice-l10n-es libreoffice-l10n-ru libreoffice-l10n-zh-cn \
+  libreoffice-l10n-ja libreoffice-l10n-hi libreoffice-l10n-ar trans-de-en \
+  dict-freedict-eng-fra dict-freedict-eng-deu dict-freedict-eng-hin dict-freedict-eng-ara
+
+debian-data:
+	@command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "error: debian-data needs apt-get and dpkg-deb (a Debian/Ubuntu machine)" >&2; exit 1; }
+	mkdir -p $(DEBIAN_ROOT).debs $(DEBIAN_ROOT)
+	cd $(DEBIAN_ROOT).debs && apt-get download -q $(DEBIAN_PACKAGES)
+	for f in $(DEBIAN_ROOT).debs/*.deb; do dpkg-deb -x "$$f" $(DEBIAN_ROOT) || exit 1; done
+	@echo "unpacked into $(DEBIAN_ROOT): export FLAX_XALIGN_DEBIAN_ROOT=$(DEBIAN_ROOT)"
 
 lint:
 	shellcheck tpu_launch.sh .ci/run

@@ -153,6 +153,15 @@ EXTRAS_REQUIRE = {
         "apache-beam==2.77.0",
         "sentencepiece>=0.2.0,<0.2.3",
     ],
+    # Ahead-of-time compilation for TPU topologies on any Linux x86-64 machine
+    # (python -m flax_xalign.compile_check; tests marked `aot`): the libtpu
+    # that jax[tpu]==0.10.2 pins, without making TPUs the default backend
+    # (a 213 MB wheel). libtpu prints initialisation warnings when JAX probes
+    # its backend on a machine with no TPU: the tests set JAX_PLATFORMS=cpu and
+    # compile_check silences the metadata lookups it does not need.
+    "aot": [
+        "libtpu==0.0.42.*; sys_platform == 'linux' and platform_machine == 'x86_64'",
+    ],
     # TPU VMs: jax[tpu] pins libtpu==0.0.42.* (0.0.42.1 has a cp311 wheel).
     "tpu": [
         "jax[tpu]==0.10.2",

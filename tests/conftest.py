@@ -27,6 +27,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # (shared by xdist workers and subprocesses through the environment) turns
 # repeats into cache hits. Quiet TensorFlow's C++ logging as well.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The test environment has libtpu (the `aot` extra, for compile checks against
+# TPU topologies); without this every JAX start would probe for a TPU and print
+# libtpu's warnings into the outputs the CLI tests read.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   import tempfile
 

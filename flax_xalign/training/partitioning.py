@@ -193,7 +193,7 @@ class Partitioner:
     if any(DATA_AXIS in f.mesh_axes for f in too_big):
       lines.append("  * or run without fsdp (the 'embed' -> 'data' rule), or on a device count whose "
                    "'data' axis divides the dimension;")
-    lines.append(f"  * or accept the replication: raise Partitioner.replicate_limit_bytes "
+    lines.append(f"  * or accept the replication: raise --gin.train.replicate_limit_bytes "
                  f"(now {self.replicate_limit_bytes}).")
     return "\n".join(lines)
 

@@ -53,6 +53,109 @@ def resolve_encoder_config(encoder: EncoderConfig, *, vocab_size: int, num_langu
   return dataclasses.replace(encoder, vocab_size=vocab_size)
 
 
+@dataclasses.dataclass(frozen=True)
+class Assembly:
+  """What a run is, resolved from its settings before any asset is built or file written.
+
+  Attributes:
+    data: the resolved task (languages, vocabulary, dataset function).
+    encoder: the encoder config with the vocabulary size filled in and every
+      objective's `adapt_encoder` applied.
+    run: the run manifest (asset fingerprints not yet filled in).
+    model: the pretraining model (encoder + objectives + masking).
+    task_feature_lengths: {'tokens': row length}.
+    masking: the masking config (its rate sets the MLM predictions per row).
+  """
+
+  data: TaskData
+  encoder: EncoderConfig
+  run: run_spec_lib.RunSpec
+  model: PretrainingModel
+  task_feature_lengths: Mapping[str, int]
+  masking: MaskingConfig
+
+  @property
+  def length(self) -> int:
+    return int(self.task_feature_lengths["tokens"])
+
+
+def assemble(
+    *,
+    mixture_or_task_name: str,
+    task_feature_lengths: Mapping[str, int],
+    encoder: EncoderConfig,
+    objectives: Mapping[str, float],
+    objective_options: Mapping[str, Any] | None = None,
+    monitors: Sequence[str] = (),
+    asset_options: Mapping[str, Mapping[str, Any]] | None = None,
+    languages: Sequence[str] | None = None,
+    init_from_checkpoint: str | None = None,
+    dictionary_rate: float | None = None,
+    masking: MaskingConfig = MaskingConfig(),
+    loss_normalization: str = "per_term",
+    pair_layout: str = "restart",
+    bitext_both_directions: bool = False,
+    optimizer: OptimizerConfig = OptimizerConfig(),
+    seed: int = 0,
+    user_tasks: Sequence[Any] = (),
+) -> Assembly:
+  """Resolves task, objectives, encoder, manifest and model (the arguments are `pretrain`'s).
+
+  Shared by `pretrain` and the ahead-of-time compile check
+  (`flax_xalign.compile_check`), so both see the same model. Reads the task's
+  vocabulary; builds no asset and touches no MODEL_DIR. Raises UserError for
+  settings the objectives or the row length refuse.
+  """
+  for spec in user_tasks:
+    spec.register()
+  asset_options = {k: dict(v) for k, v in (asset_options or {}).items()}
+  if dictionary_rate is not None:
+    asset_options.setdefault("dictionary", {})["rate"] = dictionary_rate
+  check_pair_layout(pair_layout, where="train.pair_layout")
+  data = resolve_task(mixture_or_task_name, languages=languages)
+  monitors = tuple(n for n in monitors if n not in objectives)
+  built = objectives_lib.build([*objectives, *monitors], objective_options)
+  encoder = objectives_lib.adapt_encoder(
+      resolve_encoder_config(encoder, vocab_size=data.vocabulary_spec.size, num_languages=len(data.languages)),
+      built.values())
+  run = run_spec_lib.RunSpec(
+      task=mixture_or_task_name, languages=data.languages, language_pairs=data.language_pairs,
+      task_feature_lengths=dict(task_feature_lengths), task_definitions=data.definitions,
+      vocabulary=data.vocabulary_spec, model=encoder, objectives=dict(objectives),
+      objective_options={k: objectives_lib.describe_options(v) for k, v in (objective_options or {}).items()},
+      monitors=monitors, asset_options=asset_options, seed=seed, init_from_checkpoint=init_from_checkpoint,
+      pair_layout=pair_layout, bitext_both_directions=bitext_both_directions,
+      optimizer=dataclasses.asdict(optimizer))
+  _check_row_length(int(task_feature_lengths["tokens"]), encoder)
+  for obj in built.values():
+    getattr(obj, "check", lambda run: None)(run)
+  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking,
+                           objective_options=dict(objective_options or {}), monitor_objectives=monitors,
+                           specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
+                           loss_normalization=loss_normalization)
+  return Assembly(data=data, encoder=encoder, run=run, model=model,
+                  task_feature_lengths=dict(task_feature_lengths), masking=masking)
+
+
+def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
+                     axis_rules: Sequence[tuple[str, str | None]] = (),
+                     devices: Sequence[jax.Device] | None = None,
+                     replicate_limit_bytes: int = partitioning.DEFAULT_REPLICATE_LIMIT_BYTES,
+                     ) -> partitioning.Partitioner:
+  """The run's mesh ('data' x 'model' over `devices`, default all) and rules table."""
+  return partitioning.Partitioner(
+      mesh=partitioning.make_mesh(num_partitions, devices=devices),
+      rules=partitioning.logical_axis_rules(fsdp=fsdp, extra=axis_rules),
+      replicate_limit_bytes=replicate_limit_bytes)
+
+
+def train_flops(assembly: Assembly, *, batch_size: int) -> float:
+  """Matmul FLOPs of one train step over all devices (models/flops.py)."""
+  return flops_lib.train_flops_per_step(
+      assembly.encoder, batch=batch_size, length=assembly.length,
+      num_predictions=max_predictions_for(assembly.length, assembly.masking.mask_rate))
+
+
 def pretrain(
     *,
     model_dir: str,
@@ -76,12 +179,14 @@ def pretrain(
     num_partitions: int = 1,
     fsdp: bool = False,
     axis_rules: Sequence[tuple[str, str | None]] = (),
+    replicate_limit_bytes: int = partitioning.DEFAULT_REPLICATE_LIMIT_BYTES,
     checkpoint: checkpoints_lib.CheckpointConfig = checkpoints_lib.CheckpointConfig(),
     log_every: int = 10,
     eval_every: int = 0,
     eval_batches: int = 20,
     eval_split: str = "validation",
     seed: int = 0,
+    data_shards: int | None = None,
     peak_flops_per_device: float | None = None,
     user_tasks: Sequence[Any] = (),
     write_config: Callable[[str], None] | None = None,
@@ -111,38 +216,25 @@ def pretrain(
   `init_from_checkpoint` (a MODEL_DIR) warm-starts a new run from another
   run's latest parameters; parameters it lacks (e.g. the DWA pointer head)
   keep their initial values, and the optimiser state starts fresh.
+  `replicate_limit_bytes` is the partitioner's (an array its rule cannot
+  shard may be replicated up to this many bytes per device; bigger is an
+  error naming the fix, e.g. EncoderConfig.vocab_pad_multiple).
+  `data_shards` splits the examples into that many shards, each filling its
+  own rows of every global batch, and gives each process its share: the
+  global batch then depends on `data_shards` only, not on the number of
+  processes (None: one shard per process; see `TaskData.dataset`).
   `user_tasks` are TextTask/TsvBitextTask/AlphaMixture/SyntheticTasks
   definitions registered first; `write_config(model_dir)` writes the operative
   config once the run is known to be valid; `step_callback(step, metrics)`
   runs after every step.
   """
-  for spec in user_tasks:
-    spec.register()
-  asset_options = {k: dict(v) for k, v in (asset_options or {}).items()}
-  if dictionary_rate is not None:
-    asset_options.setdefault("dictionary", {})["rate"] = dictionary_rate
-  check_pair_layout(pair_layout, where="train.pair_layout")
-  data = resolve_task(mixture_or_task_name, languages=languages)
-  monitors = tuple(n for n in monitors if n not in objectives)
-  built = objectives_lib.build([*objectives, *monitors], objective_options)
-  encoder = objectives_lib.adapt_encoder(
-      resolve_encoder_config(encoder, vocab_size=data.vocabulary_spec.size, num_languages=len(data.languages)),
-      built.values())
-  run = run_spec_lib.RunSpec(
-      task=mixture_or_task_name, languages=data.languages, language_pairs=data.language_pairs,
-      task_feature_lengths=dict(task_feature_lengths), task_definitions=data.definitions,
-      vocabulary=data.vocabulary_spec, model=encoder, objectives=dict(objectives),
-      objective_options={k: objectives_lib.describe_options(v) for k, v in (objective_options or {}).items()},
-      monitors=monitors, asset_options=asset_options, seed=seed, init_from_checkpoint=init_from_checkpoint,
-      pair_layout=pair_layout, bitext_both_directions=bitext_both_directions,
-      optimizer=dataclasses.asdict(optimizer))
-  _check_row_length(int(task_feature_lengths["tokens"]), encoder)
-  for obj in built.values():
-    getattr(obj, "check", lambda run: None)(run)
-  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking,
-                           objective_options=dict(objective_options or {}), monitor_objectives=monitors,
-                           specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
-                           loss_normalization=loss_normalization)
+  assembly = assemble(
+      mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths, encoder=encoder,
+      objectives=objectives, objective_options=objective_options, monitors=monitors, asset_options=asset_options,
+      languages=languages, init_from_checkpoint=init_from_checkpoint, dictionary_rate=dictionary_rate,
+      masking=masking, loss_normalization=loss_normalization, pair_layout=pair_layout,
+      bitext_both_directions=bitext_both_directions, optimizer=optimizer, seed=seed, user_tasks=user_tasks)
+  data, encoder, run, model = assembly.data, assembly.encoder, assembly.run, assembly.model
   assets, notes = asset_registry.resolve(model.requires(), model.monitor_requires(), run)
   assets["vocabulary"] = vocabulary_asset.VocabularyAsset(data.vocabulary)
   for note in notes:
@@ -167,9 +259,8 @@ def pretrain(
           flush=True)
     return run
 
-  partitioner = partitioning.Partitioner(
-      mesh=partitioning.make_mesh(num_partitions),
-      rules=partitioning.logical_axis_rules(fsdp=fsdp, extra=axis_rules))
+  partitioner = make_partitioner(num_partitions=num_partitions, fsdp=fsdp, axis_rules=axis_rules,
+                                 replicate_limit_bytes=replicate_limit_bytes)
   length = int(task_feature_lengths["tokens"])
   loop = LoopConfig(
       train_steps=train_steps, batch_size=batch_size, length=length, seed=seed,
@@ -177,7 +268,7 @@ def pretrain(
       eval_batches=eval_batches,
       peak_flops_per_device=metrics_lib.peak_flops_per_device(peak_flops_per_device))
   trainer = Trainer(model=model, optimizer=optimizer, partitioner=partitioner, loop=loop, assets=run_assets)
-  layout = {"pair_layout": pair_layout, "both_directions": bitext_both_directions}
+  layout = {"pair_layout": pair_layout, "both_directions": bitext_both_directions, "data_shards": data_shards}
   train_ds = data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed, **layout)
 
   os.makedirs(model_dir, exist_ok=True)
@@ -192,9 +283,7 @@ def pretrain(
     return data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed,
                         split=eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
 
-  step_flops = flops_lib.train_flops_per_step(
-      encoder, batch=batch_size, length=length,
-      num_predictions=max_predictions_for(length, masking.mask_rate))
+  step_flops = train_flops(assembly, batch_size=batch_size)
   n_params = flops_lib.count_params(trainer.abstract_state.params)
   print(f"model: {n_params / 1e6:.2f}M parameters, {encoder.num_layers} layers, embed {encoder.embed_dim}; "
         f"mesh {dict(partitioner.mesh.shape)}; languages {list(data.languages)}; "
@@ -258,4 +347,5 @@ def _warm_starter(checkpoint_dir: str) -> Callable[[Any], Any]:
   return init_params
 
 
-__all__ = ["TaskData", "pretrain", "resolve_encoder_config"]
+__all__ = ["Assembly", "TaskData", "assemble", "make_partitioner", "pretrain", "resolve_encoder_config",
+           "train_flops"]

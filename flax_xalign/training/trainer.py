@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import os
 import signal
 import sys
 import time
@@ -36,6 +37,9 @@ from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
 from flax_xalign.training.partitioning import Partitioner
 
 HostBatch = Mapping[str, np.ndarray]
+# The features of a batch, each [batch, length] int32 (data/feature_converter.py's
+# MODEL_FEATURE_KEYS; not imported from there to keep TensorFlow out of the trainer).
+BATCH_FEATURES = ("tokens", "lang_ids", "segment_ids", "positions", "pair_side")
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -85,14 +89,27 @@ class _StopRequest:
   def __enter__(self) -> "_StopRequest":
     import threading
 
+    # With several processes a SIGTERM is left to jax's preemption notifier: every
+    # process then stops after the same step (`_reached_preemption`), where a
+    # handler of our own would stop only the signalled one and the others would
+    # wait for it in the next collective forever.
+    self._multi = jax.process_count() > 1
+    self._forwarded = False
     if threading.current_thread() is threading.main_thread():
-      for sig in (signal.SIGTERM, signal.SIGINT):
+      for sig in ((signal.SIGINT,) if self._multi else (signal.SIGTERM, signal.SIGINT)):
         self._previous[sig] = signal.signal(sig, self._handle)
     return self
 
   def _handle(self, signum: int, frame: Any) -> None:
-    if self.signal is not None and signum == signal.SIGINT:
+    if (self.signal is not None or self._forwarded) and signum == signal.SIGINT:
       raise KeyboardInterrupt  # A second Ctrl-C stops at once.
+    if self._multi:
+      # Ctrl-C on one process of a job: turn it into the preemption SIGTERM all of them see.
+      self._forwarded = True
+      print("\nreceived SIGINT: all processes save a checkpoint at the next synchronised step "
+            "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
+      os.kill(os.getpid(), signal.SIGTERM)
+      return
     self.signal = signum
     print(f"\nreceived {signal.Signals(signum).name}: saving a checkpoint after this step "
           "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
@@ -109,13 +126,23 @@ def _to_host(batch: Any) -> dict[str, np.ndarray]:
 class Trainer:
   """Builds the sharded state and the jitted train/eval steps for one model.
 
+  The partitioner's mesh may span devices of a TPU topology that this machine
+  does not have (`jax.experimental.topologies`, training/aot.py): give
+  `abstract_assets` instead of `assets`, and the steps are lowered and compiled
+  ahead of time (`lower_train_step`) but never run; nothing is placed.
+
   Attributes:
     trace_counts: how often each step function was traced (= compiled); a
       refresh of an asset must not add to it.
+    abstract_assets: the assets argument of the steps as ShapeDtypeStructs
+      with their shardings.
   """
 
   def __init__(self, *, model: PretrainingModel, optimizer: OptimizerConfig,
-               partitioner: Partitioner, loop: LoopConfig, assets: RunAssets | None = None):
+               partitioner: Partitioner, loop: LoopConfig, assets: RunAssets | None = None,
+               abstract_assets: Mapping[str, Mapping[str, jax.ShapeDtypeStruct]] | None = None):
+    if assets is not None and abstract_assets is not None:
+      raise ValueError("give the Trainer either assets (to train) or abstract_assets (to compile), not both")
     self.model = model
     self.partitioner = partitioner
     self.loop = loop
@@ -140,11 +167,15 @@ class Trainer:
         nn.meta.unbox(abstract_boxed), self.state_shardings)
     self._init = jax.jit(lambda rng: nn.meta.unbox(init_boxed(rng)), out_shardings=self.state_shardings)
     self._init_rng = init_rng
-    self.assets.place(partitioner.logical_sharding)
+    if abstract_assets is None:
+      self.assets.place(partitioner.logical_sharding)
+      self.abstract_assets = self.assets.abstract()
+    else:
+      self.abstract_assets = {name: dict(value) for name, value in abstract_assets.items()}
     with self.mesh_context():
       batch_sharding = partitioner.data_sharding(2)
       replicated = partitioner.replicated()
-      asset_shardings = self.assets.shardings
+      asset_shardings = jax.tree.map(lambda leaf: leaf.sharding, self.abstract_assets)
       self.train_step = jax.jit(
           self._train_step,
           in_shardings=(self.state_shardings, batch_sharding, replicated, asset_shardings),
@@ -170,6 +201,22 @@ class Trainer:
 
   def init_state(self) -> TrainState:
     return self._init(self._init_rng)
+
+  def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global batch the train step takes, [batch_size, length] int32 per feature, sharded on 'data'."""
+    shape, sharding = (self.loop.batch_size, self.loop.length), self.partitioner.data_sharding(2)
+    return {key: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding) for key in BATCH_FEATURES}
+
+  def lower_train_step(self) -> Any:
+    """`train_step` lowered for abstract state, batch, RNG key and assets (`.compile()` the result).
+
+    Every argument is a ShapeDtypeStruct with the sharding the step declares,
+    so the program is the one `step` runs, on this mesh's devices or on a
+    topology's (the assets stay inputs, never constants).
+    """
+    rng = jax.ShapeDtypeStruct(self.base_rng.shape, self.base_rng.dtype, sharding=self.partitioner.replicated())
+    with self.mesh_context():
+      return self.train_step.lower(self.abstract_state, self.abstract_batch(), rng, self.abstract_assets)
 
   def _train_step(self, state: TrainState, batch: Any, base_rng: jax.Array, assets: Any):
     self.trace_counts["train_step"] += 1  # Runs only while tracing.
