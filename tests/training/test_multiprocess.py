@@ -203,17 +203,9 @@ def _rows(model_dir):
   return [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
 
 
-def _pretrain_takes_data_shards():
-  import inspect
-
-  from flax_xalign.training.pretrain import pretrain
-
-  return "data_shards" in inspect.signature(pretrain).parameters
-
-
 def test_two_processes_stop_resume_and_match_one_process(tmp_path, run_gin, cross_process_collectives):
   model_dir = tmp_path / "two"
-  shards = ["--gin.train.data_shards=2"] if _pretrain_takes_data_shards() else []
+  shards = ["--gin.train.data_shards=2"]
   stop = ["--gin.train.step_callback=@sigterm_at_step()", "--gin.sigterm_at_step.step=4",
           "--gin.sigterm_at_step.delay_s=0.05"]
 
@@ -243,15 +235,11 @@ def test_two_processes_stop_resume_and_match_one_process(tmp_path, run_gin, cros
   two = {r["step"]: r for r in _rows(model_dir)}
   assert sorted(two) == [1, 2, 3, 4, 5, 6], "metrics.jsonl should read as one run"
 
-  # The reference: one process holding all four devices, the same global batches when the data is
-  # split into the same two shards; without `train.data_shards`, two uninterrupted processes.
+  # The reference: one process holding all four devices, the same global batches because the data
+  # is split into the same two shards.
   reference_dir = tmp_path / "reference"
-  if shards:
-    reference = _launch(tmp_path, _train_argv(run_gin, reference_dir, *shards), num_processes=1, devices=4,
-                        name="one", import_dir=run_gin)
-  else:
-    reference = _launch(tmp_path, _train_argv(run_gin, reference_dir), num_processes=2, devices=2, name="ref",
-                        import_dir=run_gin)
+  reference = _launch(tmp_path, _train_argv(run_gin, reference_dir, *shards), num_processes=1, devices=4,
+                      name="one", import_dir=run_gin)
   assert all(rc == 0 for rc, _, _ in reference), _tails(reference)
   ref = {r["step"]: r for r in _rows(reference_dir)}
   for step in range(1, 7):
@@ -260,15 +248,13 @@ def test_two_processes_stop_resume_and_match_one_process(tmp_path, run_gin, cros
                                  err_msg=f"{key} at step {step}")
 
 
-@pytest.mark.xfail(run=False, reason="needs trainer._StopRequest to leave SIGTERM to jax's preemption service "
-                   "when several processes run (docs/MULTIHOST.md); until then one process waits for the other")
 def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, run_gin, cross_process_collectives):
   """A preemption notice reaches one host only: every process must still stop after the same step.
 
-  Needs the trainer to leave SIGTERM to jax's preemption service when several
-  processes run (see docs/MULTIHOST.md); otherwise the signalled process
-  saves alone and the other waits in the next step's collective (this test
-  then fails on its timeout).
+  The trainer leaves SIGTERM to jax's preemption service when several
+  processes run (docs/MULTIHOST.md); a handler of its own would make the
+  signalled process save alone while the other waits in the next step's
+  collective (this test then fails on its timeout).
   """
   model_dir = tmp_path / "one_signalled"
   stop = ["--gin.train.step_callback=@sigterm_at_step()", "--gin.sigterm_at_step.step=2",
