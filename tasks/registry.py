@@ -172,14 +172,17 @@ def register_task(name: str, *, loader: Loader,
                   definition: Any = None,
                   id_maps: Tuple[Any, Any] = (None, None),
                   spec: Any = None, normalize: str = "",
-                  text_preprocessors: Sequence[Callable[..., Any]] = ()) -> seqio.Task:
+                  text_preprocessors: Sequence[Callable[..., Any]] = (),
+                  source: Optional[seqio.DataSource] = None) -> seqio.Task:
   """Registers a monolingual (MLM) or, with `lang_b`, a bitext (TLM) task.
 
   Idempotent: registering the same `definition` again returns the task.
   `spec` is what `describe` reports (see `TaskInfo`); `normalize` names the
   text normaliser applied before tokenising (`tokenize_and_tag`), which
   `definition` and `spec` should record; `text_preprocessors` run on the
-  text before it (e.g. code-switching).
+  text before it (e.g. code-switching, or turning a TFDS record into text).
+  `source` streams the examples instead of `loader`'s in-memory dataset (a
+  TFDS split); `loader` still serves the raw text (vocabulary trimming).
   """
   definition = definition if definition is not None else (name, loader)
   if _already(name, definition):
@@ -190,11 +193,12 @@ def register_task(name: str, *, loader: Loader,
       raise errors.UserError(
           f"Task {name!r}: language code {code!r} must be a non-empty string.")
   normalize_lib.check_normalizer(normalize, where=f"Task {name!r}: normalize")
+  if source is None:
+    source = seqio.FunctionDataSource(
+        functools.partial(in_memory_dataset, loader=loader), splits=tuple(splits), caching_permitted=False)
   task = seqio.Task(
       name,
-      source=seqio.FunctionDataSource(
-          functools.partial(in_memory_dataset, loader=loader),
-          splits=tuple(splits), caching_permitted=False),
+      source=source,
       output_features=output_features(vocabulary),
       preprocessors=[*text_preprocessors, functools.partial(tokenize_and_tag, lang=lang,
                                        lang_b=lang_b or "", id_maps=tuple(id_maps),

@@ -87,27 +87,12 @@ class TfdsTextLoader:
 
 def _register_task(name: str, source: tfds_sources.TextSource, *, data_dir: Optional[str],
                    vocabulary: seqio.Vocabulary, normalize: str, spec: "TfdsTasks") -> None:
-  """`registry.register_task` for a streamed TFDS source (idempotent).
-
-  The registry's own function builds its seqio source from an in-memory
-  loader; a TFDS split is streamed instead, so the task is built here and
-  recorded in the registry's table the same way.
-  """
-  definition = (spec, name)
-  if registry._already(name, definition):  # pylint: disable=protected-access
-    return
-  registry._check_name(name)  # pylint: disable=protected-access
-  task = seqio.Task(
-      name, source=tfds_sources.PreparedTfdsSource(source, data_dir),
-      output_features=registry.output_features(vocabulary),
-      preprocessors=[functools.partial(tfds_sources.to_text, source=source),
-                     functools.partial(registry.tokenize_and_tag, lang=source.lang,
-                                       lang_b=source.lang_b, normalize=normalize)])
-  seqio.TaskRegistry.add_provider(name, task)
-  pair = (source.lang, source.lang_b) if source.lang_b else None
-  registry._TASKS[name] = registry.TaskInfo(  # pylint: disable=protected-access
-      languages=tuple(sorted({source.lang, source.lang_b} - {""})),
-      loader=TfdsTextLoader(source, data_dir), definition=definition, spec=spec, pair=pair)
+  """`registry.register_task` over a streamed TFDS split (idempotent)."""
+  registry.register_task(
+      name, loader=TfdsTextLoader(source, data_dir), vocabulary=vocabulary, lang=source.lang,
+      lang_b=source.lang_b or None, definition=(spec, name), spec=spec, normalize=normalize,
+      text_preprocessors=[functools.partial(tfds_sources.to_text, source=source)],
+      source=tfds_sources.PreparedTfdsSource(source, data_dir))
 
 
 def _name(*parts: str) -> str:
