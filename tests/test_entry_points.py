@@ -7,6 +7,8 @@ problem, and an untouched (or never created) MODEL_DIR.
 import json
 import os
 
+import pytest
+
 
 from flax_xalign import eval as eval_main
 from flax_xalign import train as train_main
@@ -167,3 +169,19 @@ def test_eval_of_missing_model_dir_creates_nothing(tmp_path, capsys):
   missing = tmp_path / "typo"
   _expect_error(capsys, eval_main.main([f"--gin.MODEL_DIR='{missing}'"]), "no checkpoint")
   assert not missing.exists()
+
+
+
+@pytest.mark.parametrize("binding, needle", [
+    ("--gin.CHECKPOINT_EVERY=0", "CHECKPOINT_EVERY=0"),
+    ("--gin.LOG_EVERY=0", "LOG_EVERY=0"),
+    ("--gin.TRAIN_STEPS=-5", "TRAIN_STEPS=-5"),
+    ("--gin.BATCH_SIZE=2.5", "BATCH_SIZE=2.5"),
+    ("--gin.EVAL_EVERY=-1", "EVAL_EVERY=-1"),
+    ("--gin.CheckpointConfig.keep=0", "CheckpointConfig.keep=0"),
+])
+def test_bad_counts_are_refused_before_model_dir_exists(tmp_path, tiny_corpus, capsys, binding, needle):
+  # CHECKPOINT_EVERY=0 and LOG_EVERY=0 used to crash after a step had run; keep=0 deleted every checkpoint.
+  code = _train(_gin_file(tmp_path, tiny_corpus), tmp_path / "m", binding)
+  _expect_error(capsys, code, needle, "must be an integer >=")
+  assert not (tmp_path / "m").exists()

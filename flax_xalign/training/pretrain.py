@@ -228,6 +228,8 @@ def pretrain(
   config once the run is known to be valid; `step_callback(step, metrics)`
   runs after every step.
   """
+  _check_counts(train_steps=train_steps, batch_size=batch_size, log_every=log_every, eval_every=eval_every,
+                eval_batches=eval_batches, checkpoint=checkpoint, replicate_limit_bytes=replicate_limit_bytes)
   assembly = assemble(
       mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths, encoder=encoder,
       objectives=objectives, objective_options=objective_options, monitors=monitors, asset_options=asset_options,
@@ -303,6 +305,25 @@ def pretrain(
   finally:
     checkpointer.close()
     logger.close()
+
+
+# (setting, its gin name, smallest allowed value): checked before MODEL_DIR is touched, where a
+# zero interval used to crash after a step had run and keep=0 deleted every checkpoint.
+_COUNTS = (("train_steps", "TRAIN_STEPS", 1), ("batch_size", "BATCH_SIZE", 1), ("log_every", "LOG_EVERY", 1),
+           ("eval_every", "EVAL_EVERY", 0), ("eval_batches", "train.eval_batches", 1),
+           ("every_steps", "CHECKPOINT_EVERY", 1), ("keep", "CheckpointConfig.keep", 1),
+           ("replicate_limit_bytes", "train.replicate_limit_bytes", 0))
+
+
+def _check_counts(*, checkpoint: checkpoints_lib.CheckpointConfig, **values: Any) -> None:
+  """One UserError for a count or interval that is not an integer at least its minimum."""
+  values.update(every_steps=checkpoint.every_steps, keep=checkpoint.keep)
+  for name, setting, least in _COUNTS:
+    value = values[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+      hint = " (0 turns evaluation off)" if name == "eval_every" else ""
+      raise UserError(f"{setting}={value!r} is not allowed: it must be an integer >= {least}{hint}; "
+                      f"e.g. --gin.{setting}={max(least, 1) if name != 'replicate_limit_bytes' else 67108864}.")
 
 
 def _check_row_length(length: int, encoder: EncoderConfig) -> None:
