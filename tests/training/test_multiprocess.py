@@ -206,8 +206,11 @@ def _rows(model_dir):
 def test_two_processes_stop_resume_and_match_one_process(tmp_path, run_gin, cross_process_collectives):
   model_dir = tmp_path / "two"
   shards = ["--gin.train.data_shards=2"]
+  # Only steps 5 and 6 remain after the signal: each waits 1 s so the preemption notice reaches the
+  # coordination service before the run ends (0.05 s was too short once on a loaded CI machine: both
+  # processes finished all six steps and exited 0).
   stop = ["--gin.train.step_callback=@sigterm_at_step()", "--gin.sigterm_at_step.step=4",
-          "--gin.sigterm_at_step.delay_s=0.05"]
+          "--gin.sigterm_at_step.delay_s=1.0"]
 
   first = _launch(tmp_path, _train_argv(run_gin, model_dir, *shards, *stop), num_processes=2, devices=2,
                   name="first", import_dir=run_gin)
