@@ -34,6 +34,7 @@ import difflib
 import functools
 import importlib
 import re
+import sys
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
@@ -52,8 +53,13 @@ DEFAULT_ALPHA = 0.7
 # Kinds of describable definitions -> the module (in this package) defining them.
 _KINDS = {"TextTask": "user", "TsvBitextTask": "user", "AlphaMixture": "user",
           "SyntheticTasks": "synthetic", "BibleTasks": "bible", "CodeSwitchedTask": "code_switch",
-          "TfdsTasks": "tfds", "DebianTasks": "debian"}
+          "TfdsTasks": "tfds", "DebianTasks": "debian", "PythonModule": "registry"}
 _LISTED_PLAIN_NAMES = 20
+# Longest text (one side of a pair) tokenised whole; longer ones are cut first. A row keeps at most
+# L - 2 tokens and a SentencePiece piece spans at most 16 characters (its max_piece_length), so the
+# first 20,000 characters hold every token a row of L <= 1,024 keeps (barring long whitespace runs,
+# which SentencePiece collapses); and tokenising them takes ~15 ms.
+DEFAULT_MAX_LINE_CHARS = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +93,7 @@ class MixtureInfo:
 
 _TASKS: Dict[str, TaskInfo] = {}
 _MIXTURES: Dict[str, MixtureInfo] = {}
+_WARNED_CUT: set = set()  # (task, split) whose cut lines were reported.
 
 
 # ----------------------------------------------------------------- features
@@ -100,11 +107,78 @@ def output_features(vocabulary: seqio.Vocabulary) -> Dict[str, seqio.Feature]:
   return {"tokens": tokens, "tokens_b": tokens, "lang": lang, "lang_b": lang}
 
 
+def _where(loader: Loader, split: str) -> str:
+  """The files behind a split, for messages (a loader may say through `paths(split)`)."""
+  paths = getattr(loader, "paths", None)
+  return ", ".join(paths(split)) if callable(paths) else "its source"
+
+
+def cut_long_lines(task: str, split: str, columns: Mapping[str, Sequence[str]], *,
+                   max_line_chars: Optional[int], where: str = "its source"
+                   ) -> Dict[str, List[str]]:
+  """Each text (each side of a pair) cut to its first `max_line_chars` characters.
+
+  The cut bounds what one line costs: seqio fills its shuffle buffer by
+  repeating a small split, so a 1 MB line was tokenised ~1,000 times before
+  the first step. Rows keep only their first L - 2 tokens, so the default
+  (`DEFAULT_MAX_LINE_CHARS`) drops nothing a row of up to 1,024 tokens keeps.
+  Cut lines are counted and reported by one `warning:` line per task and
+  split (per process). None keeps every line whole.
+  """
+  if max_line_chars is None:
+    return {k: list(v) for k, v in columns.items()}
+  cut = {}
+  count = 0
+  for key, texts in columns.items():
+    cut[key] = [t[:max_line_chars] for t in texts]
+    count += sum(len(t) > max_line_chars for t in texts)
+  if count and (task, split) not in _WARNED_CUT:
+    _WARNED_CUT.add((task, split))
+    print(f"warning: task {task!r}, split {split!r}: {count} line(s) of {where} are longer than "
+          f"{max_line_chars} characters and were cut to their first {max_line_chars} (a row keeps only "
+          "its first tokens); raise the task's max_line_chars to keep more.", file=sys.stderr, flush=True)
+  return cut
+
+
+def check_tokens(task: str, split: str, columns: Mapping[str, Sequence[str]], *,
+                 vocabulary: seqio.Vocabulary, normalize: str = "",
+                 where: str = "its source") -> None:
+  """UserError unless some example of the split tokenises to at least one token.
+
+  The feature converter drops token-less examples after seqio's `repeat()`,
+  so a split without a single token would be searched forever: training hung
+  with no output on a corpus of control characters. Stops at the first
+  example that yields a token (one encode for ordinary text).
+  """
+  sides = [columns[k] for k in ("text", "text_b") if k in columns]
+  for texts in zip(*sides):
+    if any(vocabulary.encode(normalize_lib.normalize_text(t, normalize)) for t in texts):
+      return
+  shown = next((t for texts in zip(*sides) for t in texts if t), "")
+  example = f"; e.g. {shown[:40]!r}" if shown else ""
+  raise errors.UserError(
+      f"Task {task!r}, split {split!r}: no line of {where} yields a single token "
+      f"({len(sides[0]) if sides else 0} line(s){example}), so there is nothing to train "
+      "on; they hold only characters the vocabulary drops (control characters, lone marks). "
+      "Check the file's encoding and contents, or give the task text.")
+
+
 def in_memory_dataset(split: str, shuffle_files: bool,
                       seed: Optional[int] = None, *,
-                      loader: Loader) -> tf.data.Dataset:
-  """A seqio dataset_fn over the loader's lists (whole-split shuffle)."""
-  columns = loader(split)
+                      loader: Loader, task: str = "",
+                      vocabulary: Optional[seqio.Vocabulary] = None,
+                      normalize: str = "",
+                      max_line_chars: Optional[int] = None) -> tf.data.Dataset:
+  """A seqio dataset_fn over the loader's lists (whole-split shuffle).
+
+  Long texts are cut (`cut_long_lines`) and, given the task's `vocabulary`,
+  a split that yields no token is refused (`check_tokens`) when the dataset
+  is built, i.e. before training starts.
+  """
+  where = _where(loader, split) if task else "its source"
+  columns = cut_long_lines(task, split, loader(split), max_line_chars=max_line_chars, where=where)
+  if vocabulary is not None:
+    check_tokens(task, split, columns, vocabulary=vocabulary, normalize=normalize, where=where)
   size = len(columns["text"])
   ds = tf.data.Dataset.range(size)
   if shuffle_files:
@@ -173,7 +247,8 @@ def register_task(name: str, *, loader: Loader,
                   id_maps: Tuple[Any, Any] = (None, None),
                   spec: Any = None, normalize: str = "",
                   text_preprocessors: Sequence[Callable[..., Any]] = (),
-                  source: Optional[seqio.DataSource] = None) -> seqio.Task:
+                  source: Optional[seqio.DataSource] = None,
+                  max_line_chars: Optional[int] = DEFAULT_MAX_LINE_CHARS) -> seqio.Task:
   """Registers a monolingual (MLM) or, with `lang_b`, a bitext (TLM) task.
 
   Idempotent: registering the same `definition` again returns the task.
@@ -183,6 +258,9 @@ def register_task(name: str, *, loader: Loader,
   text before it (e.g. code-switching, or turning a TFDS record into text).
   `source` streams the examples instead of `loader`'s in-memory dataset (a
   TFDS split); `loader` still serves the raw text (vocabulary trimming).
+  With the in-memory dataset, texts longer than `max_line_chars` are cut
+  (`cut_long_lines`; None: never) and a split whose texts yield no token is
+  refused when its dataset is built (`check_tokens`).
   """
   definition = definition if definition is not None else (name, loader)
   if _already(name, definition):
@@ -194,8 +272,11 @@ def register_task(name: str, *, loader: Loader,
           f"Task {name!r}: language code {code!r} must be a non-empty string.")
   normalize_lib.check_normalizer(normalize, where=f"Task {name!r}: normalize")
   if source is None:
-    source = seqio.FunctionDataSource(
-        functools.partial(in_memory_dataset, loader=loader), splits=tuple(splits), caching_permitted=False)
+    # Text preprocessors change the text before it is tokenised: the token check would test other text.
+    dataset_fn = functools.partial(in_memory_dataset, loader=loader, task=name, normalize=normalize,
+                                   vocabulary=None if text_preprocessors else vocabulary,
+                                   max_line_chars=_check_max_line_chars(name, max_line_chars))
+    source = seqio.FunctionDataSource(dataset_fn, splits=tuple(splits), caching_permitted=False)
   task = seqio.Task(
       name,
       source=source,
@@ -209,6 +290,14 @@ def register_task(name: str, *, loader: Loader,
                           definition=definition, spec=spec,
                           pair=(lang, lang_b) if lang_b else None)
   return task
+
+
+def _check_max_line_chars(name: str, value: Any) -> Optional[int]:
+  if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    raise errors.UserError(
+        f"Task {name!r}: max_line_chars={value!r} must be a positive number of characters (default "
+        f"{DEFAULT_MAX_LINE_CHARS}), or None to never cut a line.")
+  return value
 
 
 def _check_name(name: str) -> None:
@@ -512,34 +601,113 @@ def _spec_definition(spec: Any) -> Dict[str, Any]:
   return {"kind": kind, "args": _jsonable(args)}
 
 
+@dataclasses.dataclass(frozen=True)
+class PythonModule:
+  """Tasks registered in Python: importing `module` registers them again.
+
+  What `describe` records for a task registered by code of the user's (a
+  `register_task` call without a spec, or a plain seqio task), so that a
+  fresh process (`python -m flax_xalign.eval`) can re-register it.
+  """
+  module: str
+
+  def register(self) -> "PythonModule":
+    if not isinstance(self.module, str) or not _MODULE_NAME.match(self.module):
+      raise errors.UserError(f"PythonModule: {self.module!r} is not a Python module name.")
+    try:
+      importlib.import_module(self.module)
+    except ImportError as e:
+      raise errors.UserError(
+          f"the tasks of this run were registered by the Python module {self.module!r}, which cannot be "
+          f"imported here ({type(e).__name__}: {e}); run from the folder that holds it or add that folder "
+          "to PYTHONPATH.") from e
+    return self
+
+
+_MODULE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+# Modules whose callables say nothing about who registered a task.
+_LIBRARY_MODULES = ("seqio", "tensorflow", "t5", "functools", "builtins", "flax_xalign")
+
+
+def _callable_module(fn: Any) -> Optional[str]:
+  while isinstance(fn, functools.partial):
+    fn = fn.func
+  fn = getattr(fn, "__func__", fn)  # A bound method: its function.
+  if isinstance(fn, (type(_check_name), type)):
+    return fn.__module__
+  return type(fn).__module__  # A callable object (e.g. a loader class instance).
+
+
+def _defining_module(name: str) -> Optional[str]:
+  """The user module whose import registers task `name`, or None if unknown.
+
+  Read from the task's own callables (loader, dataset_fn, preprocessors):
+  the first one defined outside the libraries. `__main__` cannot be
+  imported by another process, so it counts as unknown.
+  """
+  if name in _TASKS:
+    candidates = [_TASKS[name].loader]
+  elif name in seqio.TaskRegistry.names():
+    task = seqio.TaskRegistry.get(name)
+    candidates = [getattr(task.source, "_dataset_fn", None), *task.preprocessors]
+  else:
+    return None
+  for fn in candidates:
+    module = _callable_module(fn) if fn is not None else None
+    if module and not module.split(".")[0] in _LIBRARY_MODULES:
+      return None if module == "__main__" else module
+  return None
+
+
+def _registered_on_import(info: Any) -> bool:
+  """Registered by importing flax_xalign (the embedded tasks): nothing to record."""
+  module = _callable_module(getattr(info, "loader", None)) or ""
+  return module.split(".")[0] == "flax_xalign" or module.startswith(__package__ or "flax_xalign.tasks")
+
+
 def describe(name: str) -> Optional[List[Dict[str, Any]]]:
   """JSON-serialisable definitions that re-register `name` in a new process.
 
   Returns:
     The definitions of every user-defined task and mixture `name` needs,
     tasks first (`{"kind": "TextTask", "args": {...}}`; kinds TextTask,
-    TsvBitextTask, AlphaMixture, SyntheticTasks); `[]` when importing
-    flax_xalign.tasks registers everything (the embedded Bible tasks); None
-    when `name` is or contains a plain seqio task, which cannot be described.
+    TsvBitextTask, AlphaMixture, SyntheticTasks, ...); a task registered by
+    Python code (no spec) is described by the module whose import registers
+    it (`{"kind": "PythonModule", "args": {"module": "my_tasks"}}`); `[]`
+    when importing flax_xalign.tasks registers everything (the embedded
+    Bible tasks); None when some task's registering code is not known (a
+    script's `__main__`, or a plain seqio task whose callables are all
+    library functions).
 
   Raises:
     UserError: unknown name.
   """
-  if name not in _TASKS and name not in _MIXTURES:
-    get_provider(name)  # UserError if unknown.
-    return None
-  members = list(task_names(name)) + ([name] if name in _MIXTURES else [])
+  get_provider(name)  # UserError if unknown.
+  members = list(task_names(name)) + ([name] if name not in _TASKS else [])
   definitions = []
   for member in members:
     info = _TASKS.get(member) or _MIXTURES.get(member)
-    if info is None:
-      return None
-    if info.spec is not None:
+    if info is not None and info.spec is not None:
       # A spec built on other tasks (CodeSwitchedTask's source) describes them first.
       definitions.extend(d for d in getattr(info.spec, "required_definitions", list)() if d not in definitions)
       definition = _spec_definition(info.spec)
       if definition not in definitions:
         definitions.append(definition)
+      continue
+    if isinstance(info, TaskInfo) and _registered_on_import(info):
+      continue
+    module = _defining_module(member)
+    if module is None:
+      if member != name or member in _TASKS:
+        return None
+      # A mixture registered in Python: registered on import with its tasks when they all are (the
+      # embedded mixtures), else assumed to come from the module of its Python-registered tasks.
+      if not definitions or any(d["kind"] == "PythonModule" for d in definitions):
+        continue
+      return None
+    definition = {"kind": "PythonModule", "args": {"module": module}}
+    if definition not in definitions:
+      definitions.append(definition)
   return definitions
 
 

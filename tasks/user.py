@@ -28,6 +28,14 @@ In gin, build them with `@TextTask()` etc. and hand the list to `register_all`
   `flax_xalign.data.normalize.NORMALIZERS`: "" (none), "nfd_strip_marks"
   (drop diacritics, e.g. polytonic Greek), "nfkc", "lower". Align such a model
   with the same `--normalize`.
+* `max_line_chars` (default `registry.DEFAULT_MAX_LINE_CHARS`, 20,000): a
+  line (each side of a TSV pair) longer than this is cut to its first
+  `max_line_chars` characters before tokenising. A row keeps only its first
+  L - 2 tokens, and 20,000 characters hold more than 1,024 tokens, so the cut
+  loses nothing a row of up to 1,024 tokens would keep; it stops one huge
+  line (a whole book on one line) from costing minutes to tokenise. Cut lines
+  are counted and reported in one `warning:` line per task and split. None
+  never cuts.
 * `AlphaMixture`: samples its tasks with rates n ** alpha, n = the number of
   training examples of each task (a file task counts its non-empty lines; a
   plain seqio task, registered directly with seqio, reports
@@ -38,8 +46,9 @@ Paths are made absolute at registration (relative to the working directory),
 so `flax_xalign.tasks.describe` can hand the definitions to another process.
 
 Nothing is read at registration. Files are checked when a dataset is built:
-a missing file, a glob matching nothing, an empty corpus, bad UTF-8 or a
-malformed TSV row stop with a `UserError` naming the file and line.
+a missing file, a glob matching nothing, an empty corpus, a corpus none of
+whose lines yields a token (e.g. only control characters), bad UTF-8 or a
+malformed TSV row stop with a `UserError` naming the file (and line).
 """
 
 import dataclasses
@@ -89,7 +98,16 @@ def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
       raise errors.UserError(
           f"Task {task!r}, split {split!r}: {kind} {pattern} {what} (working "
           f"directory {os.getcwd()}); fix the path in its files= setting.")
+    folders = [m for m in matches if os.path.isdir(m)]
+    if folders and glob.escape(pattern) == pattern:
+      raise errors.UserError(
+          f"Task {task!r}, split {split!r}: {pattern} is a folder, not a file; give its files, e.g. "
+          f"{os.path.join(pattern, '*.txt')}, in the files= setting.")
     paths.extend(m for m in matches if os.path.isfile(m))
+    if not paths and folders:
+      raise errors.UserError(
+          f"Task {task!r}, split {split!r}: {pattern} matches only folders ({folders[0]}, ...); give a glob "
+          f"that matches files, e.g. {os.path.join(folders[0], '*.txt')}.")
   return paths
 
 
@@ -100,7 +118,8 @@ class FileLoader:
   files: Tuple[Tuple[str, Tuple[str, ...]], ...]
   tsv: bool
 
-  def _paths(self, split: str) -> List[str]:
+  def paths(self, split: str) -> List[str]:
+    """The split's files, globs expanded (UserError: no such split, or a path matches nothing)."""
     by_split = dict(self.files)
     if split not in by_split:
       raise errors.UserError(
@@ -109,9 +128,10 @@ class FileLoader:
     return _expand(self.task, split, by_split[split])
 
   def _empty_corpus(self, split: str, paths: Sequence[str]) -> errors.UserError:
+    what = f"{paths[0]} holds" if len(paths) == 1 else f"{', '.join(paths) or 'the files'} hold"
     return errors.UserError(
-        f"Task {self.task!r}, split {split!r}: {', '.join(paths) or 'files'} "
-        "hold no non-empty line; the corpus is empty.")
+        f"Task {self.task!r}, split {split!r}: {what} only blank lines, so the corpus is empty; "
+        "give it at least one line of text.")
 
   def num_examples(self, split: str) -> int:
     """Non-empty lines of the split's files, streamed (nothing held).
@@ -119,7 +139,7 @@ class FileLoader:
     Only what the count needs is checked (files exist, UTF-8, not empty);
     TSV columns are checked when the dataset is built.
     """
-    paths = self._paths(split)
+    paths = self.paths(split)
     count = sum(1 for path in paths for _, line in utf8_lines(path) if line.strip())
     if not count:
       raise self._empty_corpus(split, paths)
@@ -127,7 +147,7 @@ class FileLoader:
 
   def __call__(self, split: str) -> Dict[str, List[str]]:
     columns = {"text": [], "text_b": []} if self.tsv else {"text": []}
-    paths = self._paths(split)
+    paths = self.paths(split)
     for path in paths:
       for number, line in utf8_lines(path):
         if not line.strip():
@@ -175,13 +195,15 @@ class TextTask:
   """Monolingual text files, one sentence/document per line (MLM).
 
   `normalize` names the text normaliser applied before tokenising (see the
-  module docstring); "" keeps the text as it is.
+  module docstring); "" keeps the text as it is. `max_line_chars`: longer
+  lines are cut to their first `max_line_chars` characters (module docstring).
   """
   name: str
   files: Mapping[str, Globs]
   lang: str
   vocabulary_path: str
   normalize: str = ""
+  max_line_chars: Optional[int] = registry.DEFAULT_MAX_LINE_CHARS
 
   def register(self) -> "TextTask":
     """Registers the seqio task (idempotent); returns self."""
@@ -193,7 +215,8 @@ class TextTask:
         self.name, loader=FileLoader(self.name, files, tsv=False),
         vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang, splits=[split for split, _ in files],
-        definition=spec, spec=spec, normalize=spec.normalize)
+        definition=spec, spec=spec, normalize=spec.normalize,
+        max_line_chars=self.max_line_chars)
     return self
 
 
@@ -201,7 +224,8 @@ class TextTask:
 class TsvBitextTask:
   """Tab-separated bitext files, `side A<TAB>side B` per line (TLM).
 
-  `normalize` applies to both sides (see the module docstring).
+  `normalize` applies to both sides (see the module docstring), and so does
+  `max_line_chars` (each side is cut on its own).
   """
   name: str
   files: Mapping[str, Globs]
@@ -209,6 +233,7 @@ class TsvBitextTask:
   lang_b: str
   vocabulary_path: str
   normalize: str = ""
+  max_line_chars: Optional[int] = registry.DEFAULT_MAX_LINE_CHARS
 
   def register(self) -> "TsvBitextTask":
     """Registers the seqio task (idempotent); returns self."""
@@ -221,7 +246,7 @@ class TsvBitextTask:
         vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang_a, lang_b=self.lang_b,
         splits=[split for split, _ in files], definition=spec, spec=spec,
-        normalize=spec.normalize)
+        normalize=spec.normalize, max_line_chars=self.max_line_chars)
     return self
 
 

@@ -225,9 +225,9 @@ def load_run_vocabulary(directory: str, spec: "VocabularySpec") -> Any:
                     "from checkpoints/<step>/assets/.")
   if spec.kind == WORDPIECE:
     return _load_wordpiece(path, spec)
-  import seqio
+  from flax_xalign.data.vocab import TextVocabulary  # Special spellings in text stay text.
 
-  vocabulary = seqio.SentencePieceVocabulary(path, extra_ids=0)
+  vocabulary = TextVocabulary(path, extra_ids=0)
   if spec.factor == 1:
     return vocabulary
   from flax_xalign.tasks.synthetic import DoubledVocabulary

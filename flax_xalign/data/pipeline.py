@@ -61,6 +61,15 @@ def _check_arguments(provider, split: str,
     raise errors.UserError(
         f"{provider.name!r} has no split {split!r}; it has "
         f"{', '.join(sorted(provider.splits))}.")
+  if split == "train" and isinstance(provider, seqio.Mixture):
+    # seqio leaves a member without the split out of the mixture, so its data would never be trained on.
+    missing = [task for task in tasks_of(provider) if split not in task.splits]
+    if missing:
+      task = missing[0]
+      raise errors.UserError(
+          f"task {task.name!r} of mixture {provider.name!r} has no {split!r} split (it has "
+          f"{', '.join(sorted(task.splits)) or 'none'}), so it would never be trained on; add {split!r} to its "
+          "files= setting or leave it out of the mixture.")
   if batch_size < 1:
     raise errors.UserError(f"batch_size={batch_size} must be at least 1.")
   if not 0 <= shard_id < num_shards:

@@ -22,6 +22,15 @@ Nothing downstream assumes our layout: every module reads the ids with
 `SentencePieceVocabulary.pad_id` always answers 0, whatever the model says;
 use `special_tokens_of(vocabulary).pad`.
 
+Text is text: a literal `<mask>` (or `<s>`, `</s>`, `<pad>`, `<unk>`) in a
+sentence is tokenised like any other characters, never into the special id.
+SentencePiece matches USER_DEFINED pieces in the input, and `<mask>` is one
+(ours and XLM-R's), so `TextVocabulary` encodes with a copy of the model in
+which the special pieces are CONTROL symbols, which SentencePiece never reads
+from text. The ids, the pieces and the file (so the vocabulary's sha256 in
+run manifests) stay as they are. `load_vocabulary` and `LazyVocabulary` are
+`TextVocabulary`s.
+
 seqio's `SentencePieceVocabulary` with `extra_ids > 0` appends sentinels *and*
 still reports `vocab_size` without them; we never use extra ids, so
 `vocab_size` is exactly the piece count.
@@ -38,7 +47,6 @@ Command line (one sentence per line in each input file):
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
 """
 
-import argparse
 import dataclasses
 import io
 import json
@@ -52,11 +60,13 @@ from typing import (Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
 
 import seqio
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from flax_xalign import errors
 from flax_xalign.data import bible
 from flax_xalign.data import paths
 from flax_xalign.data import specials
+from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.fileio import write_atomically
 
 # The project's layout (flax_xalign.data.specials.PROJECT), used when training.
@@ -177,6 +187,69 @@ def check_special_ids(processor: spm.SentencePieceProcessor,
   return found
 
 
+def text_only_model(sp_model: bytes) -> bytes:
+  """The serialized model with the special pieces that SentencePiece would read from text made CONTROL.
+
+  A USER_DEFINED piece is matched wherever its spelling occurs in the input;
+  a CONTROL piece never is (its id is only ever given, as `<s>` and `</s>`
+  are). Only the five `SPECIAL_PIECES` are changed, so a user's own
+  user-defined symbols keep matching; ids, pieces and scores are unchanged.
+  Returns `sp_model` itself when no piece needs changing.
+  """
+  proto = sentencepiece_model_pb2.ModelProto.FromString(sp_model)
+  kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+  changed = False
+  for piece in proto.pieces:
+    if piece.piece in SPECIAL_PIECES and piece.type == kinds.USER_DEFINED:
+      piece.type = kinds.CONTROL
+      changed = True
+  return proto.SerializeToString() if changed else sp_model
+
+
+class TextVocabulary(seqio.SentencePieceVocabulary):
+  """A seqio SentencePiece vocabulary that reads special-token spellings in text as text.
+
+  `tokenizer` (the SentencePiece processor that callers encode batches with,
+  e.g. the aligner) and `encode` / `encode_tf` use `text_only_model(sp_model)`;
+  its ids and pieces are the model's. `sp_model` (so the manifest hash),
+  decoding (`<mask>` still decodes to "<mask>") and equality are seqio's, on
+  the model file as it is.
+  """
+
+  _text_context: Optional[Tuple[bytes, spm.SentencePieceProcessor]] = None
+
+  def _text_model(self) -> Tuple[bytes, spm.SentencePieceProcessor]:
+    if self._text_context is None:
+      model = self._model_context()
+      data = text_only_model(model.sp_model)
+      processor = (model.tokenizer if data is model.sp_model
+                   else spm.SentencePieceProcessor(model_proto=data))
+      self._text_context = (data, processor)
+    return self._text_context
+
+  @property
+  def tokenizer(self) -> spm.SentencePieceProcessor:
+    return self._text_model()[1]
+
+  def _encode(self, s: str) -> Sequence[int]:
+    return self.tokenizer.EncodeAsIds(s)
+
+  def _encode_tf(self, s):
+    import tensorflow_text as tf_text  # pylint: disable=g-import-not-at-top
+
+    return tf_text.SentencepieceTokenizer(model=self._text_model()[0]).tokenize(s)
+
+  def _decode(self, ids) -> str:
+    processor = self._model_context().tokenizer  # The file's own: CONTROL pieces decode to "".
+    size = processor.GetPieceSize()
+    return processor.DecodeIds([processor.unk_id() if i >= size else int(i) for i in ids])
+
+  def __getstate__(self):
+    state = super().__getstate__()
+    state.pop("_text_context", None)
+    return state
+
+
 def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   """Loads a SentencePiece model as a seqio vocabulary, checking special ids.
 
@@ -187,8 +260,8 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
       `specials.special_tokens_of(vocabulary)`.
 
   Returns:
-    A `seqio.SentencePieceVocabulary` with no extra ids, so its `vocab_size`
-    equals the number of pieces.
+    A `TextVocabulary` (a `seqio.SentencePieceVocabulary`) with no extra ids,
+    so its `vocab_size` equals the number of pieces.
 
   Raises:
     UserError: the file is missing, unreadable or lacks a special token.
@@ -199,7 +272,7 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
         f"SentencePiece model {path} does not exist; train one with `python -m "
         "flax_xalign.data.vocab --input=FILE --vocab_size=N "
         "--output=PREFIX` or fix the path.")
-  vocabulary = seqio.SentencePieceVocabulary(path, extra_ids=0)
+  vocabulary = TextVocabulary(path, extra_ids=0)
   try:
     processor = vocabulary.tokenizer
   except Exception as e:  # SentencePiece raises several types on bad bytes.
@@ -210,7 +283,7 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   return vocabulary
 
 
-class LazyVocabulary(seqio.SentencePieceVocabulary):
+class LazyVocabulary(TextVocabulary):
   """A SentencePiece vocabulary whose model file is found (or built) on use.
 
   Registering a seqio task needs a vocabulary object, but training the Bible
@@ -274,7 +347,7 @@ def _read_lines(files: Sequence[str]) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Command-line entry point; returns the exit status."""
-  parser = argparse.ArgumentParser(
+  parser = ArgumentParser(
       prog="python -m flax_xalign.data.vocab",
       description="Train a SentencePiece model with flax_xalign's special ids.")
   parser.add_argument("--input", action="append", required=True,
@@ -295,8 +368,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         character_coverage=args.character_coverage, seed=args.seed,
         input_sentence_size=args.input_sentence_size)
   except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return report(e)
   print(f"wrote {path}")
   return 0
 

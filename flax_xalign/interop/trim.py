@@ -22,7 +22,6 @@ are refused: removing a piece can break a merge chain.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 _SPLITS = ("train", "validation", "test")
 
@@ -137,9 +136,9 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
     UserError: not a SentencePiece vocabulary, a BPE model, a plain seqio
       task, or (a bug) a corpus sentence that segments differently after trimming.
   """
-  import seqio
   import sentencepiece as spm
 
+  from flax_xalign.data.vocab import TextVocabulary
   from flax_xalign.evaluation.mlm_eval import load_model, register_run_tasks, run_vocabulary
   from flax_xalign.interop.model_dir import NOTICE_FILE, write_model_dir
   from flax_xalign.models.encoder import with_vocab_rows
@@ -169,7 +168,7 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
     notice = open(notice_path, encoding="utf-8").read() if os.path.exists(notice_path) else None
     params = with_vocab_rows(trim_params(params, keep, run.model.vocab_size), config.padded_vocab_size)
     write_model_dir(output, config=config, params=params,
-                    vocabulary=seqio.SentencePieceVocabulary(path, extra_ids=0), languages=run.languages,
+                    vocabulary=TextVocabulary(path, extra_ids=0), languages=run.languages,
                     language_pairs=run.language_pairs, notice=notice,
                     origin={"trimmed_from": os.path.abspath(checkpoint), "step": int(step), "task": task,
                             "splits": list(splits), "normalizers": list(normalizers),
@@ -212,7 +211,7 @@ def import_maybe_trimmed(import_into: Callable[[str], Any], output: str, *, trim
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.trim", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="python -m flax_xalign.interop.trim", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", required=True, help="MODEL_DIR to trim (an import or a training run)")
   parser.add_argument("--task", required=True, help="registered task or mixture whose text decides what stays")
   parser.add_argument("--output", required=True, help="new MODEL_DIR")

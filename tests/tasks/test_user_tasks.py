@@ -269,3 +269,117 @@ def test_normalize_strips_marks_before_tokenising(tmp_path, model):
   with pytest.raises(errors.UserError, match="different definition"):
     user.TextTask(name="u_norm_en", files={"train": text}, lang="en",
                   vocabulary_path=model, normalize="lower").register()
+
+
+# --- Issue 14: token-less corpora, long lines, literal special tokens ---------
+
+
+@pytest.mark.parametrize("kind,content,normalize", [
+    ("text", "\x01\x02\n\x03\n\x7f\x01\n", ""),
+    ("tsv", "\x01\t\x02\n\x03\x04\t\x05\n", ""),
+    ("text", "\u0301\u0308\n\u0300\n", "nfd_strip_marks"),  # Nothing is left once the marks go.
+])
+def test_a_corpus_without_a_single_token_is_refused_when_built(tmp_path, model, kind, content, normalize):
+  # Before: get_dataset succeeded and the first next() searched forever (the converter filters
+  # token-less examples after repeat()).
+  name = f"u_tokenless_{kind}_{len(content)}"
+  if kind == "tsv":
+    path = _write(tmp_path, "pairs.tsv", content)
+    user.TsvBitextTask(name=name, files={"train": path}, lang_a="de", lang_b="en",
+                       vocabulary_path=model, normalize=normalize).register()
+  else:
+    path = _write(tmp_path, "lines.txt", content)
+    user.TextTask(name=name, files={"train": path}, lang="en", vocabulary_path=model,
+                  normalize=normalize).register()
+  with pytest.raises(errors.UserError) as info:
+    _build(name)
+  message = str(info.value)
+  assert f"Task {name!r}, split 'train'" in message and path in message
+  assert "yields a single token" in message
+
+
+def test_one_line_with_a_token_is_enough(tmp_path, model):
+  path = _write(tmp_path, "mostly_control.txt", "\x01\x02\n" * 50 + "hello\n")
+  user.TextTask(name="u_one_token_line", files={"train": path}, lang="en",
+                vocabulary_path=model).register()
+  ds, _ = _build("u_one_token_line")
+  assert next(iter(ds))["tokens"].shape == (2, 13)
+
+
+def test_long_lines_are_cut_counted_and_reported_once(tmp_path, model, capsys):
+  import sentencepiece as spm
+
+  processor = spm.SentencePieceProcessor(model_file=model)  # The reference: SentencePiece itself.
+  long_a = " ".join(["river stone blue"] * 10)  # 169 characters.
+  long_b = "green " * 20  # 120 characters.
+  text = _write(tmp_path, "long.txt", f"short one\n{long_a}\n{long_b}\n")
+  tsv = _write(tmp_path, "long.tsv", f"a b\t{long_b}\n{long_a}\tc d\n")
+  user.TextTask(name="u_long_text", files={"train": text}, lang="en", vocabulary_path=model,
+                max_line_chars=30).register()
+  user.TsvBitextTask(name="u_long_tsv", files={"train": tsv}, lang_a="de", lang_b="en",
+                     vocabulary_path=model, max_line_chars=30).register()
+  got = [ex["tokens"].tolist() for ex in _task_examples("u_long_text")]
+  assert got == [processor.encode(line[:30]) for line in ("short one", long_a, long_b.strip())]
+  pairs = [(ex["tokens"].tolist(), ex["tokens_b"].tolist()) for ex in _task_examples("u_long_tsv")]
+  assert pairs == [(processor.encode("a b"), processor.encode(long_b.strip()[:30])),
+                   (processor.encode(long_a[:30]), processor.encode("c d"))]
+  _task_examples("u_long_text")  # Built again: no second warning.
+  warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning: ")]
+  assert len(warnings) == 2, warnings
+  assert "task 'u_long_text', split 'train': 2 line(s)" in warnings[0] and text in warnings[0]
+  assert "longer than 30 characters" in warnings[0] and "max_line_chars" in warnings[0]
+  assert "task 'u_long_tsv', split 'train': 2 line(s)" in warnings[1]
+
+
+def test_the_default_line_bound_keeps_ordinary_lines_and_rows_whole(tmp_path, model, capsys):
+  from flax_xalign.tasks import registry
+
+  assert user.TextTask.max_line_chars == registry.DEFAULT_MAX_LINE_CHARS == 20_000
+  line = "the old tree " * 2000  # 26,000 characters: cut, but far more than any row keeps.
+  path = _write(tmp_path, "book.txt", line + "\nhello\n")
+  user.TextTask(name="u_book", files={"train": path}, lang="en", vocabulary_path=model).register()
+  ex = _task_examples("u_book")[0]
+  assert len(ex["tokens"]) < len(__import__("sentencepiece").SentencePieceProcessor(
+      model_file=model).encode(line.strip()))
+  assert "longer than 20000 characters" in capsys.readouterr().err
+  user.TextTask(name="u_book_whole", files={"train": path}, lang="en", vocabulary_path=model,
+                max_line_chars=None).register()
+  assert "warning" not in capsys.readouterr().err
+  with pytest.raises(errors.UserError, match="max_line_chars=0 must be a positive number"):
+    user.TextTask(name="u_book_zero", files={"train": path}, lang="en", vocabulary_path=model,
+                  max_line_chars=0).register()
+
+
+def test_literal_special_tokens_in_text_are_text(tmp_path):
+  import sentencepiece as spm
+
+  from flax_xalign.assets import vocabulary as vocabulary_asset
+  from flax_xalign.data import vocab as vocab_lib
+  from flax_xalign.data.specials import special_tokens_of
+  from tests.conftest import tiny_sentences
+  from tests.data.test_foreign_vocabulary import rebuild_as_xlmr
+
+  # A corpus with the characters of the special spellings, so that spelling them needs no <unk>.
+  corpus = tiny_sentences("en", 200, 5) + ["x < y and y > z / mask pad unk s"] * 20
+  ours = vocab_lib.train_sentencepiece(corpus, vocab_size=61, model_path=tmp_path / "ours.model")
+  xlmr = tmp_path / "xlmr.model"
+  xlmr.write_bytes(rebuild_as_xlmr(ours.read_bytes()))
+  line = "a <mask> b <s> c </s> <pad> <unk>"
+  path = _write(tmp_path, "specials.txt", line + "\n")
+  for tag, model_path in (("ours", ours), ("xlmr", xlmr)):
+    processor = spm.SentencePieceProcessor(model_file=str(model_path))
+    assert processor.piece_to_id("<mask>") in processor.encode(line)  # SentencePiece's own reading.
+    vocabulary = vocab_lib.load_vocabulary(model_path)
+    specials = special_tokens_of(vocabulary)
+    user.TextTask(name=f"u_literal_{tag}", files={"train": path}, lang="en",
+                  vocabulary_path=str(model_path)).register()
+    (ex,) = _task_examples(f"u_literal_{tag}")
+    batch_encoded = vocabulary.tokenizer.encode([line])[0]  # How the aligner and featurizer encode.
+    for ids in (ex["tokens"].tolist(), vocabulary.encode(line), batch_encoded):
+      assert all(specials.is_regular(i) for i in ids), (tag, ids)
+      assert processor.decode(ids) == line
+    # The file, so the vocabulary's manifest hash, is untouched.
+    assert vocabulary_asset.spec_of(vocabulary).sha256 == __import__("hashlib").sha256(
+        model_path.read_bytes()).hexdigest()
+    assert vocabulary.tokenizer.piece_to_id("<mask>") == specials.mask
+    assert vocabulary.decode([specials.mask]) == processor.decode([specials.mask]) == "<mask>"
