@@ -84,8 +84,13 @@ class RunSpec:
     language_pairs: (side a, side b) of each bitext task of the mixture.
     task_feature_lengths: {"tokens": row length}.
     task_definitions: how to re-register user-defined tasks in a fresh
-      process (`flax_xalign.tasks.register_described`); () for embedded
-      tasks, None when the task cannot be described (a plain seqio task).
+      process (`flax_xalign.tasks.register_described`): TextTask /
+      TsvBitextTask / AlphaMixture / ... arguments (absolute file and
+      vocabulary paths, normalizer), or {"kind": "PythonModule"} naming the
+      module whose import registers tasks defined in Python; () for embedded
+      tasks and manifests written before they were recorded; None when the
+      registering code is unknown (a script's __main__). Evaluation registers
+      them itself (`flax_xalign.evaluation.run_tasks`).
     vocabulary: the vocabulary asset's record.
     model: the resolved encoder config (vocabulary size filled in).
     objectives: trained objective -> weight.

@@ -50,3 +50,11 @@ def test_old_or_newer_manifests_are_one_clear_error():
   data["version"] = run_spec.VERSION + 1
   with pytest.raises(UserError, match="manifest version"):
     run_spec.RunSpec.from_json(data)
+
+
+def test_manifest_written_before_task_definitions_still_loads():
+  data = _spec().to_json()
+  del data["task_definitions"]
+  assert run_spec.RunSpec.from_json(data).task_definitions == ()
+  recorded = _spec(task_definitions=({"kind": "PythonModule", "args": {"module": "my_tasks"}},))
+  assert run_spec.RunSpec.from_json(recorded.to_json()) == recorded

@@ -5,14 +5,16 @@ a sample of the training stream): an MLM that beats it has learned context, not
 just frequencies. Masking uses fixed RNGs, so two evaluations of one checkpoint
 agree exactly. Everything needed (model size, task, languages) is read from the
 run manifest the checkpoint holds (`RunSpec`), so `evaluate(model_dir=...)` is
-enough from a notebook.
+enough from a notebook. A run trained on the user's own files re-registers
+its tasks from the manifest (`run_tasks.register_run_tasks`); `relocate`
+points it at data that moved since training.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -51,12 +53,26 @@ def load_model(model_dir: str, *, num_partitions: int = 1, step: int | None = No
   return model, params, run, step
 
 
-def register_run_tasks(run: RunSpec) -> None:
-  """Re-registers the user-defined tasks (user files, synthetic languages) a run was trained on."""
-  from flax_xalign import tasks
+def register_run_tasks(run: RunSpec, *, model_dir: str | None = None, step: int | None = None,
+                       **options: Any) -> None:
+  """Re-registers the user-defined tasks (user files, synthetic languages) a run was trained on.
 
-  if run.task_definitions:
-    tasks.registry.register_described(run.task_definitions)
+  A no-op when the run's task is registered already (and nothing else is
+  asked for); `options` are `run_tasks.register_run_tasks`'s (relocate,
+  splits, import_modules, user_tasks).
+  """
+  from flax_xalign import tasks
+  from flax_xalign.evaluation import run_tasks
+
+  if not (options.get("import_modules") or options.get("user_tasks")):
+    if not run.task:
+      return  # An imported model: trained on no task of ours.
+    try:
+      tasks.get_provider(run.task)
+      return
+    except UserError:
+      pass
+  run_tasks.register_run_tasks(run, model_dir=model_dir, step=step, **options)
 
 
 def run_vocabulary(model_dir: str, run: RunSpec) -> Any:
@@ -70,7 +86,7 @@ def load_assets(model_dir: str, run: RunSpec, step: int, names: tuple[str, ...])
   """Host values of assets `names` as saved at checkpoint `step` (checked against its fingerprints)."""
   from flax_xalign.assets import registry
 
-  register_run_tasks(run)
+  register_run_tasks(run, model_dir=model_dir, step=step)
   _, _, fingerprints = checkpoints_lib.read_run_spec(model_dir, step=step)
   assets = {name: registry.create(name, run) for name in names}
   return checkpoints_lib.load_step_assets(model_dir, step, assets, fingerprints)
@@ -101,6 +117,14 @@ def unigram_counts(batches, num_languages: int, vocab_size: int, *, first_regula
   return counts
 
 
+def _readable_model_dir(model_dir: Any) -> str:
+  """MODEL_DIR as an absolute path (`~` expanded), for a run only read; UserError for an empty or non-text name."""
+  if not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir).strip():
+    raise UserError(f"MODEL_DIR={model_dir!r} is not a folder name; give the run to evaluate, e.g. "
+                    "--gin.MODEL_DIR=\\\"runs/demo\\\".")
+  return os.path.abspath(os.path.expanduser(os.fspath(model_dir)))
+
+
 def evaluate(
     *,
     model_dir: str,
@@ -112,6 +136,9 @@ def evaluate(
     seed: int = 0,
     num_partitions: int = 1,
     output: str | None = "eval.json",
+    relocate: Mapping[str, str] | None = None,
+    import_modules: Sequence[str] = (),
+    user_tasks: Sequence[Any] = (),
 ) -> dict[str, Any]:
   """Masked-token accuracy per language on `split`, written to MODEL_DIR/eval.json.
 
@@ -125,11 +152,27 @@ def evaluate(
     seed: masking seed (fixed: evaluations are repeatable).
     num_partitions: 'model' mesh axis size.
     output: file name inside model_dir (None: do not write).
+    relocate: recorded data folder -> its new place, for a run trained on
+      files that have moved since (the run manifest records absolute paths),
+      e.g. {"/old/data": "/new/data"}.
+    import_modules: modules to import first, for tasks registered in Python
+      that the run manifest could not record (a script's __main__).
+    user_tasks: TextTask / TsvBitextTask / AlphaMixture specs to register
+      first (e.g. to evaluate on another task).
   """
+  from flax_xalign.training import validate
   from flax_xalign.training.data import resolve_task
+  from flax_xalign.training.model_dir import check_model_dir
 
+  model_dir = check_model_dir(model_dir) if output else _readable_model_dir(model_dir)
+  for value, setting, least, example in ((batch_size, "evaluate.batch_size", 1, 32),
+                                         (max_batches, "evaluate.max_batches", 0, 0),
+                                         (baseline_batches, "evaluate.baseline_batches", 1, 100),
+                                         (num_partitions, "evaluate.num_partitions", 1, 1)):
+    validate.check_integer(value, setting, least=least, example=example)
   model, params, run, step = load_model(model_dir, num_partitions=num_partitions)
-  register_run_tasks(run)
+  register_run_tasks(run, model_dir=model_dir, step=step, relocate=relocate, splits=("train", split),
+                     import_modules=import_modules, user_tasks=user_tasks)
   name = mixture_or_task_name or run.task
   lengths = dict(run.task_feature_lengths)
   languages = list(run.languages)
@@ -137,6 +180,13 @@ def evaluate(
   if list(data.languages) != languages:
     raise UserError(f"{name!r} has languages {list(data.languages)} but {model_dir} was trained on "
                     f"{languages}; evaluate on a task with the run's languages.")
+  if data.vocabulary_spec.sha256 != run.vocabulary.sha256:
+    fix = ("its vocabulary file changed since training: restore it, or move it aside so that eval uses the "
+           f"run's own copy ({os.path.join(model_dir, run.vocabulary.file)})" if name == run.task else
+           "evaluate on a task with the run's vocabulary")
+    raise UserError(f"{name!r} tokenises with another vocabulary than {model_dir} was trained with (sha256 "
+                    f"{data.vocabulary_spec.sha256[:12]} vs {run.vocabulary.sha256[:12]} in its run "
+                    f"manifest); {fix}.")
   vocab = data.vocabulary
 
   layout = {"pair_layout": run.pair_layout, "both_directions": run.bitext_both_directions}

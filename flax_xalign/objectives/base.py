@@ -163,6 +163,33 @@ class ObjectiveBase:
     return config
 
 
+def require_bitext(objective: str, run: "RunSpec", *, what: str) -> None:
+  """UserError when `run`'s data has no translation pairs, which `objective` (`what` it does) needs.
+
+  Without pairs such a term sees no slot and logs 0.0 for the whole run. A
+  plain seqio task (registered directly with seqio) may carry pairs the
+  registry cannot see, so a run with one is let through.
+  """
+  if run.language_pairs or not _sides_known(run.task):
+    return
+  others = {k: v for k, v in run.objectives.items() if k != objective}
+  drop = f"train.objectives = {others}" if others else "another objective"
+  raise UserError(
+      f"the {objective!r} objective {what}, but {run.task!r} has no bitext (translation-pair) task, so it "
+      f"would log {objective} 0.0 for the whole run. Add a bitext task (a TsvBitextTask in an AlphaMixture "
+      f"with your data), or drop the objective ({drop}).")
+
+
+def _sides_known(task: str) -> bool:
+  """True when every task of `task` is registered through flax_xalign (their pair sides are known)."""
+  from flax_xalign import tasks
+
+  try:
+    return all(tasks.registry.text_loader(name) is not None for name in tasks.task_names(task))
+  except UserError:
+    return False
+
+
 def requires_of(objective: Any) -> tuple[str, ...]:
   return tuple(getattr(objective, "requires", ()))
 

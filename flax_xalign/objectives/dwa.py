@@ -44,7 +44,7 @@ from flax_xalign.data.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, register
+from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, register, require_bitext
 
 if TYPE_CHECKING:
   from flax_xalign.run_spec import RunSpec
@@ -201,9 +201,7 @@ class DenoisingWordAlignment(ObjectiveBase):
   config: DwaConfig = DwaConfig()
 
   def check(self, run: "RunSpec") -> None:
-    if not run.language_pairs:
-      raise UserError(f"the 'dwa' objective aligns translation pairs, but {run.task!r} has no bitext task; "
-                      "train it on a mixture with a TSV/bitext task (e.g. bible_grc_en_mlm_tlm).")
+    require_bitext("dwa", run, what="aligns the words of translation pairs")
 
   def adapt_encoder(self, config: EncoderConfig) -> EncoderConfig:
     """The pointer network's query/key projections live on the encoder."""

@@ -9,12 +9,16 @@ language. Logging them as two terms shows how much each data stream learns.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from flax_xalign.objectives.base import LossTerm, ObjectiveBase, StepContext, register
+from flax_xalign.objectives.base import LossTerm, ObjectiveBase, StepContext, register, require_bitext
+
+if TYPE_CHECKING:
+  from flax_xalign.run_spec import RunSpec
 
 
 def masked_cross_entropy(
@@ -46,6 +50,10 @@ class MaskedLMObjective(ObjectiveBase):
 
   bitext: bool = False
   needs_all_hidden: bool = False
+
+  def check(self, run: "RunSpec") -> None:
+    if self.bitext:
+      require_bitext("tlm", run, what="predicts masked tokens inside translation pairs")
 
   def __call__(self, ctx: StepContext) -> LossTerm:
     side = ctx.at_predictions("pair_side")

@@ -165,8 +165,10 @@ def test_alpha_rate_asks_a_plain_task_for_its_size(plain):
   rates = {t.name: mixture.get_rate(t) for t in mixture.tasks}
   assert rates == pytest.approx({"plain_en_sized": SIZED_TRAIN ** 0.5,
                                  "plain_en": 11 ** 0.5})
-  assert tasks.describe("plain_alpha_sized") is None  # Plain members.
-  assert tasks.describe("plain_en") is None
+  # Plain members registered by this module: the module whose import registers them again.
+  module = {"kind": "PythonModule", "args": {"module": __name__}}
+  assert tasks.describe("plain_en") == [module]
+  assert tasks.describe("plain_alpha_sized")[0] == module
 
 
 def test_plain_tasks_with_our_features_mix_with_ours(plain, tiny_corpus):
@@ -269,6 +271,6 @@ def test_pretrain_on_a_plain_seqio_task_with_languages_given(tmp_path, tiny_corp
   result = pretrain(model_dir=str(tmp_path / "run"), languages=["en"], **kwargs)
   assert result.last_step == 2
   _, run, _ = read_run_spec(str(tmp_path / "run"))
-  assert run.languages == ("en",) and run.task_definitions is None and run.language_pairs == ()
+  assert run.languages == ("en",) and run.task_definitions == ({"kind": "PythonModule", "args": {"module": __name__}},) and run.language_pairs == ()
   rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
   assert [r["step"] for r in rows] == [1, 2] and all(r["mlm"] > 0 for r in rows)

@@ -91,7 +91,8 @@ def test_warm_start_from_other_vocabulary_is_refused(tmp_path, tiny_corpus, cold
                 lang="en", vocabulary_path=str(other)).register()
   target = tmp_path / "never_written"
   with pytest.raises(UserError, match="different vocabulary"):
-    _run(target, encoder, steps=2, task="tiny_en_warm_other_vocab", init_from_checkpoint=str(model_dir))
+    _run(target, encoder, steps=2, task="tiny_en_warm_other_vocab", init_from_checkpoint=str(model_dir),
+         objectives={"mlm": 1.0})
   assert not target.exists()
 
 
