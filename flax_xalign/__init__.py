@@ -26,3 +26,127 @@ def _quiet_libtpu_off_tpu() -> None:
 
 
 _quiet_libtpu_off_tpu()
+
+
+# Lines TensorFlow prints while it loads and looks for devices, none of them about this run: absl's
+# pre-initialisation banner, INFO/WARNING records (`I0000 00:00:17... port.cc:153] oneDNN ...`,
+# `cudart_stub.cc] Could not find cuda drivers`), the CPU-feature note, and on a machine without a GPU
+# `E... failed call to cuInit` and the duplicate CUDA-factory registrations.
+_TF_START_NOISE = (
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called",
+    r"[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] ",
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] ",
+    r"To enable the following instructions:",
+    r"(E\d{4} |\d{4}-\d\d-\d\d .*: E ).*(cuInit|Unable to register cu\w+ factory)",
+)
+
+
+def _quiet_tensorflow() -> None:
+  """Keeps TensorFlow, which only feeds data here, quiet and off the accelerators.
+
+  On a CPU machine a `train` run used to print seven TF/CUDA lines before its
+  first own line, one of them `E... failed call to cuInit: INTERNAL: CUDA
+  error`. TF 2.21 prints its start lines before its log level is read, so the
+  level (`TF_CPP_MIN_LOG_LEVEL`, default here 2: errors only) is not enough:
+  the first `import tensorflow`, whoever does it (seqio, clu, tensorflow_text),
+  runs with stderr going to a temporary file, and only lines that are not
+  start noise are passed on. Right after the import, before TF creates a
+  device, its GPUs are hidden from it (`tf.config.set_visible_devices([],
+  "GPU")`), so it never allocates accelerator memory; JAX is not affected
+  (CUDA_VISIBLE_DEVICES would hide them from JAX too). Importing flax_xalign
+  does not import TF. `TF_CPP_MIN_LOG_LEVEL=0` turns all of this off, to
+  debug TF itself.
+  """
+  import os
+  import sys
+
+  if os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2") == "0":
+    return
+  if "tensorflow" in sys.modules:
+    _hide_accelerators_from_tf(sys.modules["tensorflow"])
+    return
+  sys.meta_path.insert(0, _QuietTensorFlowFinder())
+
+
+class _QuietTensorFlowFinder:
+  """An import hook: wraps the real loader's `exec_module` for the first `import tensorflow`.
+
+  It stays in `sys.meta_path` until TF is executed (a bare `find_spec` that
+  never imports must not use it up), then removes itself.
+  """
+
+  _finding = False
+
+  def find_spec(self, fullname, path=None, target=None):
+    import importlib.util
+    import sys
+
+    if fullname != "tensorflow" or self._finding:
+      return None
+    self._finding = True
+    try:
+      spec = importlib.util.find_spec(fullname)
+    finally:
+      self._finding = False
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+      return spec
+    loader = spec.loader
+    exec_module = loader.exec_module
+
+    def quiet_exec_module(module):
+      if self in sys.meta_path:
+        sys.meta_path.remove(self)
+      with _tf_start_noise_dropped():
+        try:
+          exec_module(module)
+        finally:
+          loader.__dict__.pop("exec_module", None)
+        _hide_accelerators_from_tf(module)
+
+    loader.exec_module = quiet_exec_module
+    return spec
+
+
+def _hide_accelerators_from_tf(tf) -> None:
+  try:
+    tf.config.set_visible_devices([], "GPU")
+  except (RuntimeError, ValueError, AttributeError):  # TF already made its devices: too late.
+    pass
+
+
+class _tf_start_noise_dropped:
+  """Sends fd 2 to a temporary file for the block, then writes on what is not TF start noise."""
+
+  def __enter__(self):
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    self._file = tempfile.TemporaryFile()
+    self._saved = os.dup(2)
+    os.dup2(self._file.fileno(), 2)
+    return self
+
+  def __exit__(self, *exc):
+    import os
+    import re
+    import sys
+
+    try:
+      sys.stderr.flush()
+    finally:
+      os.dup2(self._saved, 2)
+      os.close(self._saved)
+    self._file.seek(0)
+    text = self._file.read().decode("utf-8", errors="replace")
+    self._file.close()
+    noise = re.compile("|".join(f"(?:{p})" for p in _TF_START_NOISE))
+    kept = "".join(line for line in text.splitlines(keepends=True) if not noise.match(line))
+    if kept:
+      sys.stderr.write(kept)
+      sys.stderr.flush()
+    return False
+
+
+_quiet_tensorflow()

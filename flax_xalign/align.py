@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 _FORMAT = "one pair per line: source words<TAB>target words (exactly one tab, both sides non-empty)"
 
@@ -51,8 +51,13 @@ def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
       lines = f.read().splitlines()
   except UnicodeDecodeError as e:
     raise UserError(f"--input {path} is not UTF-8 ({e}).") from e
+  while lines and not lines[-1].strip():
+    lines.pop()  # Trailing blank lines carry no pair (the trainer skips them too).
   pairs = []
   for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      raise UserError(f"{path}:{number}: blank line; output line k aligns input line k, so every line before "
+                      f"the last must hold a pair ({_FORMAT}): remove the blank line.")
     fields = line.split("\t")
     if len(fields) != 2 or not fields[0].split() or not fields[1].split():
       raise UserError(f"{path}:{number}: malformed line {line[:60]!r}; expected {_FORMAT}.")
@@ -93,7 +98,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.specials import PAIR_LAYOUTS
   from flax_xalign.evaluation import aer, word_align
 
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", required=True, help="MODEL_DIR written by python -m flax_xalign.train")
   parser.add_argument("--input", default=None, help="TSV file: source<TAB>target per line")
   parser.add_argument("--bible_gold", default=None, choices=("train", "validation", "test"),

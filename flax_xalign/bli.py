@@ -53,7 +53,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 DEFAULT_MAX_SENTENCES = 5000
 TOKEN_MAP_GOLD = "token_map"
@@ -63,7 +63,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data import normalize
   from flax_xalign.evaluation import bli, isomorphism
 
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.bli", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="python -m flax_xalign.bli", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", "--model_dir", dest="checkpoint", required=True,
                       help="MODEL_DIR with a checkpoint")
   parser.add_argument("--src", required=True, help="source language code (one of the run's languages)")

@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Any, Sequence
 
-from flax_xalign.errors import UserError
+from flax_xalign.errors import UserError, report
 
 XLMR_VOCABULARY_FILE = "xlmr_250002.model"
 # pretrain() arguments that only a training run reads.
@@ -220,8 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     record = check(argv)
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return report(e)
   print(json.dumps(record), flush=True)
   return 1 if not record["fits"] and any(a.startswith("--require_fit") for a in argv) else 0
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.cooc", description=__doc__.split("\n")[0])
+  parser = ArgumentParser(prog="python -m flax_xalign.cooc", description=__doc__.split("\n")[0])
   parser.add_argument("--task", help="a registered seqio task or mixture to count")
   parser.add_argument("--text", action="append", default=[], metavar="FILE:LANG",
                       help="a text file (one sentence per line) and its language code; repeatable")

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Sequence
 
 from flax_xalign.data import debian, paths
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 ROOT_ENV = "FLAX_XALIGN_DEBIAN_ROOT"
 
@@ -53,7 +53,7 @@ def default_output() -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.debian_data", description=__doc__.split("\n")[0])
+  parser = ArgumentParser(prog="python -m flax_xalign.debian_data", description=__doc__.split("\n")[0])
   parser.add_argument("--output", default=None, help="output folder (default <data dir>/debian)")
   parser.add_argument("--root", default=os.environ.get(ROOT_ENV, "/"),
                       help=f"where the packages are installed or unpacked (default ${ROOT_ENV} or /)")

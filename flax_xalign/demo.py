@@ -26,13 +26,14 @@ takes ~5 s, so the default budget is small; see the README for measured numbers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
 from typing import Sequence
+
+from flax_xalign.errors import ArgumentParser
 
 METHODS = ("argmax", "itermax", "sinkhorn")
 
@@ -150,7 +151,7 @@ def e5_demo(model_dir: str, align_steps: int | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default="runs/demo")
   parser.add_argument("--start", default="scratch", choices=("scratch", "e5"),
                       help="scratch: pretrain a tiny encoder, then XLM-Align it (default); e5: continue the "

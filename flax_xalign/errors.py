@@ -1,18 +1,59 @@
-"""The one exception type for bad user input.
+"""The one exception type for bad user input, and how entry points report it.
 
-Entry points catch `UserError`, print its message (which names the problem and
-the fix) and exit with status 2, without a traceback. Library code raises it
-for anything a user can fix: missing files, malformed rows, unknown names,
-mismatched checkpoints.
+Entry points catch `UserError`, print `error: <message>` (which names the
+problem and the fix) and exit with status 2, without a traceback. Library code
+raises it for anything a user can fix: missing files, malformed rows, unknown
+names, mismatched checkpoints.
+
+A UserError can reach an entry point wrapped by what it passed through: gin
+0.5 re-raises an exception from inside a configurable as a proxy whose text
+ends in `In call to configurable 'train' (<function pretrain at 0x...>)`, and
+TF's autograph re-raises one from a traced dataset function with its own
+20-line "in user code:" stack as the message. `user_message` digs out the
+original, so the user sees one line.
 """
 
 
+import argparse
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 
 class UserError(Exception):
   """Bad input that the user can fix; the message says what and how."""
+
+
+def _is_gin_proxy(e: BaseException) -> bool:
+  """gin.utils.augment_exception_message_and_reraise's proxy (its `__str__` is defined in gin.utils)."""
+  return getattr(type(e).__dict__.get("__str__"), "__module__", None) == "gin.utils"
+
+
+def original(e: BaseException) -> BaseException:
+  """`e` without gin's proxies and TF autograph's re-raise around it.
+
+  Both raise their wrapper inside the `except` block that caught the
+  original, so the original is the wrapper's `__context__`.
+  """
+  while True:
+    inner = e.__context__
+    if inner is None:
+      return e
+    if _is_gin_proxy(e) or (hasattr(e, "ag_error_metadata") and isinstance(inner, type(e))):
+      e = inner
+    else:
+      return e
+
+
+def user_message(e: BaseException) -> str:
+  """The message of a UserError as raised, free of what gin and autograph add."""
+  return str(original(e)).strip()
+
+
+def report(e: BaseException) -> int:
+  """Prints `error: <message>` on stderr; returns the exit status for bad input, 2."""
+  print(f"error: {user_message(e)}", file=sys.stderr, flush=True)
+  return 2
 
 
 def run_command(work: Callable[[], Any]) -> int:
@@ -20,6 +61,20 @@ def run_command(work: Callable[[], Any]) -> int:
   try:
     work()
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return report(e)
   return 0
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse with our error form: one `error: ...` line naming the flag and `--help`, exit status 2.
+
+  (argparse's own form is a usage block and a `prog: error:` line.)
+  """
+
+  def error(self, message: str) -> NoReturn:
+    print(f"error: {message}; see {self.prog} --help.", file=sys.stderr)
+    sys.exit(2)
+
+
+class SettingError(UserError, ValueError):
+  """A configuration value out of its allowed range (a UserError for entry points, a ValueError for callers)."""

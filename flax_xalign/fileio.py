@@ -3,39 +3,79 @@
 Everything that writes into a MODEL_DIR or a cache (vocabularies, manifests,
 dictionaries, alignment files, experiment results) goes through
 `write_atomically`: a temporary file in the destination folder, then a rename.
+A full disk or file-size limit (ENOSPC, EDQUOT, EFBIG) becomes one UserError
+and leaves no temporary file behind.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
 
 from flax_xalign.errors import UserError
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_space_error(e: OSError, path: str | os.PathLike) -> UserError | None:
+  """The UserError for a write that failed for want of space (disk full, quota, file-size limit), else None."""
+  if e.errno not in _NO_SPACE:
+    return None
+  return UserError(f"no space left writing {os.fspath(path)} ({os.strerror(e.errno)}); free space or choose "
+                   "another MODEL_DIR (or output folder).")
+
+
+def _umask() -> int:
+  """The process umask, read without setting it (os.umask sets it, racing with threads that create files)."""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError, IndexError):
+    pass
+  umask = os.umask(0o022)
+  os.umask(umask)
+  return umask
+
 
 def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
-  """Writes `data` (text as UTF-8, or bytes) to `path` via a temporary file and rename."""
+  """Writes `data` (text as UTF-8, or bytes) to `path` via a temporary file and rename.
+
+  Raises:
+    UserError: `path` is a folder, or no space is left (ENOSPC, EDQUOT, EFBIG; the
+      temporary file is removed).
+  """
   path = os.fspath(path)
+  if os.path.isdir(path):
+    raise UserError(f"{path} is a folder; name a file to write (e.g. {os.path.join(path, 'out.txt')}).")
   folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp")
   try:
-    # mkstemp creates 0600; a written file gets the mode `open` would give it (0666 less the umask).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    if isinstance(data, str):
-      with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(data)
-    else:
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp")
+  except OSError as e:
+    error = no_space_error(e, path)
+    if error is None:
+      raise
+    raise error from e
+  try:
+    mode, options = ("w", {"encoding": "utf-8"}) if isinstance(data, str) else ("wb", {})
+    with os.fdopen(fd, mode, **options) as f:
+      # mkstemp creates 0600; a written file gets the mode `open` would give it (0666 less the umask).
+      os.fchmod(f.fileno(), 0o666 & ~_umask())
+      f.write(data)
     os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
+  except BaseException as e:
+    try:
       os.unlink(tmp)
-    raise
+    except FileNotFoundError:
+      pass
+    error = no_space_error(e, path) if isinstance(e, OSError) else None
+    if error is None:
+      raise
+    raise error from e
 
 
 def utf8_lines(path: str, *, what: str = "the file") -> Iterator[tuple[int, str]]:

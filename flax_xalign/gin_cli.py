@@ -11,11 +11,13 @@ import argparse
 import difflib
 import os
 import re
+import tokenize
 from typing import Any, Sequence
 
 import gin
 
-from flax_xalign.errors import UserError
+from flax_xalign import errors
+from flax_xalign.errors import ArgumentParser, UserError
 from flax_xalign.fileio import write_atomically
 
 PACKAGE_GIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs")
@@ -31,7 +33,7 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
       bindings.append(f"{match.group(1)} = {match.group(2)}")
     else:
       rest.append(arg)
-  parser = argparse.ArgumentParser(description=description)
+  parser = ArgumentParser(description=description)
   parser.add_argument("--gin_file", action="append", default=[], help="gin file (repeatable)")
   parser.add_argument("--gin_bindings", action="append", default=[], help="gin binding (repeatable)")
   parser.add_argument("--gin_search_paths", default="", help="comma-separated folders for gin files")
@@ -71,7 +73,7 @@ def _harden_gin_file_lookup(paths: Sequence[str]) -> None:
   from gin import config as gin_config
   from gin import resource_reader
 
-  prefixes = gin_config._LOCATION_PREFIXES  # noqa: SLF001
+  prefixes = gin_config._LOCATION_PREFIXES
   for folder in reversed(list(paths)):
     if folder in prefixes:
       prefixes.remove(folder)
@@ -83,7 +85,7 @@ def _harden_gin_file_lookup(paths: Sequence[str]) -> None:
     except TypeError:
       return False
 
-  readers = gin_config._FILE_READERS  # noqa: SLF001
+  readers = gin_config._FILE_READERS
   for i, (reader, exists) in enumerate(readers):
     if exists is resource_reader.system_path_file_exists:
       readers[i] = (reader, safe_exists)
@@ -96,17 +98,133 @@ def parse_gin(args: argparse.Namespace) -> None:
   files = [_resolve(f, paths) for f in args.gin_file]
   try:
     gin.parse_config_files_and_bindings(files, args.gin_bindings, finalize_config=True)
-  except (ValueError, KeyError, SyntaxError, IOError) as e:
-    message = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-    name = re.search(r"'([^']+)'", message)
-    hint = ""
-    if name:
-      known = [c for c in _known_names()]
-      close = difflib.get_close_matches(name.group(1), known, n=3)
-      if close:
-        hint = f" Did you mean {', '.join(close)}?"
-    raise UserError(f"gin configuration error: {message}.{hint}") from e
+  except (OSError, ValueError, KeyError, SyntaxError, tokenize.TokenError) as e:
+    raise parse_error(e, files, args.gin_bindings) from e
   _check_macros_used(args.gin_bindings)
+
+
+_LOCATION = re.compile(r'\n\s*In (?:file "(.+?)",|bindings string) line (\d+)')
+
+
+def parse_error(e: BaseException, files: Sequence[str], bindings: Sequence[str]) -> UserError:
+  """One line for a gin parse error: where (file:line or the binding), what, and a close match.
+
+  gin 0.5 reports syntax errors as SyntaxError (with its file and line), an
+  unclosed bracket as tokenize's TokenError (no file), and unknown names as a
+  ValueError whose text goes on with the location and the offending line.
+  """
+  if isinstance(e, SyntaxError):
+    return UserError(f"gin syntax error{_where(e.filename, e.lineno, bindings)}: {e.msg.rstrip('.')}; "
+                     "fix the line (gin binds one `name = value` per line).")
+  if isinstance(e, tokenize.TokenError):
+    return UserError(f"gin syntax error{_unclosed(files, bindings)}: a bracket or quote is opened and never "
+                     "closed; close it.")
+  text = str(e).strip() or repr(e)
+  location = _LOCATION.search(text)
+  where = _where(location.group(1), int(location.group(2)), bindings) if location else ""
+  message = text[:location.start()] if location else text.splitlines()[0]
+  message = message.strip().rstrip(".")
+  macro = re.match(r"No bindings specified for '([^']+)/gin\.macro'", message)
+  if macro:  # gin goes on with the whole config as it stands, and finds this after parsing: no location.
+    message = f"No bindings specified for '{macro.group(1)}/gin.macro' (%{macro.group(1)} is used but never set)"
+    where = where or _first_use(rf"%{re.escape(macro.group(1))}\b", files, bindings)
+  return UserError(f"gin configuration error{where}: {message}.{_did_you_mean(message)}")
+
+
+def _where(filename: str | None, line: int | None, bindings: Sequence[str]) -> str:
+  """' in FILE:LINE', or ' in the binding `...`' for a line of the joined bindings string."""
+  if filename:
+    return f" in {filename}:{line}" if line else f" in {filename}"
+  if line:
+    first = 1
+    for binding in bindings:  # gin parses the bindings as one string joined with newlines.
+      last = first + binding.count("\n")
+      if first <= line <= last:
+        return f" in the binding `{binding.strip()}`"
+      first = last + 1
+  return ""
+
+
+def _first_use(pattern: str, files: Sequence[str], bindings: Sequence[str]) -> str:
+  """' in the binding `...`' or ' in FILE:LINE' of the first binding or top-level file line matching `pattern`."""
+  for binding in bindings:
+    if re.search(pattern, binding):
+      return f" in the binding `{binding.strip()}`"
+  for path in files:
+    try:
+      with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+          if re.search(pattern, line.split("#", 1)[0]):
+            return f" in {path}:{number}"
+    except (OSError, UnicodeDecodeError):
+      continue
+  return ""
+
+
+def _unclosed(files: Sequence[str], bindings: Sequence[str]) -> str:
+  """Where a bracket or quote is left open: the first top-level file or binding Python's tokenizer rejects."""
+  import io
+
+  def rejected(text: str) -> tuple[int, int] | None:
+    try:
+      for _ in tokenize.generate_tokens(io.StringIO(text).readline):
+        pass
+    except tokenize.TokenError as e:
+      return e.args[1] if len(e.args) > 1 else (0, 0)
+    except (SyntaxError, ValueError):  # Other damage: gin reports it on its own.
+      return None
+    return None
+
+  for path in files:
+    try:
+      with open(path, encoding="utf-8") as f:
+        found = rejected(f.read())
+    except (OSError, UnicodeDecodeError):
+      continue
+    if found:
+      return f" in {path} (still open at its end, line {found[0]})"
+  for binding in bindings:
+    if rejected(binding):
+      return f" in the binding `{binding.strip()}`"
+  return ""
+
+
+def _did_you_mean(message: str) -> str:
+  """' Did you mean X?' for an unknown configurable, parameter or macro that resembles a known one."""
+  from gin import config as gin_config
+
+  registry = dict(gin_config._REGISTRY.items())
+  candidates: list[str] = []
+  name = None
+  unknown = re.search(r"No configurable matching (?:reference )?'@?([^'(]+)(?:\(\))?'", message)
+  param = re.search(r"Configurable '([^']+)' doesn't have a parameter named '([^']+)'", message)
+  macro = re.search(r"No bindings specified for '([^']+)/gin\.macro'", message)
+  if unknown:
+    name = unknown.group(1).split("/")[-1].split(".")[-1]
+    candidates = sorted({s.split(".")[-1] for s in registry if not s.startswith("gin.")})
+  elif param:
+    configurable = gin_config._REGISTRY.get_match(param.group(1))
+    name, candidates = param.group(2), _parameters(configurable)
+  elif macro:
+    name = macro.group(1).split("/")[-1]
+    candidates = sorted({key[0].split("/")[-1] for key in gin_config._CONFIG if key[1] == "gin.macro"})
+  close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6) if name else []
+  return f" Did you mean {' or '.join(close)}?" if close else ""
+
+
+def _parameters(configurable: Any) -> list[str]:
+  """The parameter names gin accepts for `configurable` (its allowlist, else its signature less the denylist)."""
+  import inspect
+
+  if configurable is None:
+    return []
+  if configurable.allowlist:
+    return list(configurable.allowlist)
+  try:
+    names = list(inspect.signature(configurable.wrapped).parameters)
+  except (TypeError, ValueError):
+    return []
+  return [n for n in names if n not in ("self", "args", "kwargs") and n not in (configurable.denylist or ())]
 
 
 _MACRO_BINDING = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
@@ -143,29 +261,17 @@ def _check_macros_used(bindings: Sequence[str]) -> None:
       for item in value:
         collect(item)
 
-  for params in gin_config._CONFIG.values():  # noqa: SLF001
+  for params in gin_config._CONFIG.values():
     for value in params.values():
       collect(value)
   unused = [name for name in dict.fromkeys(bound) if name not in referenced]
   if unused:
     name = unused[0]
-    defined = sorted({key[0] for key in gin_config._CONFIG if key[1] == "gin.macro"} & referenced)  # noqa: SLF001
+    defined = sorted({key[0] for key in gin_config._CONFIG if key[1] == "gin.macro"} & referenced)
     close = difflib.get_close_matches(name, defined, n=3)
     hint = f"did you mean {', '.join(close)}?" if close else (
         "no gin file in this run refers to it; check the spelling or include the file that uses it.")
     raise UserError(f"--gin.{name} sets a macro that nothing in this configuration reads; {hint}")
-
-
-def _known_names() -> list[str]:
-  from gin import config as gin_config
-
-  names = set()
-  for selector in gin_config._REGISTRY.get_all_matches(""):  # noqa: SLF001
-    names.add(selector.split(".")[-1])
-    configurable = gin_config._REGISTRY[selector]  # noqa: SLF001
-    for param in getattr(configurable, "valid_params", None) or ():
-      names.add(f"{selector.split('.')[-1]}.{param}")
-  return sorted(names)
 
 
 def write_operative_config(model_dir: str, filename: str = "config.gin") -> None:
@@ -188,23 +294,37 @@ class _DropKnownNoise:
 
   gin logs an ERROR for every search-path miss before it finds an included
   file, and seqio warns on every uncached in-memory source (ours are shuffled
-  over the whole split in-graph, so its concern does not apply).
+  over the whole split in-graph, so its concern does not apply). seqio also
+  logs `ERROR:absl:Failed to load task ... as part of mixture ...` before
+  re-raising any failure of a mixture's task: for a UserError (which names the
+  file and line) that is a second error line, so it is held back and printed
+  only when the failure turns out to be a crash (`held`).
   """
 
   PREFIXES = ("Path not found:", "Using an uncached FunctionDataset")
+  HOLD = ("Failed to load task",)
+
+  def __init__(self):
+    self.held: list[str] = []
 
   def filter(self, record) -> bool:
-    return not str(record.msg).startswith(self.PREFIXES)
+    message = str(record.msg)
+    if message.startswith(self.HOLD):
+      self.held.append(f"{record.levelname}:{record.name}:{record.getMessage()}")
+      return False
+    return not message.startswith(self.PREFIXES)
 
 
-def quiet_known_noise() -> None:
+def quiet_known_noise() -> _DropKnownNoise:
   import logging
 
   noise = _DropKnownNoise()
   for name in ("", "absl"):
     logger = logging.getLogger(name)
-    if not any(isinstance(f, _DropKnownNoise) for f in logger.filters):
-      logger.addFilter(noise)
+    for old in [f for f in logger.filters if type(f).__name__ == "_DropKnownNoise"]:
+      logger.removeFilter(old)
+    logger.addFilter(noise)
+  return noise
 
 
 def run(argv: Sequence[str], *, description: str, configurable: str,
@@ -218,7 +338,7 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
 
   from flax_xalign import configurables
 
-  quiet_known_noise()
+  noise = quiet_known_noise()
   try:
     args = parse_args(argv, description=description)
     if not args.gin_file:
@@ -229,15 +349,19 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
     try:
       return 0, fn(**call_kwargs)
     except RuntimeError as e:
-      hint = required_binding_error(e)
+      hint = required_binding_error(errors.original(e))
       if hint is None:
         raise
       raise hint from e
     except TypeError as e:
-      if "EncoderConfig" in str(e) and "missing" in str(e):
+      text = errors.user_message(e)
+      if "EncoderConfig" in text and "missing" in text:
         raise UserError("no model size given: add a model gin file, e.g. "
                         "--gin_file=gin_configs/models/tiny.gin") from e
       raise
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2, None
+    return errors.report(e), None
+  except BaseException:
+    for line in noise.held:  # A crash: what seqio said about it is worth reading after all.
+      print(line, file=sys.stderr)
+    raise

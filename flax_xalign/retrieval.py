@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 BIBLE_SPLITS = ("validation", "test")
 
@@ -42,7 +42,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data import normalize
   from flax_xalign.evaluation import retrieval
 
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.retrieval", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="python -m flax_xalign.retrieval", description=__doc__.splitlines()[0])
   parser.add_argument("--checkpoint", "--model_dir", dest="checkpoint", required=True,
                       help="MODEL_DIR (trained or imported)")
   parser.add_argument("--tsv", default=None, help="source<TAB>target sentence pairs, one per line")

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax_xalign import errors
 from flax_xalign.errors import UserError
 
 # Read by `distributed_settings` (jax 0.10.2 itself reads only JAX_COORDINATOR_ADDRESS).
@@ -92,8 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     maybe_initialize_distributed()
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return errors.report(e)
   enable_compilation_cache()
   code, result = gin_cli.run(argv, description=__doc__.splitlines()[0], configurable="train",
                              write_config=gin_cli.write_operative_config)

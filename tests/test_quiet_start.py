@@ -21,3 +21,37 @@ def test_importing_the_package_keeps_libtpu_quiet_without_a_tpu(tmp_path):
   noisy = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True,
                          text=True, timeout=120)
   assert "TPU" in noisy.stderr
+
+
+def _bare_env(tmp_path):
+  """No TF_CPP_MIN_LOG_LEVEL / JAX_PLATFORMS (conftest sets both for the tests themselves)."""
+  return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+
+
+_TF_NOISE = ("absl::InitializeLog", "cudart_stub", "cuInit", "oneDNN", "cpu_feature_guard")
+
+
+def test_tensorflow_imported_through_the_package_is_quiet_and_sees_no_gpu(tmp_path):
+  code = "import flax_xalign, tensorflow as tf; print(tf.config.get_visible_devices('GPU'))"
+  quiet = subprocess.run([sys.executable, "-c", code], env=_bare_env(tmp_path), capture_output=True, text=True,
+                         timeout=300)
+  assert quiet.returncode == 0 and quiet.stdout.strip() == "[]", quiet.stderr
+  assert not any(noise in quiet.stderr for noise in _TF_NOISE), quiet.stderr
+  # The reference: TF imported on its own prints its start lines here (when this TF build prints any).
+  noisy = subprocess.run([sys.executable, "-c", "import tensorflow as tf; tf.config.list_physical_devices()"],
+                         env=_bare_env(tmp_path), capture_output=True, text=True, timeout=300)
+  if not any(noise in noisy.stderr for noise in _TF_NOISE):
+    pytest.skip("this TensorFlow build prints nothing at start, so there is nothing to compare")
+
+
+def test_train_prints_only_its_own_line_before_failing(tmp_path):
+  # A real process, after TF has been imported (resolving the task imports seqio): one line on stderr, ours.
+  done = subprocess.run(
+      [sys.executable, "-m", "flax_xalign.train", "--gin_file=runs/pretrain.gin", "--gin_file=models/tiny.gin",
+       f"--gin.MODEL_DIR='{tmp_path / 'm'}'", "--gin.MIXTURE_OR_TASK_NAME='no_such_task'"],
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=_bare_env(tmp_path),
+      capture_output=True, text=True, timeout=300)
+  assert done.returncode == 2 and done.stdout == "", done.stdout
+  lines = done.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: Unknown task or mixture 'no_such_task'"), done.stderr
+  assert not (tmp_path / "m").exists()

@@ -35,11 +35,17 @@ def sentences(rng, n):
   return pairs
 
 
-def tree_snapshot(path):
-  """{relative path: (size, mtime_ns)} of every file under `path`."""
+def tree_snapshot(path, *, ignore=(".lock",)):
+  """{relative path: (size, mtime_ns)} of every file under `path`.
+
+  MODEL_DIR/.lock is left out by default: every run that gets as far as taking the lock rewrites its
+  owner record (and empties it on release), which is not a change to the run.
+  """
   out = {}
   for dirpath, _, names in os.walk(path):
     for name in names:
+      if os.path.relpath(os.path.join(dirpath, name), path) in ignore:
+        continue
       full = os.path.join(dirpath, name)
       st = os.stat(full)
       out[os.path.relpath(full, path)] = (st.st_size, st.st_mtime_ns)

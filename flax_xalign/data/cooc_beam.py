@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from flax_xalign.data import cooc
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 
 try:
   import apache_beam as beam
@@ -341,7 +341,7 @@ def _path(path: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   """(our flags, the rest: Beam pipeline options such as --runner, passed through)."""
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.data.cooc_beam", allow_abbrev=False,
+  parser = ArgumentParser(prog="python -m flax_xalign.data.cooc_beam", allow_abbrev=False,
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--task", help="a registered seqio task or mixture to count")
   parser.add_argument("--text", action="append", default=[], metavar="FILE:LANG",

@@ -30,7 +30,6 @@ validation or test books leaks into it:
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import pathlib
@@ -39,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from flax_xalign import errors
 from flax_xalign.data import bible
+from flax_xalign.errors import ArgumentParser
 
 LEXICON_DIR = pathlib.Path(__file__).resolve().parent / "lexicons"
 SHIPPED_GREEK_ENGLISH = LEXICON_DIR / "grc-en.train.txt"
@@ -137,7 +137,7 @@ def read_lexicon(path: str | os.PathLike) -> dict[str, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.data.lexicon",
+  parser = ArgumentParser(prog="python -m flax_xalign.data.lexicon",
                                    description="Builds the Greek->English MUSE lexicon from the manual alignments.")
   parser.add_argument("--output", required=True, help="MUSE file to write (source target per line)")
   parser.add_argument("--min_count", type=int, default=MIN_COUNT, help="smallest best link count kept")

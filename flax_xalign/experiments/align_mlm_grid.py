@@ -30,6 +30,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.fileio import save_figure, write_atomically
 
 OBJECTIVES = ("mlm", "xlm", "dict_mlm", "align_mlm")
@@ -39,7 +40,7 @@ TASK_TITLES = {"pos": "POS", "books": "Book group"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--steps", type=int, default=None, help="pretraining steps (default: the size file's)")
   parser.add_argument("--transforms", default=",".join(DEFAULT_TRANSFORMS),
@@ -191,8 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"transform {transform!r} has no transliteration ('trans'): the alignment score and "
                         "the dictionary objectives need the one-to-one token map it creates.")
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return report(e)
   if args.fresh and os.path.isdir(args.model_dir):
     shutil.rmtree(args.model_dir)
   os.makedirs(args.model_dir, exist_ok=True)

@@ -37,6 +37,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.experiments import harness
 
 SETTINGS = ("synthetic", "natural")
@@ -46,7 +47,7 @@ NATURAL_NORMALIZE = "nfd_strip_marks"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--settings", default=",".join(SETTINGS))
   parser.add_argument("--objectives", default=",".join(OBJECTIVES))
@@ -218,8 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "natural" in settings:
       rows += natural_rows(args, objectives, done, save)
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return report(e)
   table = format_table(rows)
   plots = [p for s in settings if (p := plot(rows, s, os.path.join(args.model_dir, f"rsim_{s}.png")))]
   seconds = results.finish(rows, table)

@@ -35,6 +35,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.experiments import harness
 
 SETTINGS = ("trans", "trans_inv", "natural")
@@ -44,7 +45,7 @@ NATURAL_LEXICON = "grc-en.train.txt"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--settings", default=",".join(SETTINGS))
   parser.add_argument("--objectives", default=",".join(OBJECTIVES))
@@ -198,8 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for setting in settings:
       rows += setting_rows(setting, args, objectives, results.done, results.save, cache)
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return report(e)
   # Rows of earlier invocations (other settings) stay in the files, in a fixed order.
   kept = {**results.kept, **{(r["setting"], r["objective"]): r for r in rows}}
   rows = sorted(kept.values(), key=lambda r: (SETTINGS.index(r["setting"]), OBJECTIVES.index(r["objective"])))

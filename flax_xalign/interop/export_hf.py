@@ -24,7 +24,6 @@ refused; the DWA pointer projections (a training head) are dropped.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -33,7 +32,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from flax_xalign.data.specials import SpecialTokens
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 from flax_xalign.interop.progress import Progress
 
 
@@ -185,7 +184,7 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.export_hf",
+  parser = ArgumentParser(prog="python -m flax_xalign.interop.export_hf",
                                    description=__doc__.strip().splitlines()[0])
   parser.add_argument("--checkpoint", required=True, help="MODEL_DIR (trained or imported)")
   parser.add_argument("--output", required=True, help="the new Hugging Face directory")

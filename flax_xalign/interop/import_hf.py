@@ -19,14 +19,13 @@ the vocabulary is checked against transformers' own tokenizer on a sample.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 from typing import Any, Callable, Sequence
 
 from flax_xalign.data.wheels import sha256_of
-from flax_xalign.errors import UserError, run_command
+from flax_xalign.errors import ArgumentParser, UserError, run_command
 from flax_xalign.interop.progress import Progress
 
 # Checks the rebuilt vocabulary against transformers' tokenizer (when installed).
@@ -129,7 +128,7 @@ def _codes(text: str, flag: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m flax_xalign.interop.import_hf",
+  parser = ArgumentParser(prog="python -m flax_xalign.interop.import_hf",
                                    description=__doc__.strip().splitlines()[0])
   parser.add_argument("--source", required=True, help="Hugging Face model directory (save_pretrained output)")
   parser.add_argument("--output", required=True, help="the new MODEL_DIR")

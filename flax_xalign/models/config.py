@@ -12,6 +12,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from flax_xalign.errors import SettingError
+
 _DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots")
 POSITION_INITS = ("normal", "sinusoidal")
@@ -111,41 +113,41 @@ class EncoderConfig:
                  "max_positions"):
       _check_positive_int(name, getattr(self, name))
     if not isinstance(self.num_languages, int) or self.num_languages < 0:
-      raise ValueError(
+      raise SettingError(
           f"EncoderConfig.num_languages must be an int >= 0 (0 disables "
           f"language embeddings), got {self.num_languages!r}.")
     if (isinstance(self.num_token_types, bool)
         or not isinstance(self.num_token_types, int)
         or self.num_token_types < 0):
-      raise ValueError(
+      raise SettingError(
           f"EncoderConfig.num_token_types must be an int >= 0 (0: no token-type "
           f"table), got {self.num_token_types!r}.")
     if (isinstance(self.position_offset, bool)
         or not isinstance(self.position_offset, int)
         or not 0 <= self.position_offset < self.max_positions):
-      raise ValueError(
+      raise SettingError(
           f"EncoderConfig.position_offset must be an int in [0, max_positions="
           f"{self.max_positions}), got {self.position_offset!r}.")
     for name in ("dropout_rate", "attention_dropout_rate"):
       rate = getattr(self, name)
       if not 0.0 <= rate < 1.0:
-        raise ValueError(
+        raise SettingError(
             f"EncoderConfig.{name} must be in [0, 1), got {rate!r}.")
     for name in ("layer_norm_epsilon", "initializer_std"):
       if not getattr(self, name) > 0:
-        raise ValueError(
+        raise SettingError(
             f"EncoderConfig.{name} must be > 0, got {getattr(self, name)!r}.")
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
-        raise ValueError(
+        raise SettingError(
             f"EncoderConfig.{name} must be one of {_DTYPES}, got "
             f"{getattr(self, name)!r}.")
     if self.position_init not in POSITION_INITS:
-      raise ValueError(
+      raise SettingError(
           f"EncoderConfig.position_init must be one of {POSITION_INITS}, got "
           f"{self.position_init!r}.")
     if self.remat_policy not in REMAT_POLICIES:
-      raise ValueError(
+      raise SettingError(
           f"EncoderConfig.remat_policy must be one of {REMAT_POLICIES}, got "
           f"{self.remat_policy!r}.")
 
@@ -182,7 +184,7 @@ class EncoderConfig:
 
 def _check_positive_int(name: str, value: Any) -> None:
   if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ValueError(
+    raise SettingError(
         f"EncoderConfig.{name} must be a positive int, got {value!r}.")
 
 
@@ -229,10 +231,10 @@ def preset(name: str, **overrides: Any) -> EncoderConfig:
   """Returns the named preset with `overrides` applied.
 
   Raises:
-    ValueError: if `name` is not one of PRESETS.
+    SettingError (a ValueError): if `name` is not one of PRESETS.
   """
   if name not in PRESETS:
-    raise ValueError(
+    raise SettingError(
         f"Unknown encoder size {name!r}; choose one of {sorted(PRESETS)}.")
   return PRESETS[name].replace(**overrides)
 

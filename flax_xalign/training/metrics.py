@@ -3,7 +3,9 @@
 `metrics.jsonl` holds one JSON object per logged step (`step`, `loss`, one key
 per loss term, `learning_rate`, `tokens_per_sec`, ...). On resume, lines from
 steps after the restored checkpoint are dropped (they belong to the part of the
-interrupted run that is about to be redone), so the file reads as one run.
+interrupted run that is about to be redone), so the file reads as one run. A
+line that is not JSON (the torn last line of a run killed mid-write) is
+dropped with a warning: it never blocks a resume.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import jax
 import numpy as np
 from clu import metric_writers
 
-from flax_xalign.fileio import write_atomically
+from flax_xalign.fileio import no_space_error, write_atomically
 from flax_xalign.models import flops
+
 
 def peak_flops_per_device(override: float | None = None) -> float | None:
   """The configured peak, else the known bf16 peak of this device kind (None on CPU)."""
@@ -32,6 +35,14 @@ def _to_python(value: Any) -> Any:
   if isinstance(value, float):
     return round(value, 6)
   return value
+
+
+def _parse_row(line: str) -> dict | None:
+  try:
+    row = json.loads(line)
+  except ValueError:
+    return None
+  return row if isinstance(row, dict) else None
 
 
 class MetricsLogger:
@@ -50,15 +61,32 @@ class MetricsLogger:
   def _truncate_after(self, step: int) -> None:
     if not os.path.exists(self.path):
       return
-    with open(self.path) as f:
-      kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
+    kept, torn = [], []
+    with open(self.path, encoding="utf-8", errors="replace") as f:
+      for number, line in enumerate(f, start=1):
+        if not line.strip():
+          continue
+        row = _parse_row(line)
+        if row is None:
+          torn.append(number)
+        elif row.get("step", 0) <= step:
+          kept.append(line if line.endswith("\n") else line + "\n")
+    if torn:
+      print(f"warning: dropped {len(torn)} unreadable line(s) of {self.path} (line {', '.join(map(str, torn))}; "
+            "a run stopped mid-write leaves a torn last line).", file=sys.stderr, flush=True)
     write_atomically(self.path, "".join(kept))
 
   def write(self, step: int, scalars: Mapping[str, Any], *, prefix: str = "") -> dict[str, Any]:
     row = {"step": int(step), **{f"{prefix}{k}": _to_python(v) for k, v in scalars.items()}}
     if self.is_chief:
-      with open(self.path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+      try:
+        with open(self.path, "a") as f:
+          f.write(json.dumps(row) + "\n")
+      except OSError as e:
+        error = no_space_error(e, self.path)
+        if error is None:
+          raise
+        raise error from e
       self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
     return row
 

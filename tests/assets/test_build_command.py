@@ -29,7 +29,7 @@ def test_build_then_train_uses_the_built_files(tmp_path, bible_data_dir, capsys)
   assert assets_main.main(_flags(model_dir)) == 0
   out = capsys.readouterr().out
   assert "dictionary:" in out and "token_map:" in out and "vocabulary:" in out
-  assert sorted(os.listdir(model_dir)) == ["dictionary.tsv", "token_map.npz", "vocabulary.model"]
+  assert sorted(os.listdir(model_dir)) == [".lock", "dictionary.tsv", "token_map.npz", "vocabulary.model"]
   built = dictionary_lib.load(str(model_dir / "dictionary.tsv"))
   assert len(built) == round(0.25 * (V - 5))
   # Building again changes nothing.

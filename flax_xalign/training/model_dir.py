@@ -1,0 +1,172 @@
+"""MODEL_DIR: the forms a user may give, and one writer at a time.
+
+`check_model_dir` turns what the user typed into the folder a run will use,
+or a UserError before anything runs: "" is refused (it used to write
+`./checkpoints` into the current folder), `~` and `~user` are expanded to the
+home folder (they used to become a literal folder named `~`), and a path that
+is a file, lies under a file, or cannot be written is refused.
+
+`lock` makes a run the only writer of its MODEL_DIR: two trainers on one
+folder used to both exit 0 with their metrics interleaved and, with different
+settings, two trajectories mixed in the checkpoints. The lock is
+`fcntl.flock(LOCK_EX | LOCK_NB)` on MODEL_DIR/.lock, so the kernel releases it
+when the holder dies, however it dies; the holder writes who it is (pid, host,
+start time, command) into the file for the refusal message. The file stays
+after the run: deleting it would race with a new run that has just opened it.
+Where the file system has no flock (some network file systems answer ENOLCK or
+EOPNOTSUPP) the owner record is the lock: held while its pid lives on this
+host; a record left by a dead process on this host is stale and taken over
+with a warning. On such a file system two runs started in the same instant
+can still both get through, and a record of another host is never taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+
+from flax_xalign.errors import UserError
+
+LOCK_FILE = ".lock"
+# Answers of flock on a file system without it: fall back to the owner record.
+_NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
+
+
+def check_model_dir(path: object, *, setting: str = "MODEL_DIR") -> str:
+  """The absolute, normalised folder for `path`, or a UserError naming what is wrong with it.
+
+  Nothing is created: the folder may not exist yet (its nearest existing
+  parent must then be a writable folder).
+  """
+  if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
+    raise UserError(f"{setting}={path!r} is not a folder name; give the run's folder, e.g. "
+                    f"--gin.{setting}=\\\"runs/demo\\\".")
+  text = os.fspath(path)
+  expanded = os.path.expanduser(text)
+  if expanded.startswith("~"):
+    raise UserError(f"{setting}={text!r}: no home folder for {expanded.split(os.sep)[0]!r}; "
+                    "spell the folder out.")
+  folder = os.path.abspath(expanded)
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise UserError(f"{setting}={text!r} is a file, not a folder; choose another {setting} or move the file.")
+  existing = folder
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise UserError(f"{setting}={text!r} lies under {existing}, which is a file; choose another {setting}.")
+  if not _writable(existing):
+    where = "is" if existing == folder else f"would be created in {existing}, which is"
+    raise UserError(f"{setting}={text!r} {where} not writable; choose a writable {setting} or fix the "
+                    "folder's permissions.")
+  return folder
+
+
+def _writable(folder: str) -> bool:
+  if not os.access(folder, os.W_OK | os.X_OK):
+    return False
+  try:  # os.access answers yes to root on a read-only mount.
+    return not os.statvfs(folder).f_flag & os.ST_RDONLY
+  except OSError:
+    return True
+
+
+def _process_index() -> int:
+  import jax
+
+  return jax.process_index()
+
+
+@contextlib.contextmanager
+def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
+  """Holds MODEL_DIR/.lock for the body (process 0 only; the others only wait on process 0's checks).
+
+  Creates `model_dir` when missing: take the lock right before the run's
+  first write, after every check, so a refused run leaves nothing behind.
+
+  Raises:
+    UserError: another run holds the lock (naming its pid, host and start).
+  """
+  if (_process_index() if process_index is None else process_index) != 0:
+    yield
+    return
+  os.makedirs(model_dir, exist_ok=True)
+  path = os.path.join(model_dir, LOCK_FILE)
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      flocked = True
+    except BlockingIOError:
+      raise _in_use(model_dir, _read_owner(fd)) from None
+    except OSError as e:
+      if e.errno not in _NO_FLOCK:
+        raise
+      flocked = False
+      _claim_without_flock(model_dir, _read_owner(fd))
+    _write_owner(fd)
+    try:
+      yield
+    finally:
+      os.ftruncate(fd, 0)  # A record without a holder would read as a stale lock where flock is missing.
+      if flocked:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+  finally:
+    os.close(fd)
+
+
+def _read_owner(fd: int) -> dict:
+  os.lseek(fd, 0, os.SEEK_SET)
+  data = b""
+  while chunk := os.read(fd, 65536):
+    data += chunk
+  try:
+    owner = json.loads(data.decode("utf-8"))
+  except (UnicodeDecodeError, ValueError):
+    return {}
+  return owner if isinstance(owner, dict) else {}
+
+
+def _write_owner(fd: int) -> None:
+  owner = {"pid": os.getpid(), "host": socket.gethostname(),
+           "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
+  os.ftruncate(fd, 0)
+  os.lseek(fd, 0, os.SEEK_SET)
+  os.write(fd, (json.dumps(owner) + "\n").encode("utf-8"))
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Someone else's process: alive.
+    return True
+  return True
+
+
+def _claim_without_flock(model_dir: str, owner: dict) -> None:
+  """Decides from the owner record alone (no flock here): free, stale (taken over), or in use."""
+  pid = owner.get("pid")
+  if not isinstance(pid, int) or isinstance(pid, bool):
+    return
+  if owner.get("host") != socket.gethostname() or _pid_alive(pid):
+    raise _in_use(model_dir, owner)
+  print(f"warning: MODEL_DIR {model_dir} was locked by pid {pid} on this host, which has ended; taking the "
+        "lock over.", file=sys.stderr, flush=True)
+
+
+def _in_use(model_dir: str, owner: dict) -> UserError:
+  pid = owner.get("pid", "?")
+  who = f"pid {pid} on host {owner.get('host', '?')}, since {owner.get('started', '?')}"
+  return UserError(
+      f"MODEL_DIR {model_dir} is in use by another run ({who}); wait for it to finish or stop it "
+      f"(kill {pid}), or choose another MODEL_DIR. If that run is gone (e.g. it ran on another host of a "
+      f"network file system), delete {os.path.join(model_dir, LOCK_FILE)} and rerun.")

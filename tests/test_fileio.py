@@ -1,0 +1,62 @@
+"""`write_atomically` under faults: a full disk or a file-size limit is one UserError and leaves no temporary file."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from flax_xalign.fileio import write_atomically
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_LIMITED = textwrap.dedent("""
+    import resource, sys
+    from flax_xalign import errors
+    from flax_xalign.fileio import write_atomically
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # Python ignores SIGXFSZ: writes fail with EFBIG.
+    sys.exit(errors.run_command(lambda: write_atomically(sys.argv[1], "x" * 10000)))
+""")
+
+
+def test_file_size_limit_is_one_error_and_leaves_the_old_file(tmp_path):
+  target = tmp_path / "config.gin"
+  target.write_text("old\n")
+  done = subprocess.run([sys.executable, "-c", _LIMITED, str(target)], cwd=REPO, capture_output=True, text=True,
+                        timeout=120)
+  assert done.returncode == 2, done.stderr
+  assert done.stderr.startswith(f"error: no space left writing {target} (File too large); free space or choose "
+                                "another MODEL_DIR"), done.stderr
+  assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+  assert sorted(os.listdir(tmp_path)) == ["config.gin"] and target.read_text() == "old\n"
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+  folder = tmp_path / "tiny"
+  folder.mkdir()
+  if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)],
+                                         capture_output=True).returncode != 0:
+    pytest.skip("needs root and mount to make a 16 KiB tmpfs")
+  yield folder
+  subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_full_disk_is_one_error_and_leaves_no_temporary_file(tiny_tmpfs):
+  from flax_xalign.errors import UserError
+
+  with pytest.raises(UserError, match=r"no space left writing .*metrics\.json \(No space left on device\)"):
+    write_atomically(tiny_tmpfs / "metrics.json", b"x" * 200_000)
+  assert os.listdir(tiny_tmpfs) == []
+
+
+def test_written_files_get_the_umask_mode_not_0600(tmp_path):
+  old = os.umask(0o027)
+  try:
+    write_atomically(tmp_path / "a.txt", "text")
+    write_atomically(tmp_path / "b.bin", b"bytes")
+  finally:
+    os.umask(old)
+  assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"a.txt": 0o640, "b.bin": 0o640}
+  assert (tmp_path / "a.txt").read_text() == "text" and (tmp_path / "b.bin").read_bytes() == b"bytes"
