@@ -13,14 +13,28 @@ the ones an uninterrupted run would have used; restored asset files are checked
 against the fingerprints in `meta`, so a file edited by hand is refused, never
 trained with. `meta` is checked before anything is loaded: a MODEL_DIR made
 with another vocabulary, model size or language set is refused, not mixed.
+`meta` also records the data loop (`loop`: batch size, row lengths, task,
+shards, seed, processes), since the iterator state only fits the pipeline that
+wrote it.
+
+A step whose files are missing, truncated or unreadable is *damaged*
+(`DamagedCheckpointError`). With `CheckpointConfig.on_damaged="fallback"` (the
+default) the run moves it to `MODEL_DIR/checkpoints_damaged/<step>` (nothing is
+deleted) and resumes from the newest complete step; with "error" it stops and
+says what to do. Disk-full errors while saving become one UserError, and the
+temporary folder of the failed save is removed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
+import re
+import shutil
+import sys
 from typing import Any, Mapping
 
 import jax
@@ -32,6 +46,13 @@ from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
 
 STATE, DATA_ITERATOR, META, ASSETS = "state", "data_iterator", "meta", "assets"
+LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
+DAMAGED_DIR = "checkpoints_damaged"
+ON_DAMAGED = ("fallback", "error")
+# The data-loop settings an iterator state depends on, with the setting a user changes for each.
+LOOP_SETTINGS = (("batch_size", "BATCH_SIZE"), ("task_feature_lengths", "TASK_FEATURE_LENGTHS"),
+                 ("task", "MIXTURE_OR_TASK_NAME"), ("data_shards", "train.data_shards"), ("seed", "train.seed"))
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 # Run-manifest fields whose mismatch makes a checkpoint unusable for this run.
 COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages", "pair_layout", "bitext_both_directions")
 
@@ -54,10 +75,14 @@ class DataIteratorHandler(ocp.CheckpointHandler):
 
     prefix = self._prefix(directory)
     if not prefix.parent.exists():
-      raise UserError(
-          f"{directory} has no data-iterator state for process {jax.process_index()}; "
-          "resume with the same number of hosts that wrote the checkpoint."
-      )
+      written = sorted(p.name for p in directory.iterdir() if p.name.startswith("process_")) \
+          if directory.exists() else []
+      if written and len(written) != jax.process_count():
+        raise UserError(
+            f"{directory} holds the data-iterator state of {len(written)} process(es), this run has "
+            f"{jax.process_count()}; resume with the number of processes that wrote the checkpoint, or "
+            "add --gin.train.fresh_data_iterator=True to resume the model with a new data iterator.")
+      raise DamagedCheckpointError(directory.parent, f"{DATA_ITERATOR}/{prefix.parent.name} is missing")
     tf.train.Checkpoint(iterator=args.iterator).read(str(prefix)).assert_consumed()
     return args.iterator
 
@@ -103,16 +128,96 @@ class AssetsRestore(ocp.args.CheckpointArgs):
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-  """When and how many checkpoints to keep."""
+  """When and how many checkpoints to keep, and what a damaged newest step does.
+
+  Attributes:
+    on_damaged: "fallback" moves a damaged step to MODEL_DIR/checkpoints_damaged/
+      and resumes from the newest complete one; "error" stops with a message.
+  """
 
   every_steps: int = 100
   keep: int = 3
   async_save: bool = True
+  on_damaged: str = "fallback"
 
 
-def make_meta(run: "run_spec_lib.RunSpec", asset_fingerprints: Mapping[str, Any]) -> dict[str, Any]:
-  """The `meta` item: the manifest and this step's asset fingerprints."""
-  return {run_spec_lib.META_KEY: run.to_json(), ASSETS: json.loads(json.dumps(dict(asset_fingerprints)))}
+def check_config(config: CheckpointConfig) -> None:
+  """UserError for an `on_damaged` not in ON_DAMAGED or a non-bool `async_save` (counts: validate.py)."""
+  if not isinstance(config.async_save, bool):
+    raise UserError(f"CheckpointConfig.async_save={config.async_save!r} must be True or False (unquoted); "
+                    "e.g. --gin.CheckpointConfig.async_save=False.")
+  if config.on_damaged not in ON_DAMAGED:
+    raise UserError(f"CheckpointConfig.on_damaged={config.on_damaged!r} is not one of {', '.join(ON_DAMAGED)}; "
+                    'e.g. --gin.CheckpointConfig.on_damaged="fallback".')
+
+
+class DamagedCheckpointError(UserError):
+  """A checkpoint step whose files are missing, truncated or unreadable.
+
+  Attributes:
+    step_dir: the step's folder.
+    step: its step number.
+    what: what is wrong, e.g. "state/ is missing".
+  """
+
+  def __init__(self, step_dir: Any, what: str):
+    self.step_dir, self.what = epath.Path(step_dir), what
+    self.step = int(self.step_dir.name)
+    model_dir = self.step_dir.parent.parent
+    super().__init__(
+        f"checkpoint step {self.step} of {model_dir} is damaged ({what}). Move {self.step_dir} out of "
+        f"{self.step_dir.parent} to resume from the previous step, or add "
+        '--gin.CheckpointConfig.on_damaged="fallback" to have the run do that (into '
+        f"{model_dir / DAMAGED_DIR}).")
+
+
+def _first_line(error: BaseException) -> str:
+  """`Type: first line` of an error, without TF's op prefix or TensorStore's spec dump."""
+  text = str(error).strip().splitlines()
+  line = re.sub(r"\{\{[^}]*\}\}\s*", "", text[0] if text else "").split(" See full TensorStore details")[0]
+  return f"{type(error).__name__}: {line[:160]}" if line else type(error).__name__
+
+
+def loop_differences(saved: Mapping[str, Any] | None, loop: Mapping[str, Any]) -> list[str]:
+  """'BATCH_SIZE=16 ... this run 32' for each data-loop setting that differs ([] without a record)."""
+  if not saved:
+    return []  # A checkpoint from before the loop was recorded: nothing to compare.
+  out = []
+  for key, setting in LOOP_SETTINGS:
+    theirs, ours = saved.get(key), loop.get(key)
+    if key in saved and json.dumps(theirs, sort_keys=True) != json.dumps(ours, sort_keys=True):
+      out.append(f"{setting}={json.dumps(theirs, sort_keys=True)}, this run {json.dumps(ours, sort_keys=True)}")
+  return out
+
+
+def fresh_iterator_advice() -> str:
+  return ("Rerun with the checkpoint's values, or add --gin.train.fresh_data_iterator=True to resume the "
+          "model with a new data iterator (the data order then starts over).")
+
+
+def check_loop(saved: Mapping[str, Any] | None, loop: Mapping[str, Any], *, step: int, where: str) -> None:
+  """Refuses to restore an iterator written by another data loop (C6); names every difference."""
+  differ = loop_differences(saved, loop)
+  if differ:
+    raise UserError(f"checkpoint step {step} of {where} was trained with another data loop:\n  "
+                    + "\n  ".join(differ) + "\n  " + fresh_iterator_advice())
+
+
+def make_meta(run: "run_spec_lib.RunSpec", asset_fingerprints: Mapping[str, Any],
+              loop: Mapping[str, Any] | None = None) -> dict[str, Any]:
+  """The `meta` item: the manifest, this step's asset fingerprints and the data loop (`loop_record`)."""
+  meta = {run_spec_lib.META_KEY: run.to_json(), ASSETS: json.loads(json.dumps(dict(asset_fingerprints)))}
+  if loop is not None:
+    meta[LOOP] = json.loads(json.dumps(dict(loop)))
+  return meta
+
+
+def loop_record(*, batch_size: int, task_feature_lengths: Mapping[str, int], task: str,
+                data_shards: int | None, seed: int, train_steps: int) -> dict[str, Any]:
+  """What the data iterator's state depends on (compared on resume), plus TRAIN_STEPS and the processes."""
+  return {"batch_size": int(batch_size), "task_feature_lengths": {k: int(v) for k, v in task_feature_lengths.items()},
+          "task": task, "data_shards": data_shards or jax.process_count(), "seed": int(seed),
+          "train_steps": int(train_steps), "processes": jax.process_count()}
 
 
 def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec", *, where: str) -> None:
@@ -135,12 +240,58 @@ def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec",
       )
 
 
+def _disk_full(error: BaseException) -> bool:
+  """Whether `error` or one it was raised from is ENOSPC/EFBIG/EDQUOT (also as text: TF and TensorStore)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in _DISK_FULL:
+      return True
+    if any(os.strerror(code) in str(error) for code in _DISK_FULL):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+class _DiskFullLogFilter(logging.Filter):
+  """Drops Orbax's logged traceback of a save that failed for lack of space: `Checkpointer` reports it, once."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or not _disk_full(error)
+
+
+_DISK_FULL_FILTER = _DiskFullLogFilter()
+
+
+def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
+  if not (step_dir / item).exists():
+    return DamagedCheckpointError(step_dir, f"{item}/ is missing")
+  return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {_first_line(error)}")
+
+
+def _iterator_files_problem(prefix: epath.Path) -> str | None:
+  """What is wrong with a tf.train.Checkpoint's files, or None when every tensor reads back (CRC-checked)."""
+  import tensorflow as tf
+
+  try:
+    reader = tf.train.load_checkpoint(os.fspath(prefix))
+    dtypes = reader.get_variable_to_dtype_map()
+    tf.raw_ops.RestoreV2(prefix=os.fspath(prefix), tensor_names=list(dtypes), shape_and_slices=[""] * len(dtypes),
+                         dtypes=list(dtypes.values()))
+  except Exception as e:  # pylint: disable=broad-except  (any failure to read back is damage)
+    return f"{DATA_ITERATOR}/ is unreadable: {_first_line(e)}"
+  return None
+
+
 class Checkpointer:
   """A CheckpointManager under `<model_dir>/checkpoints` with our four items."""
 
   def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig()):
     self.directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"  # Orbax wants absolute.
     self.config = config
+    self._saving: int | None = None
+    logging.getLogger("absl").addFilter(_DISK_FULL_FILTER)  # Adding it twice is a no-op.
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
@@ -160,8 +311,15 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def read_meta(self, step: int) -> dict[str, Any]:
-    restored = self._manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
-    return dict(restored[META])
+    """The `meta` item of `step`; DamagedCheckpointError when it is missing or unreadable."""
+    try:
+      restored = self._manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
+      meta = restored[META]
+      if not isinstance(meta, Mapping):
+        raise ValueError(f"holds a {type(meta).__name__}, not an object")
+    except Exception as e:  # pylint: disable=broad-except
+      raise _damage_of(self.directory / str(step), META, e) from None
+    return dict(meta)
 
   def read_run(self, step: int) -> tuple["run_spec_lib.RunSpec", dict[str, Any]]:
     """(the manifest, this step's asset fingerprints); one clear error for pre-manifest runs."""
@@ -177,36 +335,172 @@ class Checkpointer:
       items[DATA_ITERATOR] = DataIteratorSave(iterator)
     if assets:
       items[ASSETS] = AssetsSave(dict(assets), dict(asset_values or {}))
-    saved = self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+    with self._no_space_guard():  # A previous async save's error surfaces here.
+      self._saving = step
+      saved = self._manager.save(step, args=ocp.args.Composite(**items), force=force)
     if saved:
       logging.info("checkpoint for step %d started (async)", step)
     return saved
+
+  def _no_space_guard(self):
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+      try:
+        yield
+      except Exception as e:  # pylint: disable=broad-except
+        if not _disk_full(e):
+          raise
+        step, self._saving = self._saving, None
+        self._remove_tmp(step)
+        where = self.directory / str(step) if step is not None else self.directory
+        raise UserError(f"no space left writing {where} ({_first_line(e)}); free space or choose another "
+                        "MODEL_DIR. The checkpoints before it are intact; rerun the same command to resume."
+                        ) from None
+
+    return guard()
+
+  def _remove_tmp(self, step: int | None) -> None:
+    """Removes the temporary folder of a save that failed (ours, never a finished step)."""
+    if jax.process_index() != 0 or step is None or not self.directory.exists():
+      return
+    for path in self.directory.iterdir():
+      if path.name.startswith(f"{step}.orbax-checkpoint-tmp"):
+        shutil.rmtree(os.fspath(path), ignore_errors=True)
+
+  def check_step(self, step: int, items: tuple[str, ...] = (STATE, DATA_ITERATOR, META)) -> None:
+    """DamagedCheckpointError when one of `items` is missing from the step folder."""
+    step_dir = self.directory / str(step)
+    for item in items:
+      if not (step_dir / item).exists():
+        raise DamagedCheckpointError(step_dir, f"{item}/ is missing")
 
   def restore(self, step: int, abstract_state: Any, iterator: Any, *,
               assets: Mapping[str, Asset] | None = None) -> tuple[Any, dict[str, Any]]:
     """(state on the shardings of `abstract_state`, asset values checked against `meta`).
 
-    Assets the checkpoint does not hold (an objective added on resume) are
-    left out of the returned values.
+    `iterator` None leaves the data iterator alone (a fresh one). Assets the
+    checkpoint does not hold (an objective added on resume) are left out of
+    the returned values. Raises DamagedCheckpointError naming what is missing
+    or unreadable; an iterator state that reads back but does not fit the
+    iterator is a UserError with the fresh-iterator advice.
     """
-    items = {STATE: ocp.args.StandardRestore(abstract_state), DATA_ITERATOR: DataIteratorRestore(iterator)}
+    step_dir = self.directory / str(step)
     _, fingerprints = self.read_run(step)
+    self.check_step(step, (STATE, META) + ((DATA_ITERATOR,) if iterator is not None else ()))
+    try:
+      state = self._manager.restore(step, args=ocp.args.Composite(**{
+          STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
+    except Exception as e:  # pylint: disable=broad-except
+      raise _damage_of(step_dir, STATE, e) from None
+    if iterator is not None:
+      try:
+        self._manager.restore(step, args=ocp.args.Composite(**{DATA_ITERATOR: DataIteratorRestore(iterator)}))
+      except UserError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        prefix = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}" / "iterator"
+        problem = _iterator_files_problem(prefix)
+        if problem:
+          raise DamagedCheckpointError(step_dir, problem) from None
+        raise UserError(f"the data-iterator state of checkpoint step {step} does not fit this run's input "
+                        f"pipeline ({_first_line(e)}). {fresh_iterator_advice()}") from None
     saved_assets = {n: a for n, a in (assets or {}).items() if n in fingerprints}
+    values = {}
     if saved_assets:
-      items[ASSETS] = AssetsRestore(saved_assets)
-    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
-    values = dict(restored[ASSETS]) if saved_assets else {}
-    where = os.fspath(self.directory / str(step) / ASSETS)
+      try:
+        values = dict(self._manager.restore(step, args=ocp.args.Composite(**{
+            ASSETS: AssetsRestore(saved_assets)}))[ASSETS])
+      except UserError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        raise _damage_of(step_dir, ASSETS, e) from None
+    where = os.fspath(step_dir / ASSETS)
     for name, value in values.items():
       check_fingerprint(saved_assets[name], value, fingerprints[name], where=where)
-    return restored[STATE], values
+    return state, values
+
+  def move_damaged(self, error: DamagedCheckpointError) -> epath.Path:
+    """Moves a damaged step to MODEL_DIR/checkpoints_damaged/<step> (process 0; all processes wait)."""
+    target = move_damaged_step(error)
+    self._manager.reload()
+    return target
 
   def wait(self) -> None:
-    self._manager.wait_until_finished()
+    with self._no_space_guard():
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
+
+
+def move_damaged_step(error: DamagedCheckpointError) -> epath.Path:
+  """Moves `error.step_dir` to MODEL_DIR/checkpoints_damaged/<step> (or <step>.1, ...); nothing is deleted.
+
+  Process 0 moves; every process then waits for it, so all see the same steps.
+  """
+  base = error.step_dir.parent.parent / DAMAGED_DIR
+  target, n = base / str(error.step), 0
+  while target.exists():
+    n += 1
+    target = base / f"{error.step}.{n}"
+  if jax.process_index() == 0:
+    base.mkdir(parents=True, exist_ok=True)
+    os.replace(os.fspath(error.step_dir), os.fspath(target))
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(f"moved damaged checkpoint {error.step}")
+  return target
+
+
+def warn_damaged(error: DamagedCheckpointError, target: epath.Path, resume_step: int) -> None:
+  if jax.process_index() == 0:
+    print(f"warning: checkpoint step {error.step} of {error.step_dir.parent.parent} is damaged ({error.what}); "
+          f"moved it to {target} and resuming from step {resume_step}", file=sys.stderr, flush=True)
+
+
+def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback"
+                         ) -> tuple[int | None, list[DamagedCheckpointError]]:
+  """(the newest step whose meta and items are there, the damaged newer ones); moves nothing.
+
+  With `on_damaged="error"` the first damaged step raises. UserError when
+  steps exist but none is complete.
+  """
+  directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"
+  if not directory.exists():
+    return None, []
+  damaged = []
+  with _reader(directory) as manager:
+    steps = sorted(manager.all_steps(), reverse=True)
+    for step in steps:
+      step_dir = directory / str(step)
+      try:
+        for item in (META, STATE):
+          if not (step_dir / item).exists():
+            raise DamagedCheckpointError(step_dir, f"{item}/ is missing")
+        try:
+          meta = manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+          if not isinstance(meta, Mapping):
+            raise ValueError(f"holds a {type(meta).__name__}, not an object")
+        except Exception as e:  # pylint: disable=broad-except
+          raise _damage_of(step_dir, META, e) from None
+      except DamagedCheckpointError as e:
+        if on_damaged == "error":
+          raise
+        damaged.append(e)
+        continue
+      return step, damaged
+  if damaged:
+    raise UserError(f"no complete checkpoint is left in {directory}: "
+                    + "; ".join(f"step {e.step}: {e.what}" for e in damaged)
+                    + f". Move the damaged steps aside (or to {directory.parent / DAMAGED_DIR}) to start afresh, "
+                    "or use a new MODEL_DIR.")
+  return None, []
 
 
 def _reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = None) -> ocp.CheckpointManager:
@@ -239,8 +533,13 @@ def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tup
   directory = _checkpoints_dir(checkpoint_dir)
   with _reader(directory) as manager:
     step = _latest(manager, directory, step)
-    restored = manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
-  return step, dict(restored[META])
+    try:
+      meta = manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
+      if not isinstance(meta, Mapping):
+        raise ValueError(f"holds a {type(meta).__name__}, not an object")
+    except Exception as e:  # pylint: disable=broad-except
+      raise _damage_of(directory / str(step), META, e) from None
+  return step, dict(meta)
 
 
 def find_latest_step(model_dir: str) -> int | None:

@@ -7,14 +7,17 @@ objectives and lets them adapt the encoder, writes the run manifest
 (`RunSpec`), gets every asset the objectives require (built, loaded, or
 restored from the checkpoint being resumed), and hands these collaborators to
 the train loop. Bad input is found before MODEL_DIR is touched: the task is
-resolved, objectives checked, assets built and the checkpoint's manifest
-compared before anything is written.
+resolved, objectives checked, assets built and the checkpoint's manifest and
+data loop compared before anything is written; `config.gin` is written only
+once the checkpoint being resumed is restored, so it always describes what
+the checkpoints hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -33,7 +36,9 @@ from flax_xalign.objectives.masking import max_predictions_for
 from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
 from flax_xalign.training import checkpoints as checkpoints_lib
 from flax_xalign.training import metrics as metrics_lib
+from flax_xalign.training import model_dir as model_dir_lib
 from flax_xalign.training import partitioning
+from flax_xalign.training import validate
 from flax_xalign.training.data import TaskData, resolve_task
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.trainer import LoopConfig, TrainResult, Trainer, train as train_loop
@@ -192,6 +197,7 @@ def pretrain(
     write_config: Callable[[str], None] | None = None,
     step_callback: Callable[[int, Mapping[str, Any]], None] | None = None,
     assets_only: bool = False,
+    fresh_data_iterator: bool = False,
 ) -> TrainResult | run_spec_lib.RunSpec:
   """Pretrains an encoder on a seqio task or mixture; resumes from MODEL_DIR.
 
@@ -225,11 +231,23 @@ def pretrain(
   processes (None: one shard per process; see `TaskData.dataset`).
   `user_tasks` are TextTask/TsvBitextTask/AlphaMixture/SyntheticTasks
   definitions registered first; `write_config(model_dir)` writes the operative
-  config once the run is known to be valid; `step_callback(step, metrics)`
-  runs after every step.
+  config once the run is known to be valid and the checkpoint it resumes is
+  restored; `step_callback(step, metrics)` runs after every step.
+  Each checkpoint records the data loop (BATCH_SIZE, TASK_FEATURE_LENGTHS,
+  task, data_shards, seed): resuming with other values is refused, unless
+  `fresh_data_iterator` resumes the model with a new data iterator (the data
+  order starts over). With `eval_every` > 0 a task without `eval_split` trains
+  without evaluation (a warning says so). A damaged newest checkpoint is moved
+  to MODEL_DIR/checkpoints_damaged/ and the previous complete one resumed
+  (`CheckpointConfig.on_damaged="error"` refuses instead).
   """
-  _check_counts(train_steps=train_steps, batch_size=batch_size, log_every=log_every, eval_every=eval_every,
-                eval_batches=eval_batches, checkpoint=checkpoint, replicate_limit_bytes=replicate_limit_bytes)
+  model_dir = model_dir_lib.check_model_dir(model_dir)
+  validate.check_settings(
+      train_steps=train_steps, batch_size=batch_size, log_every=log_every, eval_every=eval_every,
+      eval_batches=eval_batches, checkpoint=checkpoint, replicate_limit_bytes=replicate_limit_bytes,
+      task_feature_lengths=task_feature_lengths, objectives=objectives, optimizer=optimizer, masking=masking,
+      seed=seed, num_partitions=num_partitions, data_shards=data_shards)
+  checkpoints_lib.check_config(checkpoint)
   assembly = assemble(
       mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths, encoder=encoder,
       objectives=objectives, objective_options=objective_options, monitors=monitors, asset_options=asset_options,
@@ -242,21 +260,29 @@ def pretrain(
   for note in notes:
     print(f"note: {note}", flush=True)
 
-  latest = checkpoints_lib.find_latest_step(model_dir)
+  loop_record = checkpoints_lib.loop_record(
+      batch_size=batch_size, task_feature_lengths=task_feature_lengths, task=mixture_or_task_name,
+      data_shards=data_shards, seed=seed, train_steps=train_steps)
+  # Damaged newer steps are only listed here; they are moved once the run is known valid.
+  latest, damaged = checkpoints_lib.newest_readable_step(model_dir, on_damaged=checkpoint.on_damaged)
   resume = None
   if latest is not None:
-    saved, step_fingerprints = checkpoints_lib.read_run_at(model_dir, latest)
-    if not saved.objectives:
-      raise UserError(
-          f"{model_dir} holds an imported model, not a training run; train from it in a new MODEL_DIR with "
-          f"--gin.INIT_FROM_CHECKPOINT=\"{model_dir}\" (train.init_from_checkpoint).")
-    checkpoints_lib.check_compatible(saved, run, where=os.path.join(model_dir, "checkpoints"))
+    saved, step_fingerprints = _check_resumable(model_dir, latest, run, loop_record,
+                                                fresh_data_iterator=fresh_data_iterator)
     resume = (latest, saved, step_fingerprints)
   elif init_from_checkpoint:
     _check_warm_start(init_from_checkpoint, run)
+  if eval_every and not _has_split(data.provider, eval_split):
+    print(f"warning: task {mixture_or_task_name} has no {eval_split!r} split; training without evaluation "
+          f"(add that split to the task, name another with train.eval_split, or set EVAL_EVERY=0)",
+          file=sys.stderr, flush=True)
+    eval_every = 0
   run, run_assets = asset_setup.prepare(run, assets, model_dir=model_dir, resume=resume)
   if assets_only:
-    written = asset_setup.write(model_dir, run_assets) if jax.process_index() == 0 else []
+    written = []
+    if jax.process_index() == 0:
+      with model_dir_lib.lock(model_dir):
+        written = asset_setup.write(model_dir, run_assets)
     print(f"assets of {model_dir}: " + (", ".join(written) + " written" if written else "already present"),
           flush=True)
     return run
@@ -273,57 +299,90 @@ def pretrain(
   layout = {"pair_layout": pair_layout, "both_directions": bitext_both_directions, "data_shards": data_shards}
   train_ds = data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed, **layout)
 
-  os.makedirs(model_dir, exist_ok=True)
-  if jax.process_index() == 0:
-    asset_setup.write(model_dir, run_assets)
-    if write_config is not None:
-      write_config(model_dir)
-  checkpointer = checkpoints_lib.Checkpointer(model_dir, checkpoint)
-  logger = metrics_lib.MetricsLogger(model_dir, resume_step=latest or 0, total_steps=train_steps)
+  # From here on MODEL_DIR is written: one writer at a time (process 0 holds the lock for the job).
+  with model_dir_lib.lock(model_dir):
+    os.makedirs(model_dir, exist_ok=True)
+    for error in damaged:  # Newest first; `latest` is the newest step whose meta reads.
+      checkpoints_lib.warn_damaged(error, checkpoints_lib.move_damaged_step(error), latest)
+    if jax.process_index() == 0:
+      asset_setup.write(model_dir, run_assets)
+    checkpointer = checkpoints_lib.Checkpointer(model_dir, checkpoint)
+    loggers = []
 
-  def eval_batches_fn():
-    return data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed,
-                        split=eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
+    def make_logger(resume_step: int) -> metrics_lib.MetricsLogger:
+      loggers.append(metrics_lib.MetricsLogger(model_dir, resume_step=resume_step, total_steps=train_steps))
+      return loggers[-1]
 
-  step_flops = train_flops(assembly, batch_size=batch_size)
-  n_params = flops_lib.count_params(trainer.abstract_state.params)
-  print(f"model: {n_params / 1e6:.2f}M parameters, {encoder.num_layers} layers, embed {encoder.embed_dim}; "
-        f"mesh {dict(partitioner.mesh.shape)}; languages {list(data.languages)}; "
-        f"objectives {dict(objectives)}", flush=True)
-  try:
-    return train_loop(
-        trainer=trainer,
-        train_iterator=iter(train_ds),
-        eval_batches=eval_batches_fn if eval_every else None,
-        checkpointer=checkpointer,
-        logger=logger,
-        run=run,
-        flops_per_step=step_flops,
-        step_callback=step_callback,
-        init_params=_warm_starter(init_from_checkpoint) if init_from_checkpoint else None,
-    )
-  finally:
-    checkpointer.close()
-    logger.close()
+    def before_training(resumed: int | None) -> None:
+      if write_config is not None and jax.process_index() == 0:
+        write_config(model_dir)
+
+    def check_step(step: int) -> None:  # A step reached by falling back from a damaged one.
+      if step != latest:
+        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=fresh_data_iterator)
+
+    def eval_batches_fn():
+      return data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed,
+                          split=eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
+
+    step_flops = train_flops(assembly, batch_size=batch_size)
+    n_params = flops_lib.count_params(trainer.abstract_state.params)
+    print(f"model: {n_params / 1e6:.2f}M parameters, {encoder.num_layers} layers, embed {encoder.embed_dim}; "
+          f"mesh {dict(partitioner.mesh.shape)}; languages {list(data.languages)}; "
+          f"objectives {dict(objectives)}", flush=True)
+    try:
+      return train_loop(
+          trainer=trainer,
+          train_iterator=iter(train_ds),
+          new_train_iterator=lambda: iter(train_ds),
+          eval_batches=eval_batches_fn if eval_every else None,
+          checkpointer=checkpointer,
+          logger=make_logger,
+          run=run,
+          flops_per_step=step_flops,
+          step_callback=step_callback,
+          init_params=_warm_starter(init_from_checkpoint) if init_from_checkpoint else None,
+          loop_record=loop_record,
+          restore_iterator=not fresh_data_iterator,
+          check_step=check_step,
+          before_training=before_training,
+      )
+    finally:
+      try:
+        checkpointer.close()
+      finally:
+        for logger in loggers:
+          logger.close()
 
 
-# (setting, its gin name, smallest allowed value): checked before MODEL_DIR is touched, where a
-# zero interval used to crash after a step had run and keep=0 deleted every checkpoint.
-_COUNTS = (("train_steps", "TRAIN_STEPS", 1), ("batch_size", "BATCH_SIZE", 1), ("log_every", "LOG_EVERY", 1),
-           ("eval_every", "EVAL_EVERY", 0), ("eval_batches", "train.eval_batches", 1),
-           ("every_steps", "CHECKPOINT_EVERY", 1), ("keep", "CheckpointConfig.keep", 1),
-           ("replicate_limit_bytes", "train.replicate_limit_bytes", 0))
+def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop: Mapping[str, Any], *,
+                     fresh_data_iterator: bool) -> tuple[run_spec_lib.RunSpec, dict[str, Any]]:
+  """(the step's manifest, its asset fingerprints) after refusing a step this run cannot resume."""
+  meta = checkpoints_lib.read_checkpoint_meta(model_dir, step=step)[1]
+  saved = run_spec_lib.from_meta(meta, where=model_dir)
+  where = os.path.join(model_dir, "checkpoints")
+  if not saved.objectives:
+    raise UserError(
+        f"{model_dir} holds an imported model, not a training run; train from it in a new MODEL_DIR with "
+        f"--gin.INIT_FROM_CHECKPOINT=\"{model_dir}\" (train.init_from_checkpoint).")
+  checkpoints_lib.check_compatible(saved, run, where=where)
+  saved_loop = meta.get(checkpoints_lib.LOOP)
+  if not fresh_data_iterator:
+    checkpoints_lib.check_loop(saved_loop, loop, step=step, where=where)
+  if saved_loop and saved_loop.get("train_steps") not in (None, loop["train_steps"]):
+    print(f"warning: TRAIN_STEPS={loop['train_steps']} but checkpoint step {step} was trained with TRAIN_STEPS="
+          f"{saved_loop['train_steps']}; the learning-rate schedule depends on it, so the steps after {step} "
+          "follow another schedule than the first run's", file=sys.stderr, flush=True)
+  return saved, dict(meta.get(checkpoints_lib.ASSETS, {}))
 
 
-def _check_counts(*, checkpoint: checkpoints_lib.CheckpointConfig, **values: Any) -> None:
-  """One UserError for a count or interval that is not an integer at least its minimum."""
-  values.update(every_steps=checkpoint.every_steps, keep=checkpoint.keep)
-  for name, setting, least in _COUNTS:
-    value = values[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-      hint = " (0 turns evaluation off)" if name == "eval_every" else ""
-      raise UserError(f"{setting}={value!r} is not allowed: it must be an integer >= {least}{hint}; "
-                      f"e.g. --gin.{setting}={max(least, 1) if name != 'replicate_limit_bytes' else 67108864}.")
+def _has_split(provider: Any, split: str) -> bool:
+  """Whether a seqio task, or every task of a mixture, has `split`."""
+  tasks = getattr(provider, "tasks", None)
+  if tasks is not None and not hasattr(provider, "source"):  # A mixture.
+    return bool(tasks) and all(_has_split(task, split) for task in tasks)
+  splits = getattr(provider, "splits", None)
+  return splits is None or split in splits
 
 
 def _check_row_length(length: int, encoder: EncoderConfig) -> None:

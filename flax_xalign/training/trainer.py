@@ -7,6 +7,11 @@ one (after the steps its `refresh_every` names) reuses the compiled program.
 Determinism: the step RNG is `fold_in(key(seed), step)`, and the data
 iterator's state and the assets are checkpointed with the train state, so a
 resumed run reproduces the losses of an uninterrupted one.
+
+A checkpoint is committed only when the losses up to its step and every float
+of the state it holds are finite (one jitted reduction at checkpoint steps),
+so a blow-up never leaves a poisoned step to resume from. The checkpoint of a
+step is saved before that step's evaluation.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from flax_xalign.assets.runtime import RunAssets
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.pretraining import PretrainingModel
 from flax_xalign.run_spec import RunSpec
-from flax_xalign.training.checkpoints import Checkpointer, make_meta
+from flax_xalign.training.batches import BatchFetcher, StopWhileFetching
+from flax_xalign.training.checkpoints import (Checkpointer, DamagedCheckpointError, make_meta,
+                                              warn_damaged)
 from flax_xalign.training.metrics import MetricsLogger, Throughput
 from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
 from flax_xalign.training.partitioning import Partitioner
@@ -49,7 +56,7 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 class NonFiniteLossError(UserError):
-  """The loss became NaN/inf; the last good checkpoint is kept."""
+  """The loss or the parameters became NaN/inf; the last good checkpoint is kept."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +196,7 @@ class Trainer:
       )
       self.monitor_step = jax.jit(self._monitor_step, in_shardings=(self.state_shardings.params, asset_shardings),
                                   out_shardings=replicated)
+      self.state_is_finite = jax.jit(_all_finite, in_shardings=(self.state_shardings,), out_shardings=replicated)
 
   def mesh_context(self):
     """Mesh and logical rules in scope, so activation constraints resolve."""
@@ -240,11 +248,30 @@ class Trainer:
     """One train step on a host batch with the current assets (call inside `mesh_context`)."""
     return self.train_step(state, self.shard(host_batch), self.base_rng, self.assets.device)
 
+  def update_problem(self, state: TrainState, host_batch: HostBatch) -> str | None:
+    """Why `state` must not be checkpointed, or None: a non-finite float in it, or a non-finite loss
+    of its parameters on `host_batch` (the batch of its last update, scored without dropout).
+
+    Call inside `mesh_context`; one forward pass and one reduction, so only at checkpoint steps.
+    """
+    rng = jax.random.fold_in(self.base_rng, 0xC4EC)
+    finite, metrics = jax.device_get((self.state_is_finite(state),
+                                      self.eval_step(state.params, self.shard(host_batch), rng, self.assets.device)))
+    if not bool(finite):
+      return "the parameters or optimiser state became non-finite (NaN/inf) in the update"
+    if not math.isfinite(float(metrics["loss"])):
+      return (f"the updated parameters give a {float(metrics['loss'])} loss on the step's own batch (the update "
+              "blew them up)")
+    return None
+
   def shard(self, host_batch: HostBatch) -> dict[str, jax.Array]:
     return self.partitioner.shard_batch(dict(host_batch))
 
-  def evaluate(self, params: Any, batches: Iterable[HostBatch], *, max_batches: int) -> dict[str, float]:
-    """Mean metrics over up to `max_batches` batches with fixed masking RNGs, plus monitors."""
+  def evaluate(self, params: Any, batches: Iterable[HostBatch], *, max_batches: int) -> dict[str, float] | None:
+    """Mean metrics over up to `max_batches` batches with fixed masking RNGs, plus monitors.
+
+    None when the batches hold no full batch (a split too small for BATCH_SIZE).
+    """
     eval_rng = jax.random.fold_in(self.base_rng, 0x5EED)
     sums: dict[str, float] = {}
     count = 0
@@ -259,7 +286,7 @@ class Trainer:
           sums[k] = sums.get(k, 0.0) + float(v)
         count += 1
     if not count:
-      raise UserError("The evaluation split produced no full batch; lower BATCH_SIZE or add data.")
+      return None
     means = {k: v / count for k, v in sums.items()}
     if self.model.has_monitors(assets):
       with self.mesh_context():
@@ -267,16 +294,88 @@ class Trainer:
     return means
 
 
-def _check_finite(losses: list[tuple[int, jax.Array]]) -> None:
+def _all_finite(state: TrainState) -> jax.Array:
+  """Whether every float of the state (params and optimiser moments) is finite: one bool."""
+  leaves = [leaf for leaf in jax.tree.leaves(state) if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in leaves])) if leaves else jnp.bool_(True)
+
+
+def _non_finite(what: str, step: int, last_saved: int | None) -> NonFiniteLossError:
+  kept = (f"the last checkpoint (step {last_saved}) is intact and a rerun resumes from it"
+          if last_saved is not None else "no checkpoint was written, so a rerun starts afresh")
+  return NonFiniteLossError(
+      f"{what} at step {step}; nothing was saved for it and training stopped: {kept}. Lower the learning "
+      "rate (OptimizerConfig.learning_rate) or raise OptimizerConfig.warmup_steps, or check the data, "
+      "then rerun the same command.")
+
+
+def _check_finite(losses: list[tuple[int, jax.Array]], last_saved: int | None) -> None:
   values = jax.device_get([loss for _, loss in losses])  # One transfer for all steps.
   for (step, _), value in zip(losses, values):
     value = float(value)
     if not math.isfinite(value):
-      raise NonFiniteLossError(
-          f"The loss became {value} at step {step}. Training stopped; the last checkpoint "
-          "written before it is intact. Lower the learning rate (OptimizerConfig.learning_rate), "
-          "raise warmup, or check the data, then rerun the same command to resume."
-      )
+      raise _non_finite(f"the loss became {value}", step, last_saved)
+
+
+def _restore(trainer: Trainer, checkpointer: Checkpointer, step: int, iterator: Any,
+             new_iterator: Callable[[], Iterator[Any]] | None, *, restore_iterator: bool, on_damaged: str,
+             check_step: Callable[[int], None] | None) -> tuple[int, TrainState, Iterator[Any]]:
+  """(step, state, iterator) of the newest complete checkpoint from `step` down.
+
+  A damaged step is moved aside (`on_damaged="fallback"`) and the next older
+  one tried with a new iterator (a failed restore may leave the old one half
+  restored); with "error" its DamagedCheckpointError propagates.
+  """
+  while True:
+    try:
+      if check_step is not None:
+        check_step(step)
+      # Assets the caller already loaded from this step are not read twice.
+      restore_assets = {} if trainer.assets.source_step == step else trainer.assets.assets
+      with trainer.mesh_context():
+        state, values = checkpointer.restore(step, trainer.abstract_state, iterator if restore_iterator else None,
+                                             assets=restore_assets)
+      damage = _agree_restored(checkpointer, step, None)
+    except DamagedCheckpointError as e:
+      damage = _agree_restored(checkpointer, step, e)
+    except Exception:
+      _agree_restored(checkpointer, step, "failed")
+      raise
+    if damage is None:
+      trainer.assets.set_values(values)
+      return step, state, iterator
+    if on_damaged != "fallback" or new_iterator is None:
+      raise damage
+    target = checkpointer.move_damaged(damage)
+    older = checkpointer.latest_step()
+    if older is None:
+      raise UserError(f"no complete checkpoint is left in {checkpointer.directory} (step {damage.step}: "
+                      f"{damage.what}; moved to {target}). Rerun to train from scratch, or move it back.")
+    warn_damaged(damage, target, older)
+    step, iterator = older, new_iterator()
+
+
+def _agree_restored(checkpointer: Checkpointer, step: int, problem: Any) -> DamagedCheckpointError | None:
+  """The damage all processes act on: a step one process cannot read is damaged for all of them.
+
+  `problem` is this process's DamagedCheckpointError, None, or "failed" (another
+  error, which this process raises after telling the others).
+  """
+  if jax.process_count() == 1:
+    return problem if isinstance(problem, DamagedCheckpointError) else None
+  from jax.experimental import multihost_utils
+
+  code = 0 if problem is None else 1 if isinstance(problem, DamagedCheckpointError) else 2
+  codes = np.asarray(multihost_utils.process_allgather(np.int32(code)))
+  if code == 2:
+    return None  # The caller re-raises its own error.
+  if np.any(codes == 2):
+    raise UserError(f"another process could not restore checkpoint step {step}; see its output.")
+  if isinstance(problem, DamagedCheckpointError):
+    return problem
+  if np.any(codes == 1):
+    return DamagedCheckpointError(checkpointer.directory / str(step), "unreadable on another process")
+  return None
 
 
 def train(
@@ -285,12 +384,17 @@ def train(
     train_iterator: Iterator[Any],
     eval_batches: Callable[[], Iterable[HostBatch]] | None,
     checkpointer: Checkpointer,
-    logger: MetricsLogger,
+    logger: MetricsLogger | Callable[[int], MetricsLogger],
     run: RunSpec,
     flops_per_step: float,
     on_resume: Callable[[int], None] | None = None,
     step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None = None,
     init_params: Callable[[Any], Any] | None = None,
+    new_train_iterator: Callable[[], Iterator[Any]] | None = None,
+    loop_record: Mapping[str, Any] | None = None,
+    restore_iterator: bool = True,
+    check_step: Callable[[int], None] | None = None,
+    before_training: Callable[[int | None], None] | None = None,
 ) -> TrainResult:
   """Runs (or resumes) training to `trainer.loop.train_steps`.
 
@@ -299,7 +403,8 @@ def train(
     train_iterator: a checkpointable iterator of host batches (tf.data).
     eval_batches: returns a fresh iterable of held-out host batches.
     checkpointer: where state, iterator, manifest and assets are saved.
-    logger: metrics sink.
+    logger: metrics sink, or a function of the resumed step (0 for a new
+      run) that makes it once the checkpoint is restored.
     run: the run manifest, saved with every checkpoint with the assets'
       fingerprints at that step.
     flops_per_step: model FLOPs of one train step (for MFU).
@@ -308,24 +413,38 @@ def train(
       notebooks, tests); metrics are device arrays, fetching them syncs.
     init_params: maps the freshly initialised params to the starting params of
       a new run (a warm start); not called when resuming.
+    new_train_iterator: makes a fresh iterator like `train_iterator`; needed to
+      fall back to an older checkpoint when the newest is damaged.
+    loop_record: the data loop saved in each checkpoint's meta
+      (`checkpoints.loop_record`).
+    restore_iterator: False resumes the model with `train_iterator` as it is
+      (a new data order) instead of the checkpoint's iterator state.
+    check_step: called with a step before it is restored (e.g. to compare the
+      data loop of an older step reached by a fallback).
+    before_training: called with the resumed step (None: a new run) once the
+      state is restored or initialised, before the first step (writes the
+      run's config: it then describes what the checkpoints hold).
   """
   loop = trainer.loop
   latest = checkpointer.latest_step()
+  last_saved = None
   if latest is not None:
-    # The caller has already refused incompatible checkpoints (`check_compatible`)
-    # before writing anything into MODEL_DIR.
-    # Assets the caller already loaded from this step are not read twice.
-    restore_assets = {} if trainer.assets.source_step == latest else trainer.assets.assets
-    with trainer.mesh_context():
-      state, values = checkpointer.restore(latest, trainer.abstract_state, train_iterator, assets=restore_assets)
-    trainer.assets.set_values(values)
-    print(f"resumed from {checkpointer.directory}/{latest}", flush=True)
+    latest, state, train_iterator = _restore(
+        trainer, checkpointer, latest, train_iterator, new_train_iterator, restore_iterator=restore_iterator,
+        on_damaged=checkpointer.config.on_damaged, check_step=check_step)
+    last_saved = latest
+    print(f"resumed from {checkpointer.directory}/{latest}"
+          + ("" if restore_iterator else " with a new data iterator"), flush=True)
     if on_resume:
       on_resume(latest)
   else:
     state = trainer.init_state()
     if init_params is not None:
       state = state.replace(params=init_params(state.params))
+  if not isinstance(logger, MetricsLogger) and callable(logger):
+    logger = logger(latest or 0)
+  if before_training is not None:
+    before_training(latest)
   start = int(jax.device_get(state.step))
   terms = tuple(trainer.model.objectives)
   throughput = Throughput(flops_per_step=flops_per_step, peak_flops=loop.peak_flops_per_device,
@@ -334,14 +453,35 @@ def train(
   unchecked: list[tuple[int, jax.Array]] = []
   interval: list[dict[str, jax.Array]] = []
   interrupted = False
+  evaluating = eval_batches is not None and loop.eval_every > 0
   step = start
 
   with _StopRequest() as stop, trainer.mesh_context():
+    # The fetch runs beside the main thread, so a stop request is heard while the pipeline is busy.
+    fetcher = BatchFetcher(train_iterator, should_stop=lambda: stop.signal is not None, convert=_to_host)
     for step in range(start + 1, loop.train_steps + 1):
       try:
-        host_batch = _to_host(next(train_iterator))
+        host_batch = fetcher.next()
+      except StopWhileFetching as e:
+        # The iterator is mid-read and cannot be saved with the state: keep the newest checkpoint.
+        interrupted, step = True, step - 1
+        kept = (f"the checkpoint of step {last_saved} is kept" if last_saved is not None else
+                "no checkpoint was written yet")
+        redo = step - (last_saved or 0)
+        print(f"stopped while waiting {e.waited_s:.0f} s for the input pipeline (before step {step + 1}); "
+              f"{kept}" + (f" and the {redo} step(s) after it will be trained again" if redo else "")
+              + ". Rerun the same command to resume.", flush=True)
+        break
       except StopIteration:
         raise UserError("The training data ran out; use a repeating dataset (num_epochs=None).")
+      except Exception as e:  # pylint: disable=broad-except
+        if step == start + 1 and latest is not None and restore_iterator and not isinstance(e, UserError):
+          # A restored iterator state from another pipeline fails only when read (e.g. another batch shape).
+          raise _iterator_mismatch(latest, e) from None
+        raise
+      if step == start + 1:
+        print("compiling the train step...", flush=True)
+        compile_started = time.perf_counter()
       state, metrics = trainer.step(state, host_batch)
       trainer.assets.refresh(state.params, step)
       unchecked.append((step, metrics["loss"]))
@@ -351,6 +491,7 @@ def train(
       throughput.add(float((host_batch["segment_ids"] > 0).sum()) * jax.process_count())
       if step == start + 1:
         jax.block_until_ready(metrics["loss"])
+        print(f"  compiled and ran the first step in {time.perf_counter() - compile_started:.1f} s", flush=True)
         throughput.reset()  # Keep compilation out of tokens/s.
         timed_from = (time.perf_counter(), step)
       else:
@@ -359,7 +500,7 @@ def train(
 
       last = step == loop.train_steps
       if (step % loop.log_every == 0 or last) and interval:
-        _check_finite(unchecked)
+        _check_finite(unchecked, last_saved)
         unchecked.clear()
         fetched = jax.device_get(interval)  # One transfer, not one per metric and step.
         means = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
@@ -368,20 +509,35 @@ def train(
         history.append(row)
         interval.clear()
         throughput.reset()
-      if eval_batches is not None and loop.eval_every and (step % loop.eval_every == 0 or last):
-        eval_metrics = trainer.evaluate(state.params, eval_batches(), max_batches=loop.eval_batches)
-        row = logger.write(step, eval_metrics, prefix="eval_")
-        print("  eval: " + "  ".join(f"{k} {row['eval_' + k]:.4f}" for k in ("loss", *terms)), flush=True)
-        throughput.reset()
       preempted = jax.process_count() > 1 and _reached_preemption(step)
-      if step % loop.checkpoint_every == 0 or last or stop.signal is not None or preempted:
-        _check_finite(unchecked)
+      stopping = stop.signal is not None or preempted
+      if step % loop.checkpoint_every == 0 or last or stopping:
+        _check_finite(unchecked, last_saved)
         unchecked.clear()
+        # The losses say nothing about the update of this step: the state saved must be finite itself,
+        # and so must the loss it gives (an update to huge but finite parameters overflows the next step).
+        problem = trainer.update_problem(state, host_batch)
+        if problem is not None:
+          raise _non_finite(problem, step, last_saved)
         values = trainer.assets.host_values()
-        checkpointer.save(step, state, train_iterator, make_meta(run, trainer.assets.fingerprints()),
+        checkpointer.save(step, state, train_iterator, make_meta(run, trainer.assets.fingerprints(), loop_record),
                           assets=trainer.assets.assets, asset_values=values, force=True)
+        last_saved = step
         throughput.reset()  # Keep the synchronous part of saving out of tokens/s.
-      if stop.signal is not None or preempted:
+      # Evaluate after saving: a failing or slow evaluation never costs the step's checkpoint.
+      if evaluating and not stopping and (step % loop.eval_every == 0 or last):
+        eval_metrics = trainer.evaluate(state.params, eval_batches(), max_batches=loop.eval_batches)
+        if eval_metrics is None:
+          evaluating = False
+          if jax.process_index() == 0:
+            print(f"warning: the evaluation split produced no full batch of BATCH_SIZE={loop.batch_size} at "
+                  f"step {step}; evaluation is off for the rest of the run (add held-out data or set "
+                  "EVAL_EVERY=0)", file=sys.stderr, flush=True)
+        else:
+          row = logger.write(step, eval_metrics, prefix="eval_")
+          print("  eval: " + "  ".join(f"{k} {row['eval_' + k]:.4f}" for k in ("loss", *terms)), flush=True)
+        throughput.reset()
+      if stopping:
         interrupted = True
         print(f"stopped at step {step}; checkpoint saved. Rerun the same command to resume.", flush=True)
         break
@@ -389,6 +545,15 @@ def train(
   logger.flush()
   return TrainResult(state=state, last_step=step, interrupted=interrupted,
                      stop_signal=stop.signal, history=history, trace_counts=dict(trainer.trace_counts))
+
+
+def _iterator_mismatch(step: int, error: Exception) -> UserError:
+  from flax_xalign.training.checkpoints import fresh_iterator_advice
+
+  first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+  return UserError(f"the data-iterator state restored from checkpoint step {step} does not fit this run's input "
+                   f"pipeline ({type(error).__name__}: {first}); was BATCH_SIZE, TASK_FEATURE_LENGTHS or the "
+                   f"task changed? {fresh_iterator_advice()}")
 
 
 def _reached_preemption(step: int) -> bool:

@@ -65,7 +65,7 @@ def test_checkpoint_with_other_vocabulary_is_refused(tmp_path, tiny_corpus, tiny
   from flax_xalign.tasks import user
 
   model_dir = tmp_path / "run"
-  _run(model_dir, tiny_encoder, steps=3, task="tiny_en")
+  _run(model_dir, tiny_encoder, steps=3, task="tiny_en", objectives={"mlm": 1.0})
   other = vocab.train_sentencepiece(
       open(tiny_corpus["files"][("en", "train")], encoding="utf-8"), vocab_size=37,
       model_path=tmp_path / "other.model")
@@ -73,7 +73,7 @@ def test_checkpoint_with_other_vocabulary_is_refused(tmp_path, tiny_corpus, tiny
                 lang="en", vocabulary_path=str(other)).register()
   before = tree_snapshot(model_dir)
   with pytest.raises(UserError, match="different vocabulary"):
-    _run(model_dir, tiny_encoder, steps=6, task="tiny_en_other_vocab")
+    _run(model_dir, tiny_encoder, steps=6, task="tiny_en_other_vocab", objectives={"mlm": 1.0})
   assert tree_snapshot(model_dir) == before
 
 
