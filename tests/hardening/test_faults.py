@@ -227,33 +227,8 @@ def test_file_too_big_is_one_error_and_leaves_no_temporary_files(limit, tmp_path
 
 
 # --- stop while the input pipeline is busy (C10) --------------------------------------------------------
-
-
-def test_sigterm_while_the_pipeline_fills_the_shuffle_buffer_exits_within_seconds(tmp_path, tiny_corpus):
-  huge = tmp_path / "huge.txt"
-  words = " ".join(random.Random(0).choice(["the", "house", "dog", "sees", "big", "river"]) for _ in range(200_000))
-  huge.write_text(words + "\nthe dog\n", encoding="utf-8")
-  gin_file = harness.write_run_gin(
-      tmp_path / "busy.gin", tiny_corpus, tag="busy",
-      en={"train": str(huge), "validation": tiny_corpus["files"][("en", "validation")]},
-      extra="h_en/TextTask.max_line_chars = 100000000")
-  child = harness.Child("train", harness.train_argv(gin_file, tmp_path / "model", "--gin.TRAIN_STEPS=1000"))
-  try:
-    waiting = child.wait_for(r"waiting for the input pipeline|step 1/", timeout=240)
-    assert waiting, f"neither a waiting line nor step 1: {child.output[-2000:]!r}"
-    if "waiting" not in waiting.group(0):
-      pytest.skip("the first batch came quickly (a 1.1 MB line no longer stalls the pipeline), so this machine "
-                  "cannot exercise a stop while the pipeline is busy this way")
-    child.proc.send_signal(signal.SIGTERM)
-    start = time.monotonic()
-    code = child.finish(60)
-    seconds = time.monotonic() - start
-  finally:
-    child.kill()
-  assert seconds < 5, f"took {seconds:.1f} s to stop"
-  assert code == 128 + signal.SIGTERM, child.output[-2000:]
-  assert "Traceback" not in child.output
-  assert "checkpoint" in child.output.split("waiting for the input pipeline")[-1].lower()
+# Covered in process by tests/training/test_stop_while_fetching.py, where the pipeline blocks for certain
+# (a long line no longer stalls a real one: lines are cut at max_line_chars and tokenising is fast).
 
 
 # --- quiet start (C11) ----------------------------------------------------------------------------------
