@@ -264,6 +264,58 @@ class _DiskFullLogFilter(logging.Filter):
 _DISK_FULL_FILTER = _DiskFullLogFilter()
 
 
+def _from_orbax_reads(tb: Any) -> bool:
+  """Whether a traceback passes through Orbax's array reading or asyncio's closed-loop check."""
+  while tb is not None:
+    name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    if "orbax/checkpoint" in name or (name.endswith("asyncio/base_events.py")
+                                      and tb.tb_frame.f_code.co_name in ("call_soon_threadsafe", "_check_closed")):
+      return True
+    tb = tb.tb_next
+  return False
+
+
+class _AbandonedReadNoise(logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved" for the sibling reads of a failed Orbax restore."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if not str(record.msg).startswith("Task exception was never retrieved"):
+      return True
+    return not (record.exc_info and _from_orbax_reads(record.exc_info[2]))
+
+
+def _quiet_abandoned_reads() -> None:
+  """Keeps the leftovers of a failed state restore off stderr (installed once, before the first restore).
+
+  When one array of a damaged checkpoint cannot be read, Orbax's restore
+  raises at once and closes its event loop while the other arrays' reads are
+  still in flight; as they finish, each one printed a traceback ("Task
+  exception was never retrieved", "Exception ignored in: <coroutine ...>",
+  "Event loop is closed"), hundreds of lines around our one warning line.
+  Only errors raised inside Orbax's reading code or asyncio's closed-loop
+  check are dropped; everything else is reported as before.
+  """
+  if getattr(_quiet_abandoned_reads, "installed", False):
+    return
+  _quiet_abandoned_reads.installed = True
+  logging.getLogger("asyncio").addFilter(_AbandonedReadNoise())
+  unraisable, excepthook = sys.unraisablehook, sys.excepthook
+
+  def quiet_unraisable(info: Any) -> None:
+    code = getattr(info.object, "cr_code", None)
+    if (code is not None and "orbax/checkpoint" in code.co_filename.replace(os.sep, "/")) or (
+        _from_orbax_reads(info.exc_traceback) and isinstance(info.exc_value, (RuntimeError, Exception))):
+      return
+    unraisable(info)
+
+  def quiet_excepthook(kind: type, value: BaseException, tb: Any) -> None:
+    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed" and _from_orbax_reads(tb):
+      return
+    excepthook(kind, value, tb)
+
+  sys.unraisablehook, sys.excepthook = quiet_unraisable, quiet_excepthook
+
+
 def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
   if not (step_dir / item).exists():
     return DamagedCheckpointError(step_dir, f"{item}/ is missing")
@@ -389,6 +441,7 @@ class Checkpointer:
     step_dir = self.directory / str(step)
     _, fingerprints = self.read_run(step)
     self.check_step(step, (STATE, META) + ((DATA_ITERATOR,) if iterator is not None else ()))
+    _quiet_abandoned_reads()
     try:
       state = self._manager.restore(step, args=ocp.args.Composite(**{
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
