@@ -13,7 +13,7 @@ import pytest
 from flax_xalign import eval as eval_main
 from flax_xalign import train as train_main
 
-from tests.testlib import tiny_encoder_gin, tree_snapshot
+from tests.testlib import tiny_encoder_gin, tree_snapshot, user_mixture_gin
 
 TINY_MODEL = tiny_encoder_gin()
 
@@ -25,22 +25,13 @@ def _gin_file(tmp_path, corpus, *, en_files=None, tsv_files=None, extra=""):
   files = corpus["files"]
   en = en_files or {"train": files[("en", "train")], "validation": files[("en", "validation")]}
   tsv = tsv_files or {"train": files[("de_en", "train")], "validation": files[("de_en", "validation")]}
+  user_tasks = user_mixture_gin(
+      scope="cli", en_name=f"{tag}_en", pair_name=f"{tag}_de_en", mixture_name=f"{tag}_mix",
+      en_files=en, tsv_files=tsv, vocab=corpus["vocab"])
   text = f"""
 include 'runs/pretrain.gin'
 {TINY_MODEL}
-cli_en/TextTask.name = '{tag}_en'
-cli_en/TextTask.files = {json.dumps(en)}
-cli_en/TextTask.lang = 'en'
-cli_en/TextTask.vocabulary_path = '{corpus["vocab"]}'
-cli_pairs/TsvBitextTask.name = '{tag}_de_en'
-cli_pairs/TsvBitextTask.files = {json.dumps(tsv)}
-cli_pairs/TsvBitextTask.lang_a = 'de'
-cli_pairs/TsvBitextTask.lang_b = 'en'
-cli_pairs/TsvBitextTask.vocabulary_path = '{corpus["vocab"]}'
-AlphaMixture.name = '{tag}_mix'
-AlphaMixture.tasks = ['{tag}_en', '{tag}_de_en']
-train.user_tasks = [@cli_en/TextTask(), @cli_pairs/TsvBitextTask(), @AlphaMixture()]
-MIXTURE_OR_TASK_NAME = '{tag}_mix'
+{user_tasks}
 TASK_FEATURE_LENGTHS = {{'tokens': 19}}
 BATCH_SIZE = 6
 LOG_EVERY = 2

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from flax_xalign import train as train_main
-from tests.testlib import tiny_encoder_gin
+from tests.testlib import tiny_encoder_gin, user_mixture_gin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,22 +31,13 @@ def _gin_file(tmp_path, data, vocab):
   tag = tmp_path.name.replace("-", "_")
   en = {s: str(data / f"en.{s}.txt") for s in ("train", "validation")}
   tsv = {s: str(data / f"de_en.{s}.tsv") for s in ("train", "validation")}
+  user_tasks = user_mixture_gin(
+      scope="u", en_name=f"{tag}_en", pair_name=f"{tag}_de_en", mixture_name=f"{tag}_mix",
+      en_files=en, tsv_files=tsv, vocab=vocab)
   text = f"""
 include 'runs/pretrain.gin'
 {tiny_encoder_gin()}
-u_en/TextTask.name = '{tag}_en'
-u_en/TextTask.files = {json.dumps(en)}
-u_en/TextTask.lang = 'en'
-u_en/TextTask.vocabulary_path = '{vocab}'
-u_pairs/TsvBitextTask.name = '{tag}_de_en'
-u_pairs/TsvBitextTask.files = {json.dumps(tsv)}
-u_pairs/TsvBitextTask.lang_a = 'de'
-u_pairs/TsvBitextTask.lang_b = 'en'
-u_pairs/TsvBitextTask.vocabulary_path = '{vocab}'
-AlphaMixture.name = '{tag}_mix'
-AlphaMixture.tasks = ['{tag}_en', '{tag}_de_en']
-train.user_tasks = [@u_en/TextTask(), @u_pairs/TsvBitextTask(), @AlphaMixture()]
-MIXTURE_OR_TASK_NAME = '{tag}_mix'
+{user_tasks}
 TASK_FEATURE_LENGTHS = {{'tokens': 19}}
 BATCH_SIZE = 6
 LOG_EVERY = 2

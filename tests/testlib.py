@@ -1,5 +1,6 @@
 """Helpers shared by tests: the tiny encoder config, a toy corpus, directory snapshots."""
 
+import json
 import os
 
 # The one tiny encoder of the tests. Odd, distinct sizes, and an attention
@@ -20,6 +21,33 @@ def tiny_encoder_gin(**overrides):
   """The same config as gin bindings (for entry-point tests)."""
   values = {**TINY_ENCODER, **overrides}
   return "\n".join(f"EncoderConfig.{k} = {v!r}" for k, v in values.items()) + "\n"
+
+
+def user_mixture_gin(*, scope, en_name, pair_name, mixture_name, en_files, tsv_files, vocab, tasks=None,
+                     mixture_scope=""):
+  """Gin bindings for a run on user files: TextTask `en_name` (English), TsvBitextTask `pair_name` (de-en)
+  and AlphaMixture `mixture_name` over `tasks` (default both), registered through `train.user_tasks`.
+
+  `scope` prefixes the task bindings (`<scope>_en/TextTask`, `<scope>_pairs/TsvBitextTask`), so a test can
+  add more (e.g. `<scope>_en/TextTask.max_line_chars`); the mixture binding is scoped by `mixture_scope`.
+  """
+  mixture = f"{mixture_scope}/AlphaMixture" if mixture_scope else "AlphaMixture"
+  tasks = list(tasks or [en_name, pair_name])
+  return "\n".join([
+      f"{scope}_en/TextTask.name = '{en_name}'",
+      f"{scope}_en/TextTask.files = {json.dumps(en_files)}",
+      f"{scope}_en/TextTask.lang = 'en'",
+      f"{scope}_en/TextTask.vocabulary_path = '{vocab}'",
+      f"{scope}_pairs/TsvBitextTask.name = '{pair_name}'",
+      f"{scope}_pairs/TsvBitextTask.files = {json.dumps(tsv_files)}",
+      f"{scope}_pairs/TsvBitextTask.lang_a = 'de'",
+      f"{scope}_pairs/TsvBitextTask.lang_b = 'en'",
+      f"{scope}_pairs/TsvBitextTask.vocabulary_path = '{vocab}'",
+      f"{mixture}.name = '{mixture_name}'",
+      f"{mixture}.tasks = {json.dumps(tasks)}",
+      f"train.user_tasks = [@{scope}_en/TextTask(), @{scope}_pairs/TsvBitextTask(), @{mixture}()]",
+      f"MIXTURE_OR_TASK_NAME = '{mixture_name}'",
+  ]) + "\n"
 
 
 WORDS_EN = "the a house dog cat sees runs big small red green old new tree river".split()

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.testlib import tiny_encoder_gin
+from tests.testlib import tiny_encoder_gin, user_mixture_gin
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -188,22 +188,13 @@ def write_run_gin(path: pathlib.Path, corpus: dict, *, tag: str, en: dict | None
   tsv = tsv or {"train": files[("de_en", "train")], "validation": files[("de_en", "validation")]}
   vocab = vocab or corpus["vocab"]
   tasks = list(tasks or [f"{tag}_en", f"{tag}_de_en"])
+  user_tasks = user_mixture_gin(
+      scope="h", en_name=f"{tag}_en", pair_name=f"{tag}_de_en", mixture_name=f"{tag}_mix",
+      en_files=en, tsv_files=tsv, vocab=vocab, tasks=tasks, mixture_scope="h_mix")
   text = f"""
 include 'runs/pretrain.gin'
 {tiny_encoder_gin()}
-h_en/TextTask.name = '{tag}_en'
-h_en/TextTask.files = {json.dumps(en)}
-h_en/TextTask.lang = 'en'
-h_en/TextTask.vocabulary_path = '{vocab}'
-h_pairs/TsvBitextTask.name = '{tag}_de_en'
-h_pairs/TsvBitextTask.files = {json.dumps(tsv)}
-h_pairs/TsvBitextTask.lang_a = 'de'
-h_pairs/TsvBitextTask.lang_b = 'en'
-h_pairs/TsvBitextTask.vocabulary_path = '{vocab}'
-h_mix/AlphaMixture.name = '{tag}_mix'
-h_mix/AlphaMixture.tasks = {json.dumps(tasks)}
-train.user_tasks = [@h_en/TextTask(), @h_pairs/TsvBitextTask(), @h_mix/AlphaMixture()]
-MIXTURE_OR_TASK_NAME = '{tag}_mix'
+{user_tasks}
 TASK_FEATURE_LENGTHS = {{'tokens': 19}}
 BATCH_SIZE = 6
 LOG_EVERY = 1

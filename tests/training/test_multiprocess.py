@@ -166,23 +166,13 @@ def run_gin(tmp_path_factory):
   (root / "mp_hooks.py").write_text(HOOKS)
   en = {s: str(root / f"en.{s}.txt") for s in files}
   tsv = {s: str(root / f"de_en.{s}.tsv") for s in files}
-  gin = textwrap.dedent(f"""
+  user_tasks = testlib.user_mixture_gin(scope="mp", en_name="mp_en", pair_name="mp_de_en", mixture_name="mp_mix",
+                                        en_files=en, tsv_files=tsv, vocab=model)
+  gin = textwrap.dedent("""
       import mp_hooks
       include 'runs/pretrain.gin'
-      mp_en/TextTask.name = 'mp_en'
-      mp_en/TextTask.files = {json.dumps(en)}
-      mp_en/TextTask.lang = 'en'
-      mp_en/TextTask.vocabulary_path = '{model}'
-      mp_pairs/TsvBitextTask.name = 'mp_de_en'
-      mp_pairs/TsvBitextTask.files = {json.dumps(tsv)}
-      mp_pairs/TsvBitextTask.lang_a = 'de'
-      mp_pairs/TsvBitextTask.lang_b = 'en'
-      mp_pairs/TsvBitextTask.vocabulary_path = '{model}'
-      AlphaMixture.name = 'mp_mix'
-      AlphaMixture.tasks = ['mp_en', 'mp_de_en']
-      train.user_tasks = [@mp_en/TextTask(), @mp_pairs/TsvBitextTask(), @AlphaMixture()]
-      MIXTURE_OR_TASK_NAME = 'mp_mix'
-      TASK_FEATURE_LENGTHS = {{'tokens': 19}}
+      """) + user_tasks + textwrap.dedent("""
+      TASK_FEATURE_LENGTHS = {'tokens': 19}
       BATCH_SIZE = 8
       TRAIN_STEPS = 6
       LOG_EVERY = 1
