@@ -16,12 +16,13 @@ from collections.abc import Iterator
 
 from flax_xalign.errors import UserError
 
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# A write that failed for want of space: disk full, quota, file-size limit.
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def no_space_error(e: OSError, path: str | os.PathLike) -> UserError | None:
   """The UserError for a write that failed for want of space (disk full, quota, file-size limit), else None."""
-  if e.errno not in _NO_SPACE:
+  if e.errno not in NO_SPACE_ERRNOS:
     return None
   return UserError(f"no space left writing {os.fspath(path)} ({os.strerror(e.errno)}); free space or choose "
                    "another MODEL_DIR (or output folder).")

@@ -117,14 +117,6 @@ def unigram_counts(batches, num_languages: int, vocab_size: int, *, first_regula
   return counts
 
 
-def _readable_model_dir(model_dir: Any) -> str:
-  """MODEL_DIR as an absolute path (`~` expanded), for a run only read; UserError for an empty or non-text name."""
-  if not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir).strip():
-    raise UserError(f"MODEL_DIR={model_dir!r} is not a folder name; give the run to evaluate, e.g. "
-                    "--gin.MODEL_DIR=\\\"runs/demo\\\".")
-  return os.path.abspath(os.path.expanduser(os.fspath(model_dir)))
-
-
 def evaluate(
     *,
     model_dir: str,
@@ -164,7 +156,7 @@ def evaluate(
   from flax_xalign.training.data import resolve_task
   from flax_xalign.training.model_dir import check_model_dir
 
-  model_dir = check_model_dir(model_dir) if output else _readable_model_dir(model_dir)
+  model_dir = check_model_dir(model_dir, writable=bool(output))  # Read-only runs need only a name.
   for value, setting, least, example in ((batch_size, "evaluate.batch_size", 1, 32),
                                          (max_batches, "evaluate.max_batches", 0, 0),
                                          (baseline_batches, "evaluate.baseline_batches", 1, 100),

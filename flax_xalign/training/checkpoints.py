@@ -28,7 +28,6 @@ temporary folder of the failed save is removed.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ from etils import epath
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import NO_SPACE_ERRNOS
 
 STATE, DATA_ITERATOR, META, ASSETS = "state", "data_iterator", "meta", "assets"
 LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
@@ -52,7 +52,6 @@ ON_DAMAGED = ("fallback", "error")
 # The data-loop settings an iterator state depends on, with the setting a user changes for each.
 LOOP_SETTINGS = (("batch_size", "BATCH_SIZE"), ("task_feature_lengths", "TASK_FEATURE_LENGTHS"),
                  ("task", "MIXTURE_OR_TASK_NAME"), ("data_shards", "train.data_shards"), ("seed", "train.seed"))
-_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 # Run-manifest fields whose mismatch makes a checkpoint unusable for this run.
 COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages", "pair_layout", "bitext_both_directions")
 
@@ -245,9 +244,9 @@ def _disk_full(error: BaseException) -> bool:
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in _DISK_FULL:
+    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
       return True
-    if any(os.strerror(code) in str(error) for code in _DISK_FULL):
+    if any(os.strerror(code) in str(error) for code in NO_SPACE_ERRNOS):
       return True
     error = error.__cause__ or error.__context__
   return False

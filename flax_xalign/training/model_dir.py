@@ -39,11 +39,12 @@ LOCK_FILE = ".lock"
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
 
 
-def check_model_dir(path: object, *, setting: str = "MODEL_DIR") -> str:
+def check_model_dir(path: object, *, setting: str = "MODEL_DIR", writable: bool = True) -> str:
   """The absolute, normalised folder for `path`, or a UserError naming what is wrong with it.
 
   Nothing is created: the folder may not exist yet (its nearest existing
-  parent must then be a writable folder).
+  parent must then be a writable folder). `writable=False` (a run only read,
+  e.g. evaluated without writing a report) checks the name alone.
   """
   if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
     raise UserError(f"{setting}={path!r} is not a folder name; give the run's folder, e.g. "
@@ -54,6 +55,8 @@ def check_model_dir(path: object, *, setting: str = "MODEL_DIR") -> str:
     raise UserError(f"{setting}={text!r}: no home folder for {expanded.split(os.sep)[0]!r}; "
                     "spell the folder out.")
   folder = os.path.abspath(expanded)
+  if not writable:
+    return folder
   if os.path.exists(folder) and not os.path.isdir(folder):
     raise UserError(f"{setting}={text!r} is a file, not a folder; choose another {setting} or move the file.")
   existing = folder

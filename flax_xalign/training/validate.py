@@ -61,12 +61,8 @@ def check_counts(*, checkpoint: Any, **values: Any) -> None:
   for name, setting, least in _COUNTS:
     if name not in values:
       continue
-    value = values[name]
-    if not _is_int(value) or value < least:
-      hint = " (0 turns evaluation off)" if name == "eval_every" else ""
-      example = _EXAMPLES.get(name, max(least, 1))
-      raise UserError(f"{setting}={value!r} is not allowed: it must be an integer >= {least}{hint}"
-                      f"{_quoted_hint(value)}; e.g. --gin.{setting}={example}.")
+    check_integer(values[name], setting, least=least, example=_EXAMPLES.get(name, max(least, 1)),
+                  hint=" (0 turns evaluation off)" if name == "eval_every" else "")
 
 
 def check_task_feature_lengths(lengths: Any) -> None:
@@ -144,8 +140,8 @@ def check_settings(*, train_steps: Any, batch_size: Any, log_every: Any, eval_ev
     _check_fields(masking, "MaskingConfig", _MASKING)
 
 
-def check_integer(value: Any, setting: str, *, least: int, example: int) -> None:
-  """UserError unless `value` is an integer >= `least` (named as the gin `setting`)."""
+def check_integer(value: Any, setting: str, *, least: int, example: int, hint: str = "") -> None:
+  """UserError unless `value` is an integer >= `least` (named as the gin `setting`; `hint` follows the bound)."""
   if not _is_int(value) or value < least:
-    raise UserError(f"{setting}={value!r} is not allowed: it must be an integer >= {least}"
+    raise UserError(f"{setting}={value!r} is not allowed: it must be an integer >= {least}{hint}"
                     f"{_quoted_hint(value)}; e.g. --gin.{setting}={example}.")
