@@ -114,7 +114,7 @@ def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.config import EncoderConfig
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
   from flax_xalign.training import partitioning
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.trainer import LoopConfig, Trainer

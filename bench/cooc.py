@@ -71,14 +71,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def bible_tokens() -> tuple[tuple[str, ...], int, list[tuple[np.ndarray, np.ndarray]]]:
   """(languages, V, [(flat ids, lengths)] per language) of the embedded Bible mixture's train split."""
   from flax_xalign import tasks
+  from flax_xalign.tasks import cooc_input
 
   task = "bible_grc_en_mlm_tlm"
   languages = tuple(tasks.languages_of(task))
   vocab_size = int(tasks.get_vocabulary(task).vocab_size)
   parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in languages]
   stats = {"examples": 0, "skipped": 0}
-  for lang, ids, lengths in cooc.task_batches(task, split="train", languages=languages,
-                                              vocab_size=vocab_size, stats=stats):
+  for lang, ids, lengths in cooc_input.task_batches(task, split="train", languages=languages,
+                                                    vocab_size=vocab_size, stats=stats):
     parts[lang].append((ids.astype(np.int32), lengths.astype(np.int64)))
   return languages, vocab_size, [(np.concatenate([p[0] for p in ps]), np.concatenate([p[1] for p in ps]))
                                  for ps in parts]

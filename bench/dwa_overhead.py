@@ -85,7 +85,7 @@ def bible_batches(*, count: int, batch: int, length: int, seed: int) -> tuple[li
 def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any:
   from flax_xalign.models import config as model_config
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
   from flax_xalign.training import partitioning
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.trainer import LoopConfig, Trainer

@@ -124,7 +124,7 @@ def build_trainer(objectives: dict[str, float], representation: str | None, cooc
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.config import EncoderConfig
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
   from flax_xalign.training import partitioning
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.trainer import LoopConfig, Trainer
@@ -146,7 +146,7 @@ def lookup_ms(side: Side, args: argparse.Namespace, repeats: int = 20) -> tuple[
   import jax
   import jax.numpy as jnp
 
-  from flax_xalign.objectives.glove import neighbour_pairs
+  from flax_xalign.objectives.gc import neighbour_pairs
   from flax_xalign.ops import cooc_lookup
 
   trainer = side.trainer

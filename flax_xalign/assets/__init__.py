@@ -9,4 +9,12 @@ build a run's assets into MODEL_DIR without training.
 from flax_xalign.assets.base import Asset, Value, check_fingerprint, content_hash
 from flax_xalign.assets.registry import Unavailable, register
 
+# The built-in assets, one module per registered name: importing each
+# registers it. A new asset is a module here plus a line below.
+from flax_xalign.assets import cooc  # noqa: F401,E402  (cooc)
+from flax_xalign.assets import dictionary  # noqa: F401,E402  (dictionary)
+from flax_xalign.assets import induced_dictionary  # noqa: F401,E402  (induced_dictionary)
+from flax_xalign.assets import lang_vocab  # noqa: F401,E402  (lang_vocab)
+from flax_xalign.assets import token_map  # noqa: F401,E402  (token_map)
+
 __all__ = ["Asset", "Unavailable", "Value", "check_fingerprint", "content_hash", "register"]

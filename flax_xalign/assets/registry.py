@@ -5,6 +5,10 @@ raises `Unavailable(reason)` when the run cannot have that asset (a token
 dictionary for a task that is not a transliterated synthetic language, say).
 `create(names, run)` builds the asset objects; `required_by` turns an
 `Unavailable` into one error naming the objectives that need the asset.
+
+This module is a leaf: the built-in assets register themselves when the
+package is imported (`flax_xalign/assets/__init__.py`, the one list of them),
+and importing this module imports the package first.
 """
 
 from __future__ import annotations
@@ -36,19 +40,12 @@ def register(name: str) -> Callable[[Factory], Factory]:
   return wrap
 
 
-def _load_builtin() -> None:
-  # Importing registers: cooc, induced_dictionary, lang_vocab; synthetic: dictionary, token_map.
-  from flax_xalign.assets import cooc, induced_dictionary, lang_vocab, synthetic  # noqa: F401
-
-
 def names() -> tuple[str, ...]:
-  _load_builtin()
   return tuple(sorted(_FACTORIES))
 
 
 def create(name: str, run: "RunSpec") -> Asset:
   """The asset object `name` for `run`; raises Unavailable or UserError (unknown name)."""
-  _load_builtin()
   if name not in _FACTORIES:
     close = difflib.get_close_matches(name, _FACTORIES, n=3)
     hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""

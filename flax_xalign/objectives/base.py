@@ -28,6 +28,7 @@ import difflib
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol
 
 import jax
+import jax.numpy as jnp
 
 from flax_xalign.data.specials import SpecialTokens
 from flax_xalign.errors import UserError
@@ -196,6 +197,16 @@ def requires_of(objective: Any) -> tuple[str, ...]:
 
 def monitor_requires_of(objective: Any) -> tuple[str, ...]:
   return tuple(getattr(objective, "monitor_requires", ())) if hasattr(objective, "monitor") else ()
+
+
+def id_table(ids: jax.Array, values: jax.Array, valid: jax.Array, size: int, fill: int) -> jax.Array:
+  """[size] int32 with table[ids[i]] = values[i] where valid[i], `fill` elsewhere.
+
+  The dense id -> value lookup that dictionary-reading objectives (ALIGN,
+  DICT-MLM, TCS, SCS) build from a capacity-padded list of pairs.
+  """
+  index = jnp.where(valid, ids, size)  # Out of range: dropped.
+  return jnp.full((size,), fill, jnp.int32).at[index].set(values.astype(jnp.int32), mode="drop")
 
 
 def adapt_encoder(config: "EncoderConfig", objectives: Iterable[Any]) -> "EncoderConfig":

@@ -64,8 +64,7 @@ from flax_xalign import ops
 from flax_xalign.data.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, register
-from flax_xalign.objectives.dictionary_objectives import id_table
+from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, id_table, register
 from flax_xalign.objectives.masking import MaskedTokens
 from flax_xalign.objectives.mlm import masked_cross_entropy
 

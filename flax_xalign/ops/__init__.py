@@ -8,10 +8,11 @@ from flax_xalign.ops.csls import (
     cosine_topk,
     csls_matrix,
     csls_topk,
+    nearest_neighbours,
     neighbourhood_radius,
 )
 from flax_xalign.ops.itermax import argmax_intersection, itermax
-from flax_xalign.ops.similarity import l2_normalize, nearest_neighbours
+from flax_xalign.ops.similarity import l2_normalize
 from flax_xalign.ops.sinkhorn import SinkhornResult, sinkhorn, uniform_marginals
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Blockwise cosine top-k and CSLS between two embedding sets, never the full matrix.
+"""Blockwise cosine top-k, nearest neighbours and CSLS between two embedding sets, never the full matrix.
 
 CSLS (cross-domain similarity local scaling; Conneau et al. 2018, MUSE's
 `csls_knn_10`; Lu et al. 2023 Eq. 1-2 induce their dictionaries with it)
@@ -248,6 +248,27 @@ def cosine_topk(queries: jax.Array, targets: jax.Array, *, k: int, query_mask: j
   y = _prepare(targets, _valid(target_mask, t), _columns(t, (k,), approx))
   (top,) = _search(x, y, (_Head(k, 1),), (None,), block=block, approx=approx, recall_target=recall_target)
   return top
+
+
+@functools.partial(jax.jit, static_argnames=("block",))
+def nearest_neighbours(table: jax.Array, queries: jax.Array, candidates: jax.Array, *,
+                       block: int = 1024) -> jax.Array:
+  """Cosine nearest neighbour among `candidates` for each query id: `cosine_topk` at k = 1.
+
+  Searching `block` query rows at a time keeps the [queries, candidates]
+  similarity matrix of a large vocabulary from ever existing at once.
+
+  Args:
+    table: [vocab, embed] embeddings.
+    queries: [q] int ids (rows of `table`).
+    candidates: [c] int ids (rows of `table`).
+    block: query rows per similarity block.
+
+  Returns:
+    [q] int32: the candidate id nearest to each query (the first on ties).
+  """
+  top = cosine_topk(table[queries], table[candidates], k=1, block=block)
+  return candidates[top.indices[:, 0]].astype(jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("knn", "block", "approx"))

@@ -12,7 +12,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base as objectives_base
 from flax_xalign.objectives import code_switch as cs
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 
 from tests.testlib import tiny_encoder_config
 

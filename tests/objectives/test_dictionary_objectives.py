@@ -6,16 +6,17 @@ import numpy as np
 import optax
 import pytest
 
-from flax_xalign.assets.synthetic import SyntheticDictionary
+from flax_xalign.assets.dictionary import SyntheticDictionary
 from flax_xalign.data import dictionary as dictionary_lib
 from flax_xalign.data.specials import PROJECT
 from flax_xalign.data.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.base import CorruptionContext
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives import dictionary_objectives as dobj
+from flax_xalign.objectives.align_mlm import align
+from flax_xalign.objectives.dict_mlm import dict_mlm
 from flax_xalign.objectives.masking import MaskedTokens
-from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
+from flax_xalign.objectives.model import MaskingConfig, PretrainingModel
 
 V = 13
 
@@ -69,7 +70,7 @@ def test_align_loss_is_minus_mean_cosine():
   rng = np.random.default_rng(0)
   table = rng.normal(size=(2 * V, 4)).astype(np.float32)
   pairs = np.array([[5, 18], [7, 20], [12, 25]])
-  term = dobj.align()
+  term = align()
   assert term.requires == ("dictionary",)
   ctx = type("Ctx", (), {"params": {"token_embed": {"embedding": jnp.asarray(table)}},
                          "assets": {"dictionary": _dictionary(pairs)}})()
@@ -86,7 +87,7 @@ def test_align_loss_is_minus_mean_cosine():
 
 def test_dict_mlm_swaps_half_of_eligible_slots_keeps_labels():
   pairs = np.array([[5, 18], [6, 19], [7, 20]])
-  term = dobj.dict_mlm()
+  term = dict_mlm()
   b, length, p = 64, 9, 3
   tokens = np.tile(np.array([3, 5, 6, 7, 8, 19, 9, 1, 0]), (b, 1))
   positions = np.tile(np.array([1, 4, 5]), (b, 1))  # tokens 5 (in dict), 8 (not), 19 (derived, in dict)
@@ -112,10 +113,10 @@ def test_dict_mlm_swaps_half_of_eligible_slots_keeps_labels():
   np.testing.assert_array_equal(new_lang[:, 4], 1)
   np.testing.assert_array_equal(inputs[:, [0, 2, 3, 6, 7, 8]], tokens[:, [0, 2, 3, 6, 7, 8]])
   # The switch keeps the shared corruption (<mask> here) on untranslatable slots.
-  corrupt = dobj.dict_mlm(untranslatable="corrupt").corrupt(ctx)
+  corrupt = dict_mlm(untranslatable="corrupt").corrupt(ctx)
   assert set(np.asarray(corrupt.masked.inputs)[:, 4]) == {4}
   with pytest.raises(UserError, match="untranslatable"):
-    dobj.dict_mlm(untranslatable="keep")
+    dict_mlm(untranslatable="keep")
 
 
 def _one_row_ctx(tokens, lang, positions, shown, vocab_copies=2, seed=0):
@@ -140,7 +141,7 @@ def test_dict_mlm_random_replacements_stay_in_the_examples_language_copy():
   tokens = [3, 7, 9, 1, 3, 20, 7, 22, 1]
   lang = [1, 1, 1, 1, 2, 2, 2, 2, 2]
   positions = [1, 2, 6, 7]
-  term = dobj.dict_mlm(swap_rate=0.0)  # No translate slots: only the redraw acts.
+  term = dict_mlm(swap_rate=0.0)  # No translate slots: only the redraw acts.
   seen = {p: set() for p in positions}
   for seed in range(40):
     out = term.corrupt(_one_row_ctx(tokens, lang, positions, shown=[14, 21, 15, 9], seed=seed))

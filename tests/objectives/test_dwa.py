@@ -12,7 +12,7 @@ from flax_xalign.data.specials import PROJECT, SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import dwa
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 
 # One row packing two pairs: <s> a a </s> <s> b b b </s> | <s> c c </s> <s> d d </s>, then padding.
 TOKENS = [3, 10, 11, 1, 3, 20, 21, 22, 1, 3, 12, 13, 1, 3, 23, 24, 1, 0]

@@ -9,7 +9,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign import objectives
 from flax_xalign.objectives.mlm import masked_cross_entropy
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from tests.testlib import tiny_encoder_config
 
 CFG = tiny_encoder_config(vocab_size=61, max_positions=17, dropout_rate=0.0)
@@ -115,7 +115,7 @@ def test_unknown_objective_is_a_clear_error():
 
 def test_pooled_and_per_term_totals_by_hand():
   from flax_xalign.objectives.base import LossTerm
-  from flax_xalign.objectives.pretraining import combine_terms
+  from flax_xalign.objectives.model import combine_terms
 
   terms = {
       "mlm": LossTerm(loss=jnp.float32(2.0), metrics={}, loss_sum=jnp.float32(6.0), count=jnp.float32(3.0)),

@@ -12,9 +12,9 @@ from flax_xalign import errors
 from flax_xalign import tasks
 from flax_xalign import train as train_main
 from flax_xalign.data import vocab as vocab_lib
+from flax_xalign.runs import checkpoints as run_checkpoints
 from flax_xalign.tasks import code_switch
 from flax_xalign.tasks import user
-from flax_xalign.training import checkpoints as checkpoints_lib
 
 from tests import testlib
 
@@ -208,7 +208,7 @@ def test_gin_training_run_and_manifest_reregistration(tmp_path, tiny_corpus, de_
   out, err = capsys.readouterr()
   assert code == 0 and "resumed from" in out and "step 4/4" in out, err[-3000:]
 
-  run, _ = checkpoints_lib.read_run_at(str(model_dir), 2)
+  run, _ = run_checkpoints.read_run_at(str(model_dir), 2)
   definitions = [dict(d) for d in run.task_definitions]
   assert [(d["kind"], d["args"]["name"]) for d in definitions] == [
       ("TextTask", f"{tag}_de"), ("CodeSwitchedTask", f"{tag}_de_cs"), ("TsvBitextTask", "tiny_de_en"),

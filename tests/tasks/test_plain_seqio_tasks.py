@@ -245,7 +245,7 @@ def test_pretrain_on_a_plain_seqio_task_with_languages_given(tmp_path, tiny_corp
 
   from flax_xalign.data import vocab as vocab_lib
   from flax_xalign.errors import UserError
-  from flax_xalign.training.checkpoints import read_run_spec
+  from flax_xalign.runs.checkpoints import read_run_spec
   from flax_xalign.training.pretrain import pretrain
   from tests.testlib import tiny_encoder_config
 

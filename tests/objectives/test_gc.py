@@ -21,7 +21,7 @@ import pytest
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.data.specials import PROJECT
 from flax_xalign.errors import UserError
-from flax_xalign.objectives import base, glove
+from flax_xalign.objectives import base, gc
 from flax_xalign.objectives.masking import MaskedTokens
 from flax_xalign.ops.cooc_lookup import csr_from_pairs
 from flax_xalign.training import checkpoints
@@ -277,7 +277,7 @@ def test_eq6_score_is_the_head_state_times_the_tied_embedding_row():
   params["norm"]["scale"] = rng.uniform(0.5, 1.5, E).astype(np.float32)
   logits = head.apply({"params": params}, hidden, embedding)
   cols = rng.integers(0, V, (2, 3, 4))
-  scores = glove.output_scores(logits, params["output_bias"], jnp.asarray(cols), scale=0.5)
+  scores = gc.output_scores(logits, params["output_bias"], jnp.asarray(cols), scale=0.5)
   # By hand: dense, exact GELU, LayerNorm, then the embedding row.
   z = hidden.astype(np.float64) @ params["transform"]["kernel"] + params["transform"]["bias"]
   z = 0.5 * z * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
@@ -338,7 +338,7 @@ def test_window_wider_than_the_table_is_refused():
     base.get("gc", window=3).check(_run())
   from flax_xalign.assets import cooc
 
-  assert glove.TABLE_DEFAULT_WINDOW == cooc.DEFAULT_WINDOW
+  assert gc.TABLE_DEFAULT_WINDOW == cooc.DEFAULT_WINDOW
 
 
 def test_optimizer_record_round_trips_and_old_manifests_still_load():
@@ -370,7 +370,7 @@ def test_pretrain_refuses_a_gc_run_without_warmup_before_writing(tmp_path, tiny_
 def test_trains_a_few_steps_through_the_trainer():
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
   from flax_xalign.training import partitioning
   from flax_xalign.training.trainer import LoopConfig, Trainer
 
