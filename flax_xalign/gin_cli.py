@@ -3,6 +3,15 @@
 `--gin_file=F` (repeatable), `--gin_search_paths=a,b`, `--gin.NAME=VALUE`
 (a binding, e.g. `--gin.MODEL_DIR=\\"runs/demo\\"`) and `--gin_bindings=...`.
 Gin's own errors (unknown names, syntax) become one `UserError` line.
+
+Gin is driven through its public API (`parse_config_files_and_bindings`,
+`clear_config`, `get_configurable`, `operative_config_str`). Three places
+reach into gin 0.5's private tables because it offers no public way, each
+said where it happens: the include search order and a crashing file-exists
+check (`_harden_gin_file_lookup`, which patches them), and, read-only, the
+registered names and bound macros that the "did you mean" hints and the
+unused-macro check look at (`_gin_table`; without them those hints are left
+out, the errors stay).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import gin
 from flax_xalign import errors
 from flax_xalign.errors import ArgumentParser, UserError
 from flax_xalign.fileio import write_atomically
+from flax_xalign.run_dir import CONFIG_GIN, RunDir
 
 PACKAGE_GIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs")
 REPO_GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin_configs")
@@ -69,6 +79,11 @@ def _harden_gin_file_lookup(paths: Sequence[str]) -> None:
   2. Its package-path reader crashes (TypeError) when the cwd holds a plain
      folder named like the include's first component (e.g. `runs/`, the usual
      MODEL_DIR parent); treat that as "not found" instead.
+
+  Both patch private tables because gin has no public way:
+  `gin.add_config_file_search_path` only appends (after the cwd, whose check
+  is the one that crashes), and `gin.register_file_reader` only appends a
+  reader after the crashing one and cannot replace its existence check.
   """
   from gin import config as gin_config
   from gin import resource_reader
@@ -189,11 +204,24 @@ def _unclosed(files: Sequence[str], bindings: Sequence[str]) -> str:
   return ""
 
 
-def _did_you_mean(message: str) -> str:
-  """' Did you mean X?' for an unknown configurable, parameter or macro that resembles a known one."""
+def _gin_table(name: str) -> Any:
+  """gin 0.5's private `_REGISTRY` (configurables by name) or `_CONFIG` (bindings), read-only; None if absent.
+
+  gin has no public listing of the registered configurables or of the bound
+  macros, which the hints below need; another gin version without the table
+  loses the hints, not the error.
+  """
   from gin import config as gin_config
 
-  registry = dict(gin_config._REGISTRY.items())
+  return getattr(gin_config, name, None)
+
+
+def _did_you_mean(message: str) -> str:
+  """' Did you mean X?' for an unknown configurable, parameter or macro that resembles a known one."""
+  registry_table, config_table = _gin_table("_REGISTRY"), _gin_table("_CONFIG")
+  if registry_table is None or config_table is None:
+    return ""
+  registry = dict(registry_table.items())
   candidates: list[str] = []
   name = None
   unknown = re.search(r"No configurable matching (?:reference )?'@?([^'(]+)(?:\(\))?'", message)
@@ -203,11 +231,11 @@ def _did_you_mean(message: str) -> str:
     name = unknown.group(1).split("/")[-1].split(".")[-1]
     candidates = sorted({s.split(".")[-1] for s in registry if not s.startswith("gin.")})
   elif param:
-    configurable = gin_config._REGISTRY.get_match(param.group(1))
+    configurable = registry_table.get_match(param.group(1))
     name, candidates = param.group(2), _parameters(configurable)
   elif macro:
     name = macro.group(1).split("/")[-1]
-    candidates = sorted({key[0].split("/")[-1] for key in gin_config._CONFIG if key[1] == "gin.macro"})
+    candidates = sorted({key[0].split("/")[-1] for key in config_table if key[1] == "gin.macro"})
   close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6) if name else []
   return f" Did you mean {' or '.join(close)}?" if close else ""
 
@@ -261,22 +289,25 @@ def _check_macros_used(bindings: Sequence[str]) -> None:
       for item in value:
         collect(item)
 
-  for params in gin_config._CONFIG.values():
+  config_table = _gin_table("_CONFIG")
+  if config_table is None:
+    return
+  for params in config_table.values():
     for value in params.values():
       collect(value)
   unused = [name for name in dict.fromkeys(bound) if name not in referenced]
   if unused:
     name = unused[0]
-    defined = sorted({key[0] for key in gin_config._CONFIG if key[1] == "gin.macro"} & referenced)
+    defined = sorted({key[0] for key in config_table if key[1] == "gin.macro"} & referenced)
     close = difflib.get_close_matches(name, defined, n=3)
     hint = f"did you mean {', '.join(close)}?" if close else (
         "no gin file in this run refers to it; check the spelling or include the file that uses it.")
     raise UserError(f"--gin.{name} sets a macro that nothing in this configuration reads; {hint}")
 
 
-def write_operative_config(model_dir: str, filename: str = "config.gin") -> None:
+def write_operative_config(model_dir: str, filename: str = CONFIG_GIN) -> None:
   """Writes gin's operative config atomically into `model_dir`."""
-  write_atomically(os.path.join(model_dir, filename), gin.operative_config_str())
+  write_atomically(RunDir(model_dir).file(filename), gin.operative_config_str())
 
 
 def required_binding_error(e: RuntimeError) -> UserError | None:
@@ -289,42 +320,16 @@ def required_binding_error(e: RuntimeError) -> UserError | None:
                    "--gin.MACRO=VALUE (e.g. --gin.MODEL_DIR=\\\"runs/demo\\\") or in a gin file.")
 
 
-class _DropKnownNoise:
-  """Drops log lines that are expected and say nothing to a user.
+def quiet_known_noise():
+  """The whole process set-up (`flax_xalign.cli.setup_process`); returns its known-noise log filter.
 
-  gin logs an ERROR for every search-path miss before it finds an included
-  file, and seqio warns on every uncached in-memory source (ours are shuffled
-  over the whole split in-graph, so its concern does not apply). seqio also
-  logs `ERROR:absl:Failed to load task ... as part of mixture ...` before
-  re-raising any failure of a mixture's task: for a UserError (which names the
-  file and line) that is a second error line, so it is held back and printed
-  only when the failure turns out to be a crash (`held`).
+  Kept for the commands not yet under `flax_xalign/cli/`, which call it first
+  thing; new commands call `setup_process` (through `cli.common`) instead.
   """
+  from flax_xalign.cli import _process
 
-  PREFIXES = ("Path not found:", "Using an uncached FunctionDataset")
-  HOLD = ("Failed to load task",)
-
-  def __init__(self):
-    self.held: list[str] = []
-
-  def filter(self, record) -> bool:
-    message = str(record.msg)
-    if message.startswith(self.HOLD):
-      self.held.append(f"{record.levelname}:{record.name}:{record.getMessage()}")
-      return False
-    return not message.startswith(self.PREFIXES)
-
-
-def quiet_known_noise() -> _DropKnownNoise:
-  import logging
-
-  noise = _DropKnownNoise()
-  for name in ("", "absl"):
-    logger = logging.getLogger(name)
-    for old in [f for f in logger.filters if type(f).__name__ == "_DropKnownNoise"]:
-      logger.removeFilter(old)
-    logger.addFilter(noise)
-  return noise
+  _process.setup_process()
+  return _process.known_noise()
 
 
 def run(argv: Sequence[str], *, description: str, configurable: str,
@@ -338,7 +343,8 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
 
   from flax_xalign import configurables
 
-  noise = quiet_known_noise()
+  noise = quiet_known_noise()  # Idempotent: a command's main has usually set the process up already.
+  noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
   try:
     args = parse_args(argv, description=description)
     if not args.gin_file:

@@ -37,6 +37,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
       tempfile.gettempdir(), f"flax_xalign_test_jax_cache_{os.getuid()}")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+# The process set-up every command's main does first (TF/libtpu quieting, log filters, the Orbax noise
+# hooks), so in-process tests see what a command line sees; importing flax_xalign itself does none of it.
+from flax_xalign.cli import setup_process  # pylint: disable=g-import-not-at-top
+
+setup_process()
 TASKS_DIR = REPO / "tasks"
 
 

@@ -1,4 +1,8 @@
-"""A JAX start on a machine without a TPU prints nothing of libtpu's (the dev venv has libtpu)."""
+"""A command's start prints nothing of libtpu's or TensorFlow's (the dev venv has libtpu).
+
+The quieting is `flax_xalign.cli.setup_process()`, which every command's main
+calls first; importing `flax_xalign` alone changes nothing (tests/cli/test_process.py).
+"""
 
 import importlib.util
 import os
@@ -7,13 +11,16 @@ import sys
 
 import pytest
 
+_SET_UP = "from flax_xalign.cli import setup_process; setup_process(); "
 
+
+@pytest.mark.subprocess
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed")
 @pytest.mark.skipif(bool(os.path.exists("/dev/vfio") or any(n.startswith("accel") for n in os.listdir("/dev"))),
                     reason="this machine has TPU device nodes")
-def test_importing_the_package_keeps_libtpu_quiet_without_a_tpu(tmp_path):
+def test_the_process_set_up_keeps_libtpu_quiet_without_a_tpu(tmp_path):
   env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
-  code = "import flax_xalign, jax; print(jax.devices()[0].platform)"
+  code = _SET_UP + "import jax; print(jax.devices()[0].platform)"
   quiet = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
   assert quiet.returncode == 0 and quiet.stdout.strip() == "cpu", quiet.stderr
   assert "TPU" not in quiet.stderr, quiet.stderr
@@ -31,8 +38,9 @@ def _bare_env(tmp_path):
 _TF_NOISE = ("absl::InitializeLog", "cudart_stub", "cuInit", "oneDNN", "cpu_feature_guard")
 
 
-def test_tensorflow_imported_through_the_package_is_quiet_and_sees_no_gpu(tmp_path):
-  code = "import flax_xalign, tensorflow as tf; print(tf.config.get_visible_devices('GPU'))"
+@pytest.mark.subprocess
+def test_tensorflow_imported_after_the_set_up_is_quiet_and_sees_no_gpu(tmp_path):
+  code = _SET_UP + "import tensorflow as tf; print(tf.config.get_visible_devices('GPU'))"
   quiet = subprocess.run([sys.executable, "-c", code], env=_bare_env(tmp_path), capture_output=True, text=True,
                          timeout=300)
   assert quiet.returncode == 0 and quiet.stdout.strip() == "[]", quiet.stderr
@@ -44,6 +52,7 @@ def test_tensorflow_imported_through_the_package_is_quiet_and_sees_no_gpu(tmp_pa
     pytest.skip("this TensorFlow build prints nothing at start, so there is nothing to compare")
 
 
+@pytest.mark.subprocess
 def test_train_prints_only_its_own_line_before_failing(tmp_path):
   # A real process, after TF has been imported (resolving the task imports seqio): one line on stderr, ours.
   done = subprocess.run(

@@ -39,9 +39,19 @@ protobuf < 7, which the project's main environment is past): docs/BEAM.md.
 
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":
+  # `python -m flax_xalign.data.cooc_beam`, kept: the command is flax_xalign.cli.cooc_beam. It runs before
+  # the imports below, whose TensorFlow must come after the command's process set-up. The command builds
+  # the pipeline from this module imported by name (`flax_xalign.data.cooc_beam.*`, which workers import).
+  import sys
+
+  from flax_xalign.cli.cooc_beam import main
+
+  sys.exit(main())
+
 import dataclasses
 import functools
+import importlib
 import os
 import sys
 import tempfile
@@ -52,7 +62,8 @@ from typing import Any
 import numpy as np
 
 from flax_xalign.data import cooc
-from flax_xalign.errors import ArgumentParser, UserError, run_command
+from flax_xalign.data import pipeline
+from flax_xalign.errors import UserError
 
 try:
   import apache_beam as beam
@@ -84,6 +95,10 @@ class Settings:
   vocab_size: int
   window: int
   buckets: int = DEFAULT_BUCKETS
+  # Modules a worker imports before it looks a task up by name: they register
+  # the tasks with seqio (seqio's `--module_import`). The caller names them
+  # (the command: flax_xalign.tasks), so this module never imports the tasks.
+  task_modules: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,14 +133,26 @@ class TaskShard:
   count: int
 
 
-def task_shards(task: str, *, split: str, shards: int) -> list[TaskShard]:
-  """The shards of a task or mixture: `shards` per member that has `split` (each member read once)."""
-  return [TaskShard(member=member.name, split=split, index=i, count=shards)
-          for member in cooc._members(task, split) for i in range(shards)]  # pylint: disable=protected-access
+def _registered(name: str, modules: Sequence[str]) -> Any:
+  """The seqio task or mixture `name`, after importing the `modules` that register it."""
+  import seqio
+
+  for module in modules:
+    importlib.import_module(module)
+  return seqio.get_mixture_or_task(name)
+
+
+def task_shards(task: str, *, split: str, shards: int, task_modules: Sequence[str] = ()) -> list[TaskShard]:
+  """The shards of a registered task or mixture: `shards` per member that has `split` (each member read once)."""
+  members = [t for t in pipeline.tasks_of(_registered(task, task_modules)) if split in t.splits]
+  if not members:
+    raise UserError(f"no task of {task!r} has a split {split!r}; count a split it has (--split).")
+  return [TaskShard(member=member.name, split=split, index=i, count=shards) for member in members
+          for i in range(shards)]
 
 
 class _ShardOf:
-  """A seqio task whose `get_dataset` reads one shard: what `cooc._member_batches` reads from."""
+  """A seqio task whose `get_dataset` reads one shard: what `cooc.member_batches` reads from."""
 
   def __init__(self, task: Any, shard_info: Any):
     self._task, self._shard_info = task, shard_info
@@ -141,15 +168,14 @@ class _ShardOf:
 def task_shard_sequences(shard: TaskShard, settings: Settings, totals: dict[str, int]) -> Iterator[tuple[int, np.ndarray]]:
   """(language index, ids) of every side of the shard's examples; `totals` counts examples and skipped sides.
 
-  The batch handling of `cooc._task_batches`, for one shard of one member.
+  The batch handling of `cooc.batches_of_members`, for one shard of one member.
   """
   import seqio
 
-  from flax_xalign import tasks
-
-  member = _ShardOf(tasks.get_provider(shard.member), seqio.ShardInfo(index=shard.index, num_shards=shard.count))
-  for batch in cooc._member_batches(member, split=shard.split, languages=settings.languages,  # pylint: disable=protected-access
-                                    vocab_size=settings.vocab_size):
+  member = _ShardOf(_registered(shard.member, settings.task_modules),
+                    seqio.ShardInfo(index=shard.index, num_shards=shard.count))
+  for batch in cooc.member_batches(member, split=shard.split, languages=settings.languages,
+                                   vocab_size=settings.vocab_size):
     totals["examples"] += len(batch["lang"])
     for side in ("", "_b"):
       if f"ids{side}" not in batch:
@@ -159,7 +185,7 @@ def task_shard_sequences(shard: TaskShard, settings: Settings, totals: dict[str,
       if ids.size and (ids.min() < 0 or ids.max() >= settings.vocab_size):
         raise UserError(f"task {shard.member!r} ({shard.split}) yields token ids outside [0, {settings.vocab_size}); "
                         "its vocabulary is not the one counted with.")
-      for lang, flat, row_lengths in cooc._split_by_language(ids, lengths, langs):  # pylint: disable=protected-access
+      for lang, flat, row_lengths in cooc.split_by_language(ids, lengths, langs):
         yield from ((lang, sequence) for sequence in np.split(flat, np.cumsum(row_lengths)[:-1]))
 
 
@@ -318,106 +344,3 @@ def build(pipeline: Any, *, settings: Settings, output: str, source: dict[str, A
                              settings=settings, source=source, reference_language=reference_language,
                              drop_diagonal=drop_diagonal, output=output, started=time.time()))
 
-
-def _text_inputs(specs: Sequence[str]) -> list[tuple[str, str]]:
-  """[(path, language code)] of --text FILE:LANG flags; files local or on any Beam filesystem."""
-  inputs = []
-  for spec in specs:
-    path, sep, lang = spec.rpartition(":")
-    if not sep or not path or not lang or lang.startswith("//"):
-      raise UserError(f"--text {spec!r}: expected FILE:LANG, e.g. --text=corpus.en.txt:en.")
-    if not beam.io.filesystems.FileSystems.exists(path):
-      raise UserError(f"--text {spec!r}: {path} does not exist.")
-    inputs.append((path, lang))
-  return inputs
-
-
-def _path(path: str) -> str:
-  """An absolute local path (as the local command records it); remote paths unchanged."""
-  if beam is not None and beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file"):
-    return path
-  return os.path.abspath(path)
-
-
-def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  """(our flags, the rest: Beam pipeline options such as --runner, passed through)."""
-  parser = ArgumentParser(prog="python -m flax_xalign.data.cooc_beam", allow_abbrev=False,
-                                   description=__doc__.split("\n")[0])
-  parser.add_argument("--task", help="a registered seqio task or mixture to count")
-  parser.add_argument("--text", action="append", default=[], metavar="FILE:LANG",
-                      help="a text file (one sentence per line) and its language code; repeatable")
-  parser.add_argument("--vocabulary", help="SentencePiece model for --text")
-  parser.add_argument("--split", default="train")
-  parser.add_argument("--languages", help="comma-separated codes to count (default: the task's)")
-  parser.add_argument("--window", type=int, default=cooc.DEFAULT_WINDOW, help="n of the ±n window (the paper: 2)")
-  parser.add_argument("--reference_language", default=cooc.DEFAULT_REFERENCE_LANGUAGE)
-  parser.add_argument("--drop_diagonal", action="store_true", help="leave out X[a, a]")
-  parser.add_argument("--output", help="directory for cooc.npz and cooc.json (local or gs://, s3://, ...)")
-  parser.add_argument("--shards", type=int, default=DEFAULT_SHARDS, help="shards per member task")
-  parser.add_argument("--lines_per_shard", type=int, default=DEFAULT_LINES_PER_SHARD, help="text lines per shard")
-  parser.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS, help="merge keys: row token a mod buckets")
-  return parser.parse_known_args(argv)
-
-
-def _check(args: argparse.Namespace) -> None:
-  if bool(args.task) == bool(args.text):
-    raise UserError("count either a task (--task=NAME) or text files (--text=FILE:LANG --vocabulary=MODEL).")
-  if not args.output:
-    raise UserError("--output=DIR is missing: the directory to write cooc.npz and cooc.json into.")
-  if args.window < 1:
-    raise UserError(f"--window must be an integer >= 1 (n of the ±n window; the paper: 2), got {args.window}.")
-  for flag, value, limit in (("--shards", args.shards, None), ("--lines_per_shard", args.lines_per_shard, None),
-                             ("--buckets", args.buckets, _MAX_BUCKETS)):
-    if value < 1 or (limit is not None and value > limit):
-      raise UserError(f"{flag} must be an integer in [1, {limit or 'inf'}], got {value}.")
-  if args.text and not args.vocabulary:
-    raise UserError("--text needs --vocabulary=MODEL, the SentencePiece model to tokenise it with.")
-
-
-def run(argv: Sequence[str] | None = None) -> Any:
-  """Builds and runs the pipeline of a command line; returns the finished `PipelineResult`."""
-  args, beam_args = parse_args(argv)
-  _check(args)
-  require_beam()
-  from apache_beam.options.pipeline_options import PipelineOptions
-
-  options = PipelineOptions(beam_args)
-  common = {"output": args.output, "reference_language": args.reference_language,
-            "drop_diagonal": args.drop_diagonal}
-  if args.task:
-    from flax_xalign import tasks
-
-    vocab_size = int(tasks.get_vocabulary(args.task).vocab_size)
-    languages = (tuple(sorted({c for c in args.languages.split(",") if c})) if args.languages
-                 else tuple(tasks.languages_of(args.task)))
-    settings = Settings(languages=languages, vocab_size=vocab_size, window=args.window, buckets=args.buckets)
-    cooc.empty_counts(languages=languages, vocab_size=vocab_size, window=args.window)  # UserError for bad settings.
-    shards = task_shards(args.task, split=args.split, shards=args.shards)
-    source = {"task": args.task, "split": args.split}
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline, settings=settings, source=source, task_shard_list=shards, **common)
-  else:
-    inputs = _text_inputs(args.text)
-    languages = tuple(sorted({lang for _, lang in inputs}))
-    _, vocab_size = sentencepiece_encoder(args.vocabulary)  # UserError for a missing or bad model.
-    settings = Settings(languages=languages, vocab_size=vocab_size, window=args.window, buckets=args.buckets)
-    source = {"files": [{"path": _path(p), "language": lang} for p, lang in inputs],
-              "vocabulary": _path(args.vocabulary)}
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline, settings=settings, source=source, texts=[(p, languages.index(lang)) for p, lang in inputs],
-          vocabulary=args.vocabulary, lines_per_shard=args.lines_per_shard, **common)
-  result = pipeline.run()
-  result.wait_until_finish()
-  print(f"cooc_beam: wrote {args.output.rstrip('/')}/{cooc.TABLE_FILE} and {cooc.MANIFEST_FILE}")
-  return result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-  return run_command(lambda: run(argv))
-
-
-if __name__ == "__main__":
-  # The pipeline's functions must be pickled as `flax_xalign.data.cooc_beam.*`, which workers import, not `__main__.*`.
-  import importlib
-
-  sys.exit(importlib.import_module("flax_xalign.data.cooc_beam").main())

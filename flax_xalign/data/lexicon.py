@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from flax_xalign import errors
 from flax_xalign.data import bible
-from flax_xalign.errors import ArgumentParser
 
 LEXICON_DIR = pathlib.Path(__file__).resolve().parent / "lexicons"
 SHIPPED_GREEK_ENGLISH = LEXICON_DIR / "grc-en.train.txt"
@@ -136,24 +135,8 @@ def read_lexicon(path: str | os.PathLike) -> dict[str, list[str]]:
   return lexicon
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  parser = ArgumentParser(prog="python -m flax_xalign.data.lexicon",
-                                   description="Builds the Greek->English MUSE lexicon from the manual alignments.")
-  parser.add_argument("--output", required=True, help="MUSE file to write (source target per line)")
-  parser.add_argument("--min_count", type=int, default=MIN_COUNT, help="smallest best link count kept")
-  parser.add_argument("--split", choices=bible.SPLITS, default="train",
-                      help="books whose alignments are counted (the shipped lexicon: train)")
-  args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-
-  def work():
-    from flax_xalign.fileio import write_atomically
-
-    rows = greek_english_lexicon(args.split, min_count=args.min_count)
-    write_atomically(args.output, format_lexicon(rows))
-    print(f"wrote {args.output}: {len(rows)} Greek words ({args.split} books, min_count {args.min_count})")
-
-  return errors.run_command(work)
-
-
 if __name__ == "__main__":
+  # `python -m flax_xalign.data.lexicon`, kept: the command is flax_xalign.cli.lexicon.
+  from flax_xalign.cli.lexicon import main
+
   sys.exit(main())

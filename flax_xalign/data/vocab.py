@@ -47,13 +47,21 @@ Command line (one sentence per line in each input file):
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
 """
 
+if __name__ == "__main__":
+  # `python -m flax_xalign.data.vocab`, kept: the command is flax_xalign.cli.vocab. It runs before the
+  # imports below, because its process set-up must come before seqio brings in TensorFlow.
+  import sys
+
+  from flax_xalign.cli.vocab import main
+
+  sys.exit(main())
+
 import dataclasses
 import io
 import json
 import os
 import pathlib
 import random
-import sys
 import time
 from typing import (Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Union)
@@ -66,7 +74,6 @@ from flax_xalign import errors
 from flax_xalign.data import bible
 from flax_xalign.data import paths
 from flax_xalign.data import specials
-from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.fileio import write_atomically
 
 # The project's layout (flax_xalign.data.specials.PROJECT), used when training.
@@ -333,46 +340,6 @@ class FixedPath:
     return self.path
 
 
-def _read_lines(files: Sequence[str]) -> List[str]:
-  lines = []
-  for name in files:
-    if not os.path.isfile(name):
-      raise errors.UserError(
-          f"--input file {name} does not exist; pass existing text files, one "
-          "sentence per line.")
-    with open(name, encoding="utf-8") as f:
-      lines.extend(line.rstrip("\n") for line in f)
-  return lines
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Command-line entry point; returns the exit status."""
-  parser = ArgumentParser(
-      prog="python -m flax_xalign.data.vocab",
-      description="Train a SentencePiece model with flax_xalign's special ids.")
-  parser.add_argument("--input", action="append", required=True,
-                      help="text file, one sentence per line (repeatable)")
-  parser.add_argument("--vocab_size", type=int, required=True)
-  parser.add_argument("--output", required=True,
-                      help="output prefix; writes PREFIX.model")
-  parser.add_argument("--model_type", default="unigram",
-                      choices=("unigram", "bpe", "char", "word"))
-  parser.add_argument("--character_coverage", type=float, default=0.9995)
-  parser.add_argument("--input_sentence_size", type=int, default=1_000_000)
-  parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-  args = parser.parse_args(argv)
-  try:
-    path = train_sentencepiece(
-        _read_lines(args.input), vocab_size=args.vocab_size,
-        model_path=args.output + ".model", model_type=args.model_type,
-        character_coverage=args.character_coverage, seed=args.seed,
-        input_sentence_size=args.input_sentence_size)
-  except errors.UserError as e:
-    return report(e)
-  print(f"wrote {path}")
-  return 0
-
-
 # ------------------------------------------------------------ Bible model
 
 # Bump when the recipe below changes in a way the manifest does not capture.
@@ -475,6 +442,3 @@ def _manifest_inputs(path: pathlib.Path) -> Optional[dict]:
   except (OSError, ValueError, AttributeError):
     return None
 
-
-if __name__ == "__main__":
-  sys.exit(main())

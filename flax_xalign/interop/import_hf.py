@@ -25,7 +25,7 @@ import tempfile
 from typing import Any, Callable, Sequence
 
 from flax_xalign.data.wheels import sha256_of
-from flax_xalign.errors import ArgumentParser, UserError, run_command
+from flax_xalign.errors import UserError
 from flax_xalign.interop.progress import Progress
 
 # Checks the rebuilt vocabulary against transformers' tokenizer (when installed).
@@ -81,7 +81,7 @@ def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
   """
   from flax_xalign.interop import hf
   from flax_xalign.interop.model_dir import write_model_dir
-  from flax_xalign.training.checkpoints import find_latest_step
+  from flax_xalign.runs.checkpoints import find_latest_step
 
   if find_latest_step(output) is not None:  # Before any work; write_model_dir checks again.
     raise UserError(f"{output} already holds checkpoints; import into a new MODEL_DIR.")
@@ -120,50 +120,8 @@ def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
   return {"run": run, "fresh": fresh, "seconds": progress.seconds}
 
 
-def _codes(text: str, flag: str) -> list[str]:
-  codes = [c.strip() for c in text.split(",") if c.strip()]
-  if len(set(codes)) != len(codes) or any(not c.replace("_", "").replace("-", "").isalnum() for c in codes):
-    raise UserError(f"{flag} must be distinct language codes separated by commas (e.g. grc,en); got {text!r}.")
-  return codes
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-  parser = ArgumentParser(prog="python -m flax_xalign.interop.import_hf",
-                                   description=__doc__.strip().splitlines()[0])
-  parser.add_argument("--source", required=True, help="Hugging Face model directory (save_pretrained output)")
-  parser.add_argument("--output", required=True, help="the new MODEL_DIR")
-  parser.add_argument("--languages", default="", help="comma-separated language codes, e.g. grc,en")
-  parser.add_argument("--language_pair", default="", help="the aligner's default source,target, e.g. grc,en")
-  parser.add_argument("--seed", type=int, default=0, help="seeds parameters the checkpoint lacks (MLM head)")
-  parser.add_argument("--vocab_pad_multiple", type=int, default=1,
-                      help="pad the embedding rows to a multiple of this (e.g. 128, for a sharded 'vocab' axis)")
-  parser.add_argument("--trim_vocab_to", default=None,
-                      help="keep only the vocabulary pieces this task's text uses (unigram SentencePiece)")
-  parser.add_argument("--trim_normalize", default="",
-                      help="with --trim_vocab_to: also keep pieces of the text under these normalisers, e.g. "
-                           "nfd_strip_marks")
-  args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-  from flax_xalign import gin_cli
-
-  gin_cli.quiet_known_noise()
-  from flax_xalign.interop.trim import import_maybe_trimmed
-
-  def work() -> None:
-    languages = _codes(args.languages, "--languages")
-    pair = _codes(args.language_pair, "--language_pair")
-    if pair and len(pair) != 2:
-      raise UserError(f"--language_pair takes two codes, source,target; got {args.language_pair!r}.")
-    if not pair and len(languages) == 2:
-      pair = languages
-    languages = sorted(set(languages) | set(pair))
-
-    def run(output: str) -> None:
-      import_hf(args.source, output, languages=languages, language_pairs=[tuple(pair)] if pair else [],
-                seed=args.seed, vocab_pad_multiple=args.vocab_pad_multiple)
-
-    import_maybe_trimmed(run, args.output, trim_vocab_to=args.trim_vocab_to, trim_normalize=args.trim_normalize)
-
-  return run_command(work)
-
 if __name__ == "__main__":
+  # `python -m flax_xalign.interop.import_hf`, kept: the command is flax_xalign.cli.import_hf.
+  from flax_xalign.cli.import_hf import main
+
   sys.exit(main())

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from flax_xalign import train as train_main
-from flax_xalign.assets import __main__ as assets_main
+from flax_xalign.cli import assets as assets_main
 from flax_xalign.data import dictionary as dictionary_lib
 
 V = 211

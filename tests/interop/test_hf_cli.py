@@ -10,8 +10,10 @@ import jax
 import numpy as np
 import pytest
 
-from flax_xalign.evaluation import mlm_eval, word_align
-from flax_xalign.interop import export_hf, hf, import_hf
+from flax_xalign.evaluation import word_align
+from flax_xalign.cli import import_hf
+from flax_xalign.interop import export_hf, hf
+from flax_xalign.runs import Run
 from tests.interop.conftest import SENTENCES
 from tests.interop.test_hf import TOLERANCE, batch_of, layer_diffs, max_diff, ours, theirs
 
@@ -34,7 +36,8 @@ def assert_progress(out, tool, stages):
 
 
 def assert_loads_and_aligns(model_dir, params, languages):
-  _, loaded, run, step = mlm_eval.load_model(str(model_dir))
+  handle = Run.open(str(model_dir))
+  loaded, run, step = handle.params(), handle.spec, handle.step
   assert step == 0 and run.languages == languages
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -4,6 +4,8 @@ Orbax closes its event loop when the first array read fails; the other reads
 then finished with tracebacks printed by asyncio's logger, the unraisable hook
 and the excepthook (hundreds of lines around the one warning line, seen on a
 truncated OCDBT data file). The hooks drop exactly those and nothing else.
+`checkpoint_noise.install()` puts them in place; the command-line process
+set-up calls it (tests/cli/test_process.py checks that a plain import does not).
 """
 
 import logging
@@ -12,7 +14,7 @@ import types
 
 import pytest
 
-from flax_xalign.training import checkpoints
+from flax_xalign.training import checkpoint_noise
 
 
 def _raised_in(filename, message="Encountered error while reading array index"):
@@ -35,12 +37,14 @@ def hooks(monkeypatch):
   printed = []
   monkeypatch.setattr(sys, "unraisablehook", lambda info: printed.append(("unraisable", info.exc_value)))
   monkeypatch.setattr(sys, "excepthook", lambda kind, value, tb: printed.append(("excepthook", value)))
-  monkeypatch.setattr(checkpoints._quiet_abandoned_reads, "installed", False, raising=False)
-  asyncio_logger = logging.getLogger("asyncio")
-  before = list(asyncio_logger.filters)
-  checkpoints._quiet_abandoned_reads()
+  monkeypatch.setattr(checkpoint_noise, "_installed", False)
+  asyncio_logger, absl_logger = logging.getLogger("asyncio"), logging.getLogger("absl")
+  before, absl_before = list(asyncio_logger.filters), list(absl_logger.filters)
+  checkpoint_noise.install()
+  checkpoint_noise.install()  # Installed once: the second call adds nothing.
   yield printed, [f for f in asyncio_logger.filters if f not in before]
   asyncio_logger.filters[:] = before
+  absl_logger.filters[:] = absl_before
 
 
 def test_noise_of_abandoned_orbax_reads_is_dropped_and_other_errors_kept(hooks):
@@ -71,3 +75,21 @@ def test_noise_of_abandoned_orbax_reads_is_dropped_and_other_errors_kept(hooks):
   sys.excepthook(RuntimeError, other, _raised_in(OURS)[1])
   assert [(where, str(value)) for where, value in printed] == [
       ("unraisable", "Encountered error while reading array index"), ("excepthook", "Event loop is closed")]
+
+
+def test_disk_full_log_records_are_dropped_and_others_kept():
+  import errno
+  import os
+
+  noise_filter = checkpoint_noise.DiskFullLogFilter()
+
+  def record(error):
+    return logging.LogRecord("absl", logging.ERROR, __file__, 1, "save failed", (),
+                             (type(error), error, None) if error else None)
+
+  full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  wrapped = RuntimeError("write failed")
+  wrapped.__cause__ = full
+  assert not noise_filter.filter(record(full)) and not noise_filter.filter(record(wrapped))
+  assert noise_filter.filter(record(OSError(errno.EACCES, os.strerror(errno.EACCES))))
+  assert noise_filter.filter(record(None))

@@ -1,0 +1,100 @@
+"""What Orbax prints around a failed checkpoint read or write, and the hooks that drop it.
+
+Two Orbax behaviours bury our one-line reports under tracebacks:
+
+* a save that fails for lack of space is logged by Orbax (through absl) with
+  its whole traceback, before `Checkpointer` turns it into one UserError;
+* a restore of a damaged state raises at the first unreadable array and
+  closes its event loop while the other arrays' reads are still in flight;
+  as they finish, each prints a traceback ("Task exception was never
+  retrieved", "Exception ignored in: <coroutine ...>", "Event loop is
+  closed"): hundreds of lines around our one warning line.
+
+`install()` adds logging filters and wraps `sys.excepthook` and
+`sys.unraisablehook` so that exactly those are dropped and everything else is
+reported as before. It changes the whole process, so no library module calls
+it: the command-line process set-up does (`flax_xalign.cli.setup_process`),
+and so does the test suite's conftest. Only the standard library is imported
+here, so the set-up of a command that never checkpoints stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from flax_xalign.fileio import NO_SPACE_ERRNOS
+
+_installed = False
+
+
+def disk_full(error: BaseException | None) -> bool:
+  """Whether `error` or one it was raised from is ENOSPC/EFBIG/EDQUOT (also as text: TF and TensorStore)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
+      return True
+    if any(os.strerror(code) in str(error) for code in NO_SPACE_ERRNOS):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+class DiskFullLogFilter(logging.Filter):
+  """Drops Orbax's logged traceback of a save that failed for lack of space: `Checkpointer` reports it, once."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or not disk_full(error)
+
+
+def from_orbax_reads(tb: Any) -> bool:
+  """Whether a traceback passes through Orbax's array reading or asyncio's closed-loop check."""
+  while tb is not None:
+    name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    if "orbax/checkpoint" in name or (name.endswith("asyncio/base_events.py")
+                                      and tb.tb_frame.f_code.co_name in ("call_soon_threadsafe", "_check_closed")):
+      return True
+    tb = tb.tb_next
+  return False
+
+
+class AbandonedReadNoise(logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved" for the sibling reads of a failed Orbax restore."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if not str(record.msg).startswith("Task exception was never retrieved"):
+      return True
+    return not (record.exc_info and from_orbax_reads(record.exc_info[2]))
+
+
+def install() -> None:
+  """Installs the filters and the two hooks, once per process (later calls do nothing).
+
+  The hooks wrap whatever `sys.excepthook` / `sys.unraisablehook` are at the
+  time of the first call and pass on everything that is not Orbax read noise.
+  """
+  global _installed
+  if _installed:
+    return
+  _installed = True
+  logging.getLogger("absl").addFilter(DiskFullLogFilter())
+  logging.getLogger("asyncio").addFilter(AbandonedReadNoise())
+  unraisable, excepthook = sys.unraisablehook, sys.excepthook
+
+  def quiet_unraisable(info: Any) -> None:
+    code = getattr(info.object, "cr_code", None)
+    if (code is not None and "orbax/checkpoint" in code.co_filename.replace(os.sep, "/")) or (
+        from_orbax_reads(info.exc_traceback) and isinstance(info.exc_value, (RuntimeError, Exception))):
+      return
+    unraisable(info)
+
+  def quiet_excepthook(kind: type, value: BaseException, tb: Any) -> None:
+    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed" and from_orbax_reads(tb):
+      return
+    excepthook(kind, value, tb)
+
+  sys.unraisablehook, sys.excepthook = quiet_unraisable, quiet_excepthook

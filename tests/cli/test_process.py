@@ -1,0 +1,105 @@
+"""The process set-up lives in `flax_xalign.cli`: importing the package (or a library module) changes nothing.
+
+Each check runs in a fresh interpreter, since the test process itself has been
+set up by conftest. The libraries `training/checkpoints.py` builds on (jax,
+Orbax, absl) set variables and import finders of their own when imported, so
+they are imported before the first snapshot. The script then calls
+`setup_process()`, the reference that shows the comparison can fail: the
+set-up does change exactly the things an import must not.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_SCRIPT = r"""
+import json, logging, os, sys
+
+def state():
+  return {"environ": dict(os.environ), "meta_path": [repr(f) for f in sys.meta_path],
+          "excepthook": repr(sys.excepthook), "unraisablehook": repr(sys.unraisablehook),
+          "filters": {n: [type(f).__name__ for f in logging.getLogger(n).filters] for n in ("", "absl", "asyncio")}}
+
+import jax, orbax.checkpoint  # noqa: third-party imports set variables and finders of their own
+before = state()
+import flax_xalign, flax_xalign.cli, flax_xalign.cli.common, flax_xalign.gin_cli, flax_xalign.train  # noqa
+import flax_xalign.training.checkpoints  # noqa: used to install Orbax hooks of its own
+imported = state()
+if SET_UP:
+  from flax_xalign.cli import setup_process
+  setup_process()
+  setup_process()  # Idempotent: the second call adds nothing.
+print(json.dumps({"before": before, "imported": imported, "after": state()}))
+"""
+
+
+def _states(tmp_path, set_up: bool) -> dict:
+  env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "JAX_PLATFORMS": "cpu",
+         "PYTHONPATH": REPO}
+  done = subprocess.run([sys.executable, "-c", _SCRIPT.replace("SET_UP", str(set_up))], env=env, cwd=str(tmp_path),
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _changes(a: dict, b: dict) -> list[str]:
+  changed = [k for k in ("meta_path", "excepthook", "unraisablehook", "filters") if a[k] != b[k]]
+  env = sorted(k for k in set(a["environ"]) | set(b["environ"]) if a["environ"].get(k) != b["environ"].get(k))
+  return changed + [f"environ[{k}]" for k in env]
+
+
+@pytest.mark.subprocess
+def test_importing_the_package_changes_nothing_and_setup_process_does(tmp_path):
+  states = _states(tmp_path, set_up=True)
+  assert _changes(states["before"], states["imported"]) == []
+  # The reference: the set-up changes each of these, once.
+  after = states["after"]
+  changed = _changes(states["imported"], after)
+  assert {"meta_path", "excepthook", "unraisablehook", "filters"} <= set(changed)
+  assert sum("QuietTensorFlowFinder" in f for f in after["meta_path"]) == 1
+  assert after["filters"][""].count("KnownNoise") == 1 and after["filters"]["absl"].count("KnownNoise") == 1
+  assert after["filters"]["absl"].count("DiskFullLogFilter") == 1
+  assert after["filters"]["asyncio"] == ["AbandonedReadNoise"]
+
+
+def test_setup_process_is_idempotent_in_this_process():
+  import logging
+
+  from flax_xalign.cli import _process, setup_process
+
+  hooks = (list(sys.meta_path), sys.excepthook, sys.unraisablehook)
+  filters = {n: list(logging.getLogger(n).filters) for n in ("", "absl", "asyncio")}
+  setup_process()  # conftest has called it already.
+  assert (list(sys.meta_path), sys.excepthook, sys.unraisablehook) == hooks
+  assert {n: list(logging.getLogger(n).filters) for n in ("", "absl", "asyncio")} == filters
+  assert _process.known_noise() is _process.known_noise()
+
+
+def test_old_command_paths_are_the_cli_commands():
+  from flax_xalign import compile_check, cooc, debian_data, train
+  from flax_xalign.cli import compile_check as cli_compile_check, cooc as cli_cooc
+  from flax_xalign.cli import debian_data as cli_debian_data, train as cli_train
+
+  assert train.main is cli_train.main and train.distributed_settings is cli_train.distributed_settings
+  assert compile_check.main is cli_compile_check.main and compile_check.check is cli_compile_check.check
+  assert cooc.main is cli_cooc.main and debian_data.main is cli_debian_data.main
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("module, needle", [
+    ("flax_xalign.assets", "--gin_file"),
+    ("flax_xalign.data.vocab", "python -m flax_xalign.data.vocab"),
+    ("flax_xalign.data.lexicon", "python -m flax_xalign.data.lexicon"),
+    ("flax_xalign.interop.e5_small", "python -m flax_xalign.interop.e5_small"),
+])
+def test_old_module_paths_still_run_their_command(module, needle, tmp_path):
+  # A library module keeps `python -m` working through its `__main__` block; the command is the cli one.
+  done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "HOME": str(tmp_path)})
+  assert done.returncode == 0 and done.stdout.startswith("usage:") and needle in done.stdout, done.stderr[-2000:]
+  assert done.stderr == "", done.stderr[-2000:]
