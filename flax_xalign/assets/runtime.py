@@ -1,16 +1,19 @@
-"""A run's assets at training time: device values, shardings, jitted refresh.
+"""A run's assets at training time: their objects, starting values, shardings and jitted refresh.
 
-`RunAssets` holds the asset objects of one run and their current values. The
-trainer passes `device` (a dict `{name: {key: jax.Array}}` of the on-device
-assets) to every step as an argument; the loop calls `refresh(params, step)`
-after each step, which replaces the values of assets that are due with the
-output of their jitted `refresh` (same shapes, dtypes and shardings, so the
-train step's compiled program is reused); the checkpointer saves
-`host_values()` with every checkpoint.
+`RunAssets` is the host-side description of a run's assets: the asset
+objects, the values the run starts from (built, loaded from MODEL_DIR, or
+restored from a checkpoint step), their shardings and fingerprints. The
+*current* device values live in the train state (`TrainState.assets`, a dict
+`{name: {key: jax.Array}}` of the on-device assets) and are passed to every
+step as an argument. `refresh(params, values, step)` returns the values with
+those due after `step` replaced by the output of their jitted `refresh` (same
+shapes, dtypes and shardings, so the train step's compiled program is reused);
+the checkpointer saves `host_values(values)` with every checkpoint.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import jax
@@ -43,12 +46,15 @@ class ReadyValue(Asset):
 
 
 class RunAssets:
-  """Asset objects plus their current values (see the module docstring).
+  """Asset objects plus the values a run starts from (see the module docstring).
 
   Args:
     assets: name -> Asset.
     values: name -> host value (dict of numpy arrays).
     run: the run manifest (handed to `refresh`).
+
+  Attributes:
+    trace_counts: how often each asset's refresh was traced (= compiled).
   """
 
   def __init__(self, assets: Mapping[str, Asset], values: Mapping[str, Value], run: "RunSpec"):
@@ -61,8 +67,12 @@ class RunAssets:
     self._device: dict[str, Value] | None = None
     self._shardings: dict[str, dict[str, Any]] = {}
     self._refresh_fns: dict[str, Callable] = {}
-    self._stale: set[str] = set()  # Refreshed on device since the last host fetch.
-    self._fingerprints: dict[str, dict[str, Any]] = {}
+    self.trace_counts: collections.Counter[str] = collections.Counter()
+    self._fingerprints: dict[str, dict[str, Any]] = {}  # Of the starting values.
+    # name -> (device value, its host copy, its fingerprint or None): the last
+    # current value fetched, so a value unchanged since is neither fetched nor
+    # fingerprinted again (a refreshed value is a new dict, compared by identity).
+    self._fetched: dict[str, tuple[Value, Value, dict[str, Any] | None]] = {}
     # The checkpoint step the values were loaded from, if any (the loop then
     # does not restore them a second time).
     self.source_step: int | None = None
@@ -94,8 +104,13 @@ class RunAssets:
       axes = self.assets[name].logical_axes(value)
       self._shardings[name] = {k: sharding_fn(tuple(axes[k]), np.shape(v), name=f"{name}/{k}", dtype=np.asarray(v).dtype)
                              for k, v in value.items()}
+    self._put()
+
+  def _put(self) -> None:
     self._device = {name: {k: jax.device_put(v, self._shardings[name][k]) for k, v in self._host[name].items()}
                     for name in self.device_names}
+    self._fetched = {name: (value, self._host[name], self._fingerprints.get(name))
+                     for name, value in self._device.items()}
 
   @property
   def shardings(self) -> dict[str, dict[str, Any]]:
@@ -103,7 +118,7 @@ class RunAssets:
 
   @property
   def device(self) -> dict[str, Value]:
-    """The step argument: {name: {key: jax.Array}} of the on-device assets."""
+    """The starting values on device, {name: {key: jax.Array}}: the step argument until a refresh."""
     if self._device is None:
       raise RuntimeError("RunAssets.place() must run before the device values are used")
     return self._device
@@ -117,35 +132,48 @@ class RunAssets:
 
   # ---------------------------------------------------------------- values
 
-  def host_values(self) -> dict[str, Value]:
-    """Current values as numpy (fetches the values refreshed on device since the last call)."""
-    if self._stale:
-      fetched = jax.device_get({name: self.device[name] for name in self._stale})
-      for name, value in fetched.items():
-        self._host[name] = {k: np.asarray(v) for k, v in value.items()}
-        self._fingerprints.pop(name, None)
-      self._stale.clear()
-    return {name: dict(value) for name, value in self._host.items()}
+  def host_values(self, current: Mapping[str, Value] | None = None) -> dict[str, Value]:
+    """Values as numpy: the starting ones, with the on-device ones of `current` (`TrainState.assets`) over them.
+
+    A device value is fetched once per refresh (not at every checkpoint).
+    """
+    values = {name: dict(value) for name, value in self._host.items()}
+    for name, value in (current or {}).items():
+      values[name] = dict(self._fetch(name, value)[1])
+    return values
+
+  def _fetch(self, name: str, value: Value) -> tuple[Value, Value, dict[str, Any] | None]:
+    cached = self._fetched.get(name)
+    if cached is None or cached[0] is not value:
+      cached = (value, {k: np.asarray(v) for k, v in jax.device_get(dict(value)).items()}, None)
+      self._fetched[name] = cached
+    return cached
 
   def set_values(self, values: Mapping[str, Value]) -> None:
-    """Replaces values (a restored checkpoint's); re-places them if placed before."""
+    """Replaces starting values (a restored checkpoint's); re-places them if placed before."""
     for name, value in values.items():
       if name not in self.assets:
         continue
       self._host[name] = {k: np.asarray(v) for k, v in value.items()}
       self._fingerprints.pop(name, None)
-      self._stale.discard(name)
     if self._device is not None:
-      self._device = {name: {k: jax.device_put(v, self._shardings[name][k]) for k, v in self._host[name].items()}
-                      for name in self.device_names}
+      self._put()
 
-  def fingerprints(self) -> dict[str, dict[str, Any]]:
-    """Fingerprint of every asset's current value (cached until the value changes)."""
-    values = self.host_values()
+  def fingerprints(self, current: Mapping[str, Value] | None = None) -> dict[str, dict[str, Any]]:
+    """Fingerprint of every asset's value (`current` as in `host_values`), cached until the value changes."""
+    out = {}
     for name in self.names:
-      if name not in self._fingerprints:
-        self._fingerprints[name] = self.assets[name].fingerprint(values[name])
-    return {name: dict(self._fingerprints[name]) for name in self.names}
+      if current is not None and name in current:
+        value, host, fingerprint = self._fetch(name, current[name])
+        if fingerprint is None:
+          fingerprint = self.assets[name].fingerprint(host)
+          self._fetched[name] = (value, host, fingerprint)
+      else:
+        if name not in self._fingerprints:
+          self._fingerprints[name] = self.assets[name].fingerprint(self._host[name])
+        fingerprint = self._fingerprints[name]
+      out[name] = dict(fingerprint)
+    return out
 
   # ---------------------------------------------------------------- refresh
 
@@ -154,19 +182,33 @@ class RunAssets:
     return tuple(n for n in self.device_names
                  if self.assets[n].refresh_every and step % self.assets[n].refresh_every == 0)
 
-  def refresh(self, params: Any, step: int) -> tuple[str, ...]:
-    """Refreshes the assets due after `step` from `params`; returns their names."""
+  def refresh(self, params: Any, values: Mapping[str, Value], step: int) -> Mapping[str, Value]:
+    """`values` (the current device values) with the assets due after `step` refreshed from `params`.
+
+    Returns `values` itself when none is due, else a new dict (the refreshed
+    assets' entries new as well). Each asset's refresh is jitted once with its
+    shardings; a refresh that changes shapes or dtypes is refused.
+    """
     names = self.due(step)
+    if not names:
+      return values
+    values = dict(values)
     for name in names:
       if name not in self._refresh_fns:
-        asset, run = self.assets[name], self.run
-        self._refresh_fns[name] = jax.jit(lambda p, v, asset=asset: asset.refresh(p, v, run),
-                                          out_shardings=self._shardings[name])
-      before = jax.tree.map(lambda x: (x.shape, x.dtype), self.device[name])
-      self.device[name] = self._refresh_fns[name](params, self.device[name])
-      self._stale.add(name)
-      after = jax.tree.map(lambda x: (x.shape, x.dtype), self.device[name])
+        self._refresh_fns[name] = jax.jit(self._refresh_fn(name), out_shardings=self._shardings[name])
+      before = jax.tree.map(lambda x: (x.shape, x.dtype), values[name])
+      values[name] = self._refresh_fns[name](params, values[name])
+      after = jax.tree.map(lambda x: (x.shape, x.dtype), values[name])
       if after != before:
         raise ValueError(f"refreshing asset {name!r} changed its shapes/dtypes from {before} to {after}; "
                          "refresh must keep them (pad tables to a fixed capacity) so the step never recompiles")
-    return names
+    return values
+
+  def _refresh_fn(self, name: str) -> Callable[[Any, Value], Value]:
+    asset, run = self.assets[name], self.run
+
+    def refresh(params: Any, value: Value) -> Value:
+      self.trace_counts[name] += 1  # Runs only while tracing.
+      return asset.refresh(params, value, run)
+
+    return refresh

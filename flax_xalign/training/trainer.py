@@ -1,29 +1,28 @@
-"""The train loop: sharded state, jitted step, assets, checkpoints, evaluation, signals.
+"""The Trainer: sharded train state, the jitted train/eval steps, and the assets' refresh.
 
-`train()` receives its collaborators (model, partitioner, data, assets,
-checkpointer, logger) so tests can pass small ones. The step is
-`train_step(state, batch, rng, assets)`: assets are arguments, so refreshing
-one (after the steps its `refresh_every` names) reuses the compiled program.
-Determinism: the step RNG is `fold_in(key(seed), step)`, and the data
-iterator's state and the assets are checkpointed with the train state, so a
-resumed run reproduces the losses of an uninterrupted one.
+The step is `train_step(state, batch, rng, assets)`: assets are arguments, so
+refreshing one (after the steps its `refresh_every` names) reuses the compiled
+program. The assets' current values travel in the train state
+(`TrainState.assets`, a pytree `{name: {key: jax.Array}}`) and `refresh(state,
+step) -> state` replaces the due ones with the output of their jitted
+`refresh` (same shapes, dtypes and shardings). The Orbax `state` item of a
+checkpoint holds `TrainState.checkpointed()` (step, params, optimiser state:
+the tree every earlier run wrote); the assets are saved beside it as files.
+Determinism: the step RNG is `fold_in(key(seed), step)`.
 
-A checkpoint is committed only when the losses up to its step and every float
-of the state it holds are finite (one jitted reduction at checkpoint steps),
-so a blow-up never leaves a poisoned step to resume from. The checkpoint of a
-step is saved before that step's evaluation.
+The loop that drives a Trainer (restore, hooks for logging, NaN guard,
+checkpoints, evaluation, signals) is `training/loop.py`; the model is anything
+with the `TrainableModel` methods (the encoder's `PretrainingModel`, or a few-
+parameter fake in the loop's tests).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
-import os
-import signal
-import sys
-import time
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 import flax.linen as nn
 import flax.struct
@@ -33,13 +32,7 @@ import numpy as np
 import optax
 
 from flax_xalign.assets.runtime import RunAssets
-from flax_xalign.errors import UserError
-from flax_xalign.objectives.pretraining import PretrainingModel
-from flax_xalign.run_spec import RunSpec
-from flax_xalign.training.batches import BatchFetcher, StopWhileFetching
-from flax_xalign.training.checkpoints import (Checkpointer, DamagedCheckpointError, make_meta,
-                                              warn_damaged)
-from flax_xalign.training.metrics import MetricsLogger, Throughput
+from flax_xalign.training.hooks import NonFiniteLossError  # noqa: F401  (its old import path)
 from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
 from flax_xalign.training.partitioning import Partitioner
 
@@ -49,14 +42,56 @@ HostBatch = Mapping[str, np.ndarray]
 BATCH_FEATURES = ("tokens", "lang_ids", "segment_ids", "positions", "pair_side")
 
 
-class TrainState(flax.struct.PyTreeNode):
+class TrainableModel(Protocol):
+  """What the Trainer calls on a model (`objectives.PretrainingModel` is one).
+
+  Attributes:
+    objectives: loss-term names (metric keys shown on the progress line) -> weight.
+  """
+
+  objectives: Mapping[str, float]
+
+  def init(self, rng: jax.Array, *, batch: int, length: int) -> Any:
+    """Parameters (leaves may be logically boxed) for a [batch, length] input."""
+
+  def loss_fn(self, params: Any, batch: Any, rng: jax.Array, assets: Any, *, train: bool) -> tuple[jax.Array, Any]:
+    """(scalar loss, {metric: scalar}); `metrics["loss"]` is the loss."""
+
+  def has_monitors(self, assets: Any) -> bool:
+    """Whether `monitor` has anything to report (evaluation only)."""
+
+  def monitor(self, params: Any, assets: Any) -> dict[str, jax.Array]:
+    """Scalars to log beside the evaluation metrics."""
+
+
+class CheckpointedState(flax.struct.PyTreeNode):
+  """The Orbax `state` item: the tree every checkpoint holds (runs written before the assets joined the state)."""
+
   step: jax.Array
   params: Any
   opt_state: Any
 
 
-class NonFiniteLossError(UserError):
-  """The loss or the parameters became NaN/inf; the last good checkpoint is kept."""
+class TrainState(flax.struct.PyTreeNode):
+  """Step, parameters, optimiser state and the assets' current device values.
+
+  `assets` is `{name: {key: jax.Array}}` of the on-device assets; {} for a
+  state from `Trainer.init_state()` (the jitted steps take the assets as their
+  own argument, so their state argument carries none).
+  """
+
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  assets: Any = flax.struct.field(default_factory=dict)
+
+  def checkpointed(self) -> CheckpointedState:
+    """What the checkpoint's `state` item holds (the assets are saved as files beside it)."""
+    return CheckpointedState(step=self.step, params=self.params, opt_state=self.opt_state)
+
+  @classmethod
+  def restored(cls, saved: CheckpointedState, assets: Any) -> "TrainState":
+    return cls(step=saved.step, params=saved.params, opt_state=saved.opt_state, assets=assets)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,62 +109,6 @@ class LoopConfig:
   peak_flops_per_device: float | None = None
 
 
-@dataclasses.dataclass
-class TrainResult:
-  """What `train` returns; `trace_counts` says how often each step function compiled."""
-
-  state: TrainState
-  last_step: int
-  interrupted: bool
-  stop_signal: int | None
-  history: list[dict[str, Any]]
-  trace_counts: dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-class _StopRequest:
-  """Turns SIGTERM/SIGINT into a flag the loop checks after each step."""
-
-  def __init__(self):
-    self.signal: int | None = None
-    self._previous: dict[int, Any] = {}
-
-  def __enter__(self) -> "_StopRequest":
-    import threading
-
-    # With several processes a SIGTERM is left to jax's preemption notifier: every
-    # process then stops after the same step (`_reached_preemption`), where a
-    # handler of our own would stop only the signalled one and the others would
-    # wait for it in the next collective forever.
-    self._multi = jax.process_count() > 1
-    self._forwarded = False
-    if threading.current_thread() is threading.main_thread():
-      for sig in ((signal.SIGINT,) if self._multi else (signal.SIGTERM, signal.SIGINT)):
-        self._previous[sig] = signal.signal(sig, self._handle)
-    return self
-
-  def _handle(self, signum: int, frame: Any) -> None:
-    if (self.signal is not None or self._forwarded) and signum == signal.SIGINT:
-      raise KeyboardInterrupt  # A second Ctrl-C stops at once.
-    if self._multi:
-      # Ctrl-C on one process of a job: turn it into the preemption SIGTERM all of them see.
-      self._forwarded = True
-      print("\nreceived SIGINT: all processes save a checkpoint at the next synchronised step "
-            "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
-      os.kill(os.getpid(), signal.SIGTERM)
-      return
-    self.signal = signum
-    print(f"\nreceived {signal.Signals(signum).name}: saving a checkpoint after this step "
-          "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
-
-  def __exit__(self, *exc: Any) -> None:
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
-
-
-def _to_host(batch: Any) -> dict[str, np.ndarray]:
-  return {k: np.asarray(v) for k, v in batch.items()}
-
-
 class Trainer:
   """Builds the sharded state and the jitted train/eval steps for one model.
 
@@ -139,13 +118,15 @@ class Trainer:
   ahead of time (`lower_train_step`) but never run; nothing is placed.
 
   Attributes:
+    assets: the run's assets and the values it starts from (built, loaded or
+      restored); the current values are `TrainState.assets`.
     trace_counts: how often each step function was traced (= compiled); a
       refresh of an asset must not add to it.
     abstract_assets: the assets argument of the steps as ShapeDtypeStructs
       with their shardings.
   """
 
-  def __init__(self, *, model: PretrainingModel, optimizer: OptimizerConfig,
+  def __init__(self, *, model: TrainableModel, optimizer: OptimizerConfig,
                partitioner: Partitioner, loop: LoopConfig, assets: RunAssets | None = None,
                abstract_assets: Mapping[str, Mapping[str, jax.ShapeDtypeStruct]] | None = None):
     if assets is not None and abstract_assets is not None:
@@ -200,15 +181,22 @@ class Trainer:
 
   def mesh_context(self):
     """Mesh and logical rules in scope, so activation constraints resolve."""
-    import contextlib
-
     stack = contextlib.ExitStack()
     stack.enter_context(jax.set_mesh(self.partitioner.mesh))
     stack.enter_context(nn.logical_axis_rules(self.partitioner.rules))
     return stack
 
   def init_state(self) -> TrainState:
+    """A fresh state without assets attached (what the jitted steps take; `with_assets` adds them)."""
     return self._init(self._init_rng)
+
+  def with_assets(self, state: TrainState) -> TrainState:
+    """`state` carrying the device values `self.assets` holds now (initial, or set from a checkpoint)."""
+    return state.replace(assets=self.assets.device)
+
+  def _current(self, assets: Any) -> Any:
+    # A state without assets attached (init_state(), benches) steps with the values the run starts from.
+    return assets if assets or not self.assets.device_names else self.assets.device
 
   def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
     """The global batch the train step takes, [batch_size, length] int32 per feature, sharded on 'data'."""
@@ -245,8 +233,20 @@ class Trainer:
     return self.model.monitor(params, assets)
 
   def step(self, state: TrainState, host_batch: HostBatch) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One train step on a host batch with the current assets (call inside `mesh_context`)."""
-    return self.train_step(state, self.shard(host_batch), self.base_rng, self.assets.device)
+    """One train step on a host batch with the state's assets (call inside `mesh_context`)."""
+    new, metrics = self.train_step(state.replace(assets={}), self.shard(host_batch), self.base_rng,
+                                   self._current(state.assets))
+    return new.replace(assets=state.assets), metrics
+
+  def refresh(self, state: TrainState, step: int) -> TrainState:
+    """`state` with the assets due after train step `step` refreshed from its parameters.
+
+    Each refresh is jitted with the asset's shardings and keeps its shapes, so
+    neither it nor the train step compiles again (call inside `mesh_context`).
+    """
+    current = self._current(state.assets)
+    values = self.assets.refresh(state.params, current, step)
+    return state if values is current else state.replace(assets=values)
 
   def update_problem(self, state: TrainState, host_batch: HostBatch) -> str | None:
     """Why `state` must not be checkpointed, or None: a non-finite float in it, or a non-finite loss
@@ -255,8 +255,9 @@ class Trainer:
     Call inside `mesh_context`; one forward pass and one reduction, so only at checkpoint steps.
     """
     rng = jax.random.fold_in(self.base_rng, 0xC4EC)
-    finite, metrics = jax.device_get((self.state_is_finite(state),
-                                      self.eval_step(state.params, self.shard(host_batch), rng, self.assets.device)))
+    finite, metrics = jax.device_get((self.state_is_finite(state.replace(assets={})),
+                                      self.eval_step(state.params, self.shard(host_batch), rng,
+                                                     self._current(state.assets))))
     if not bool(finite):
       return "the parameters or optimiser state became non-finite (NaN/inf) in the update"
     if not math.isfinite(float(metrics["loss"])):
@@ -267,15 +268,18 @@ class Trainer:
   def shard(self, host_batch: HostBatch) -> dict[str, jax.Array]:
     return self.partitioner.shard_batch(dict(host_batch))
 
-  def evaluate(self, params: Any, batches: Iterable[HostBatch], *, max_batches: int) -> dict[str, float] | None:
+  def evaluate(self, params: Any, batches: Iterable[HostBatch], *, max_batches: int,
+               assets: Any = None) -> dict[str, float] | None:
     """Mean metrics over up to `max_batches` batches with fixed masking RNGs, plus monitors.
 
-    None when the batches hold no full batch (a split too small for BATCH_SIZE).
+    `assets` are the current device values (`TrainState.assets`; None: the
+    values the run starts from). None when the batches hold no full batch (a
+    split too small for BATCH_SIZE).
     """
     eval_rng = jax.random.fold_in(self.base_rng, 0x5EED)
     sums: dict[str, float] = {}
     count = 0
-    assets = self.assets.device
+    assets = self._current(assets)
     with self.mesh_context():
       for i, batch in enumerate(batches):
         if max_batches and i >= max_batches:
@@ -298,268 +302,3 @@ def _all_finite(state: TrainState) -> jax.Array:
   """Whether every float of the state (params and optimiser moments) is finite: one bool."""
   leaves = [leaf for leaf in jax.tree.leaves(state) if jnp.issubdtype(leaf.dtype, jnp.inexact)]
   return jnp.all(jnp.stack([jnp.isfinite(leaf).all() for leaf in leaves])) if leaves else jnp.bool_(True)
-
-
-def _non_finite(what: str, step: int, last_saved: int | None) -> NonFiniteLossError:
-  kept = (f"the last checkpoint (step {last_saved}) is intact and a rerun resumes from it"
-          if last_saved is not None else "no checkpoint was written, so a rerun starts afresh")
-  return NonFiniteLossError(
-      f"{what} at step {step}; nothing was saved for it and training stopped: {kept}. Lower the learning "
-      "rate (OptimizerConfig.learning_rate) or raise OptimizerConfig.warmup_steps, or check the data, "
-      "then rerun the same command.")
-
-
-def _check_finite(losses: list[tuple[int, jax.Array]], last_saved: int | None) -> None:
-  values = jax.device_get([loss for _, loss in losses])  # One transfer for all steps.
-  for (step, _), value in zip(losses, values):
-    value = float(value)
-    if not math.isfinite(value):
-      raise _non_finite(f"the loss became {value}", step, last_saved)
-
-
-def _restore(trainer: Trainer, checkpointer: Checkpointer, step: int, iterator: Any,
-             new_iterator: Callable[[], Iterator[Any]] | None, *, restore_iterator: bool, on_damaged: str,
-             check_step: Callable[[int], None] | None) -> tuple[int, TrainState, Iterator[Any]]:
-  """(step, state, iterator) of the newest complete checkpoint from `step` down.
-
-  A damaged step is moved aside (`on_damaged="fallback"`) and the next older
-  one tried with a new iterator (a failed restore may leave the old one half
-  restored); with "error" its DamagedCheckpointError propagates.
-  """
-  while True:
-    try:
-      if check_step is not None:
-        check_step(step)
-      # Assets the caller already loaded from this step are not read twice.
-      restore_assets = {} if trainer.assets.source_step == step else trainer.assets.assets
-      with trainer.mesh_context():
-        state, values = checkpointer.restore(step, trainer.abstract_state, iterator if restore_iterator else None,
-                                             assets=restore_assets)
-      damage = _agree_restored(checkpointer, step, None)
-    except DamagedCheckpointError as e:
-      damage = _agree_restored(checkpointer, step, e)
-    except Exception:
-      _agree_restored(checkpointer, step, "failed")
-      raise
-    if damage is None:
-      trainer.assets.set_values(values)
-      return step, state, iterator
-    if on_damaged != "fallback" or new_iterator is None:
-      raise damage
-    target = checkpointer.move_damaged(damage)
-    older = checkpointer.latest_step()
-    if older is None:
-      raise UserError(f"no complete checkpoint is left in {checkpointer.directory} (step {damage.step}: "
-                      f"{damage.what}; moved to {target}). Rerun to train from scratch, or move it back.")
-    warn_damaged(damage, target, older)
-    step, iterator = older, new_iterator()
-
-
-def _agree_restored(checkpointer: Checkpointer, step: int, problem: Any) -> DamagedCheckpointError | None:
-  """The damage all processes act on: a step one process cannot read is damaged for all of them.
-
-  `problem` is this process's DamagedCheckpointError, None, or "failed" (another
-  error, which this process raises after telling the others).
-  """
-  if jax.process_count() == 1:
-    return problem if isinstance(problem, DamagedCheckpointError) else None
-  from jax.experimental import multihost_utils
-
-  code = 0 if problem is None else 1 if isinstance(problem, DamagedCheckpointError) else 2
-  codes = np.asarray(multihost_utils.process_allgather(np.int32(code)))
-  if code == 2:
-    return None  # The caller re-raises its own error.
-  if np.any(codes == 2):
-    raise UserError(f"another process could not restore checkpoint step {step}; see its output.")
-  if isinstance(problem, DamagedCheckpointError):
-    return problem
-  if np.any(codes == 1):
-    return DamagedCheckpointError(checkpointer.directory / str(step), "unreadable on another process")
-  return None
-
-
-def train(
-    *,
-    trainer: Trainer,
-    train_iterator: Iterator[Any],
-    eval_batches: Callable[[], Iterable[HostBatch]] | None,
-    checkpointer: Checkpointer,
-    logger: MetricsLogger | Callable[[int], MetricsLogger],
-    run: RunSpec,
-    flops_per_step: float,
-    on_resume: Callable[[int], None] | None = None,
-    step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None = None,
-    init_params: Callable[[Any], Any] | None = None,
-    new_train_iterator: Callable[[], Iterator[Any]] | None = None,
-    loop_record: Mapping[str, Any] | None = None,
-    restore_iterator: bool = True,
-    check_step: Callable[[int], None] | None = None,
-    before_training: Callable[[int | None], None] | None = None,
-) -> TrainResult:
-  """Runs (or resumes) training to `trainer.loop.train_steps`.
-
-  Args:
-    trainer: model, optimiser and sharded steps.
-    train_iterator: a checkpointable iterator of host batches (tf.data).
-    eval_batches: returns a fresh iterable of held-out host batches.
-    checkpointer: where state, iterator, manifest and assets are saved.
-    logger: metrics sink, or a function of the resumed step (0 for a new
-      run) that makes it once the checkpoint is restored.
-    run: the run manifest, saved with every checkpoint with the assets'
-      fingerprints at that step.
-    flops_per_step: model FLOPs of one train step (for MFU).
-    on_resume: called with the restored step before training continues.
-    step_callback: called as `(step, metrics)` after every step (progress bars,
-      notebooks, tests); metrics are device arrays, fetching them syncs.
-    init_params: maps the freshly initialised params to the starting params of
-      a new run (a warm start); not called when resuming.
-    new_train_iterator: makes a fresh iterator like `train_iterator`; needed to
-      fall back to an older checkpoint when the newest is damaged.
-    loop_record: the data loop saved in each checkpoint's meta
-      (`checkpoints.loop_record`).
-    restore_iterator: False resumes the model with `train_iterator` as it is
-      (a new data order) instead of the checkpoint's iterator state.
-    check_step: called with a step before it is restored (e.g. to compare the
-      data loop of an older step reached by a fallback).
-    before_training: called with the resumed step (None: a new run) once the
-      state is restored or initialised, before the first step (writes the
-      run's config: it then describes what the checkpoints hold).
-  """
-  loop = trainer.loop
-  latest = checkpointer.latest_step()
-  last_saved = None
-  if latest is not None:
-    latest, state, train_iterator = _restore(
-        trainer, checkpointer, latest, train_iterator, new_train_iterator, restore_iterator=restore_iterator,
-        on_damaged=checkpointer.config.on_damaged, check_step=check_step)
-    last_saved = latest
-    print(f"resumed from {checkpointer.directory}/{latest}"
-          + ("" if restore_iterator else " with a new data iterator"), flush=True)
-    if on_resume:
-      on_resume(latest)
-  else:
-    state = trainer.init_state()
-    if init_params is not None:
-      state = state.replace(params=init_params(state.params))
-  if not isinstance(logger, MetricsLogger) and callable(logger):
-    logger = logger(latest or 0)
-  if before_training is not None:
-    before_training(latest)
-  start = int(jax.device_get(state.step))
-  terms = tuple(trainer.model.objectives)
-  throughput = Throughput(flops_per_step=flops_per_step, peak_flops=loop.peak_flops_per_device,
-                          num_devices=jax.device_count())
-  history: list[dict[str, Any]] = []
-  unchecked: list[tuple[int, jax.Array]] = []
-  interval: list[dict[str, jax.Array]] = []
-  interrupted = False
-  evaluating = eval_batches is not None and loop.eval_every > 0
-  step = start
-
-  with _StopRequest() as stop, trainer.mesh_context():
-    # The fetch runs beside the main thread, so a stop request is heard while the pipeline is busy.
-    fetcher = BatchFetcher(train_iterator, should_stop=lambda: stop.signal is not None, convert=_to_host)
-    for step in range(start + 1, loop.train_steps + 1):
-      try:
-        host_batch = fetcher.next()
-      except StopWhileFetching as e:
-        # The iterator is mid-read and cannot be saved with the state: keep the newest checkpoint.
-        interrupted, step = True, step - 1
-        kept = (f"the checkpoint of step {last_saved} is kept" if last_saved is not None else
-                "no checkpoint was written yet")
-        redo = step - (last_saved or 0)
-        print(f"stopped while waiting {e.waited_s:.0f} s for the input pipeline (before step {step + 1}); "
-              f"{kept}" + (f" and the {redo} step(s) after it will be trained again" if redo else "")
-              + ". Rerun the same command to resume.", flush=True)
-        break
-      except StopIteration:
-        raise UserError("The training data ran out; use a repeating dataset (num_epochs=None).")
-      except Exception as e:  # pylint: disable=broad-except
-        if step == start + 1 and latest is not None and restore_iterator and not isinstance(e, UserError):
-          # A restored iterator state from another pipeline fails only when read (e.g. another batch shape).
-          raise _iterator_mismatch(latest, e) from None
-        raise
-      if step == start + 1:
-        print("compiling the train step...", flush=True)
-        compile_started = time.perf_counter()
-      state, metrics = trainer.step(state, host_batch)
-      trainer.assets.refresh(state.params, step)
-      unchecked.append((step, metrics["loss"]))
-      if step_callback is not None:
-        step_callback(step, metrics)
-      interval.append(metrics)
-      throughput.add(float((host_batch["segment_ids"] > 0).sum()) * jax.process_count())
-      if step == start + 1:
-        jax.block_until_ready(metrics["loss"])
-        print(f"  compiled and ran the first step in {time.perf_counter() - compile_started:.1f} s", flush=True)
-        throughput.reset()  # Keep compilation out of tokens/s.
-        timed_from = (time.perf_counter(), step)
-      else:
-        elapsed, steps = time.perf_counter() - timed_from[0], step - timed_from[1]
-        logger.tick(step, elapsed / steps if steps else None)
-
-      last = step == loop.train_steps
-      if (step % loop.log_every == 0 or last) and interval:
-        _check_finite(unchecked, last_saved)
-        unchecked.clear()
-        fetched = jax.device_get(interval)  # One transfer, not one per metric and step.
-        means = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
-        row = logger.write(step, {**means, **throughput.summary()})
-        logger.progress(row, terms)
-        history.append(row)
-        interval.clear()
-        throughput.reset()
-      preempted = jax.process_count() > 1 and _reached_preemption(step)
-      stopping = stop.signal is not None or preempted
-      if step % loop.checkpoint_every == 0 or last or stopping:
-        _check_finite(unchecked, last_saved)
-        unchecked.clear()
-        # The losses say nothing about the update of this step: the state saved must be finite itself,
-        # and so must the loss it gives (an update to huge but finite parameters overflows the next step).
-        problem = trainer.update_problem(state, host_batch)
-        if problem is not None:
-          raise _non_finite(problem, step, last_saved)
-        values = trainer.assets.host_values()
-        checkpointer.save(step, state, train_iterator, make_meta(run, trainer.assets.fingerprints(), loop_record),
-                          assets=trainer.assets.assets, asset_values=values, force=True)
-        last_saved = step
-        throughput.reset()  # Keep the synchronous part of saving out of tokens/s.
-      # Evaluate after saving: a failing or slow evaluation never costs the step's checkpoint.
-      if evaluating and not stopping and (step % loop.eval_every == 0 or last):
-        eval_metrics = trainer.evaluate(state.params, eval_batches(), max_batches=loop.eval_batches)
-        if eval_metrics is None:
-          evaluating = False
-          if jax.process_index() == 0:
-            print(f"warning: the evaluation split produced no full batch of BATCH_SIZE={loop.batch_size} at "
-                  f"step {step}; evaluation is off for the rest of the run (add held-out data or set "
-                  "EVAL_EVERY=0)", file=sys.stderr, flush=True)
-        else:
-          row = logger.write(step, eval_metrics, prefix="eval_")
-          print("  eval: " + "  ".join(f"{k} {row['eval_' + k]:.4f}" for k in ("loss", *terms)), flush=True)
-        throughput.reset()
-      if stopping:
-        interrupted = True
-        print(f"stopped at step {step}; checkpoint saved. Rerun the same command to resume.", flush=True)
-        break
-  checkpointer.wait()
-  logger.flush()
-  return TrainResult(state=state, last_step=step, interrupted=interrupted,
-                     stop_signal=stop.signal, history=history, trace_counts=dict(trainer.trace_counts))
-
-
-def _iterator_mismatch(step: int, error: Exception) -> UserError:
-  from flax_xalign.training.checkpoints import fresh_iterator_advice
-
-  first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
-  return UserError(f"the data-iterator state restored from checkpoint step {step} does not fit this run's input "
-                   f"pipeline ({type(error).__name__}: {first}); was BATCH_SIZE, TASK_FEATURE_LENGTHS or the "
-                   f"task changed? {fresh_iterator_advice()}")
-
-
-def _reached_preemption(step: int) -> bool:
-  try:
-    from jax.experimental import multihost_utils
-
-    return bool(multihost_utils.reached_preemption_sync_point(step))
-  except Exception:  # Preemption service not configured: nothing to sync.
-    return False

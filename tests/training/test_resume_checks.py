@@ -128,7 +128,7 @@ def test_eval_split_without_a_full_batch_warns_once_and_finishes(tmp_path, tiny_
 
 
 def test_a_step_is_checkpointed_before_its_evaluation(tmp_path, tiny_corpus, monkeypatch):
-  def failing(self, params, batches, *, max_batches):
+  def failing(self, params, batches, *, max_batches, assets=None):
     raise RuntimeError("evaluation failed")
 
   monkeypatch.setattr(Trainer, "evaluate", failing)

@@ -1,0 +1,324 @@
+"""The train loop's hooks: what runs after a step, and after which steps.
+
+    hooks = Hooks()
+    hooks.add("log", progress.write, every=100, last_step=total)
+    hooks.add("checkpoint", saver, every=500, last_step=total, on_stop=True)
+    state = hooks.run(StepInfo(step=..., state=..., ...))   # after every step
+
+A hook is a function of the step's `StepInfo`; it may return a new train
+state (the asset refresh does), which the hooks after it see. Hooks run in the
+order they were added, each on its schedule: `Hook` is a
+`clu.periodic_actions.PeriodicAction` (every N steps, plus the last step)
+that also knows about stopping: `on_stop=True` runs it at the step a run stops
+at (the checkpoint), `on_stop=False` never there (the evaluation). The stop
+itself is a hook (`StopSignals`) that latches `info.stopping` for the hooks
+after it, so every hook of one step sees the same decision.
+
+The hooks here are the loop's concerns, one object each: `StopSignals`
+(SIGTERM/SIGINT, multi-host preemption), `Progress` (throughput, the
+progress line, metrics.jsonl rows), `NanGuard` (refuses to log or save past a
+non-finite loss or update), `CheckpointSaver` (state, iterator, manifest and
+assets' files) and `Evaluation` (held-out metrics). "Monitor X during
+training" is one more `hooks.add`, not a loop edit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+import jax
+import numpy as np
+from clu import periodic_actions
+
+from flax_xalign.errors import UserError
+
+
+class NonFiniteLossError(UserError):
+  """The loss or the parameters became NaN/inf; the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass
+class StepInfo:
+  """What the hooks of one step see.
+
+  Attributes:
+    step: the step just trained (1-based).
+    state: the train state after it (hooks may replace it: `Hooks.run`).
+    metrics: the step's metrics, device arrays (fetching them syncs).
+    batch: the step's host batch.
+    first: the first step of this invocation (it compiled the step).
+    last: step == TRAIN_STEPS.
+    started: perf_counter() before the step ran.
+    stopping: the run stops after this step (set by `StopSignals`).
+  """
+
+  step: int
+  state: Any
+  metrics: Mapping[str, jax.Array]
+  batch: Mapping[str, np.ndarray]
+  first: bool = False
+  last: bool = False
+  started: float = 0.0
+  stopping: bool = False
+
+
+class Hook(periodic_actions.PeriodicAction):
+  """`fn(info)` after every `every`-th step and the step `last_step`; see the module docstring."""
+
+  def __init__(self, name: str, fn: Callable[[StepInfo], Any], *, every: int | None = 1,
+               last_step: int | None = None, on_stop: bool | None = None):
+    # every=0 (e.g. EVAL_EVERY=0) means "not periodically".
+    super().__init__(every_steps=every or None, on_steps=() if last_step is None else (last_step,))
+    self.name, self.fn, self.on_stop = name, fn, on_stop
+    self._info: StepInfo | None = None
+    self._result: Any = None
+
+  def _should_trigger(self, step: int, t: float) -> bool:
+    if self.on_stop is not None and self._info.stopping:
+      return self.on_stop
+    return super()._should_trigger(step, t)
+
+  def _apply(self, step: int, t: float) -> None:
+    self._result = self.fn(self._info)
+
+  def run(self, info: StepInfo) -> Any:
+    """The hook's result at this step (None when it did not run)."""
+    self._info, self._result = info, None
+    self(info.step)
+    return self._result
+
+
+class Hooks:
+  """An ordered list of hooks; `run(info)` runs the due ones and returns the (new) state."""
+
+  def __init__(self):
+    self.hooks: list[Hook] = []
+
+  def add(self, name: str, fn: Callable[[StepInfo], Any], *, every: int | None = 1, last_step: int | None = None,
+          on_stop: bool | None = None) -> Hook:
+    self.hooks.append(Hook(name, fn, every=every, last_step=last_step, on_stop=on_stop))
+    return self.hooks[-1]
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    return tuple(hook.name for hook in self.hooks)
+
+  def run(self, info: StepInfo) -> Any:
+    for hook in self.hooks:
+      state = hook.run(info)
+      if state is not None:
+        info.state = state
+    return info.state
+
+
+# ---------------------------------------------------------------------------- stop signals
+
+
+class StopSignals:
+  """Turns SIGTERM/SIGINT into a stop after the current step; as a hook, latches `info.stopping`.
+
+  With several processes a SIGTERM is left to jax's preemption notifier: every
+  process then stops after the same step (`reached_preemption`), where a
+  handler of our own would stop only the signalled one and the others would
+  wait for it in the next collective forever.
+  """
+
+  def __init__(self):
+    self.signal: int | None = None
+    self._previous: dict[int, Any] = {}
+
+  def __enter__(self) -> "StopSignals":
+    self._multi = jax.process_count() > 1
+    self._forwarded = False
+    if threading.current_thread() is threading.main_thread():
+      for sig in ((signal.SIGINT,) if self._multi else (signal.SIGTERM, signal.SIGINT)):
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def _handle(self, signum: int, frame: Any) -> None:
+    if (self.signal is not None or self._forwarded) and signum == signal.SIGINT:
+      raise KeyboardInterrupt  # A second Ctrl-C stops at once.
+    if self._multi:
+      # Ctrl-C on one process of a job: turn it into the preemption SIGTERM all of them see.
+      self._forwarded = True
+      print("\nreceived SIGINT: all processes save a checkpoint at the next synchronised step "
+            "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
+      os.kill(os.getpid(), signal.SIGTERM)
+      return
+    self.signal = signum
+    print(f"\nreceived {signal.Signals(signum).name}: saving a checkpoint after this step "
+          "(Ctrl-C again to stop without saving)", file=sys.stderr, flush=True)
+
+  def __exit__(self, *exc: Any) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+  def requested(self) -> bool:
+    return self.signal is not None
+
+  def __call__(self, info: StepInfo) -> None:
+    # Every process asks at every step: the preemption sync point is a collective.
+    info.stopping = self.signal is not None or (self._multi and reached_preemption(info.step))
+
+
+def reached_preemption(step: int) -> bool:
+  try:
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.reached_preemption_sync_point(step))
+  except Exception:  # Preemption service not configured: nothing to sync.
+    return False
+
+
+# ---------------------------------------------------------------------------- progress and logging
+
+
+class Progress:
+  """Throughput, the step counter and the logged rows (metrics.jsonl, TensorBoard, the progress line).
+
+  `record` runs after every step (it reads nothing from the device but the
+  first step's loss); `write` at logging steps fetches the interval's metrics
+  in one transfer and writes their means with tokens/s and MFU.
+  """
+
+  def __init__(self, logger: Any, throughput: Any, terms: tuple[str, ...]):
+    self.logger, self.throughput, self.terms = logger, throughput, terms
+    self.history: list[dict[str, Any]] = []
+    self._interval: list[Mapping[str, jax.Array]] = []
+    self._timed_from = (time.perf_counter(), 0)
+
+  def record(self, info: StepInfo) -> None:
+    self._interval.append(info.metrics)
+    self.throughput.add(float((info.batch["segment_ids"] > 0).sum()) * jax.process_count())
+    if info.first:
+      jax.block_until_ready(info.metrics["loss"])
+      print(f"  compiled and ran the first step in {time.perf_counter() - info.started:.1f} s", flush=True)
+      self.throughput.reset()  # Keep compilation out of tokens/s.
+      self._timed_from = (time.perf_counter(), info.step)
+    else:
+      elapsed, steps = time.perf_counter() - self._timed_from[0], info.step - self._timed_from[1]
+      self.logger.tick(info.step, elapsed / steps if steps else None)
+
+  def write(self, info: StepInfo) -> None:
+    if not self._interval:
+      return
+    fetched = jax.device_get(self._interval)  # One transfer, not one per metric and step.
+    means = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
+    row = self.logger.write(info.step, {**means, **self.throughput.summary()})
+    self.logger.progress(row, self.terms)
+    self.history.append(row)
+    self._interval.clear()
+    self.throughput.reset()
+
+
+# ---------------------------------------------------------------------------- NaN guard
+
+
+class NanGuard:
+  """Keeps non-finite numbers out of metrics.jsonl rows and checkpoints.
+
+  `record` keeps each step's loss on device; `check_losses` (before a row is
+  written and before a save) fetches them in one transfer and stops at the
+  first non-finite one; `check_update` (before a save) asks the trainer
+  whether the state itself, and the loss it gives on its own batch, are
+  finite: the losses up to step s say nothing about update s.
+
+  Args:
+    trainer: has `update_problem(state, host_batch) -> str | None`.
+    last_saved: the newest checkpoint step written so far (for the message).
+  """
+
+  def __init__(self, trainer: Any, last_saved: Callable[[], int | None]):
+    self.trainer, self.last_saved = trainer, last_saved
+    self._unchecked: list[tuple[int, jax.Array]] = []
+
+  def record(self, info: StepInfo) -> None:
+    self._unchecked.append((info.step, info.metrics["loss"]))
+
+  def check_losses(self, info: StepInfo) -> None:
+    values = jax.device_get([loss for _, loss in self._unchecked])  # One transfer for all steps.
+    for (step, _), value in zip(self._unchecked, values):
+      value = float(value)
+      if not math.isfinite(value):
+        raise self.error(f"the loss became {value}", step)
+    self._unchecked.clear()
+
+  def check_update(self, info: StepInfo) -> None:
+    problem = self.trainer.update_problem(info.state, info.batch)
+    if problem is not None:
+      raise self.error(problem, info.step)
+
+  def error(self, what: str, step: int) -> NonFiniteLossError:
+    last_saved = self.last_saved()
+    kept = (f"the last checkpoint (step {last_saved}) is intact and a rerun resumes from it"
+            if last_saved is not None else "no checkpoint was written, so a rerun starts afresh")
+    return NonFiniteLossError(
+        f"{what} at step {step}; nothing was saved for it and training stopped: {kept}. Lower the learning "
+        "rate (OptimizerConfig.learning_rate) or raise OptimizerConfig.warmup_steps, or check the data, "
+        "then rerun the same command.")
+
+
+# ---------------------------------------------------------------------------- checkpoints and evaluation
+
+
+class CheckpointSaver:
+  """Saves the step's state, data iterator, manifest (with asset fingerprints) and the assets' files.
+
+  The assets' current values are split off the state (`TrainState.assets`)
+  and written by each asset's `save` into checkpoints/<step>/assets/; the
+  Orbax `state` item holds `state.checkpointed()`, the tree of earlier runs.
+
+  Args:
+    checkpointer: a `checkpoints.Checkpointer`.
+    run_assets: the run's `RunAssets` (objects, fingerprints, host values).
+    make_meta: (fingerprints) -> the `meta` item.
+    iterator: the train iterator (saved with the state).
+    clock: the throughput, reset after the synchronous part of a save.
+    last_saved: the step the run resumed from, if any.
+  """
+
+  def __init__(self, checkpointer: Any, run_assets: Any, make_meta: Callable[[Mapping[str, Any]], Any],
+               iterator: Any, clock: Any, last_saved: int | None):
+    self.checkpointer, self.run_assets, self.make_meta = checkpointer, run_assets, make_meta
+    self.iterator, self.clock, self.last_saved = iterator, clock, last_saved
+
+  def __call__(self, info: StepInfo) -> None:
+    values = self.run_assets.host_values(info.state.assets)
+    meta = self.make_meta(self.run_assets.fingerprints(info.state.assets))
+    self.checkpointer.save(info.step, info.state.checkpointed(), self.iterator, meta,
+                           assets=self.run_assets.assets, asset_values=values, force=True)
+    self.last_saved = info.step
+    self.clock.reset()  # Keep the synchronous part of saving out of tokens/s.
+
+
+class Evaluation:
+  """Held-out metrics, logged with an `eval_` prefix; turns itself off when the split has no full batch."""
+
+  def __init__(self, trainer: Any, batches: Callable[[], Iterable[Any]], logger: Any, clock: Any,
+               terms: tuple[str, ...]):
+    self.trainer, self.batches, self.logger, self.clock, self.terms = trainer, batches, logger, clock, terms
+    self.enabled = True
+
+  def __call__(self, info: StepInfo) -> None:
+    if not self.enabled:
+      return
+    trainer = self.trainer
+    metrics = trainer.evaluate(info.state.params, self.batches(), max_batches=trainer.loop.eval_batches,
+                               assets=info.state.assets)
+    if metrics is None:
+      self.enabled = False
+      if jax.process_index() == 0:
+        print(f"warning: the evaluation split produced no full batch of BATCH_SIZE={trainer.loop.batch_size} at "
+              f"step {info.step}; evaluation is off for the rest of the run (add held-out data or set "
+              "EVAL_EVERY=0)", file=sys.stderr, flush=True)
+    else:
+      row = self.logger.write(info.step, metrics, prefix="eval_")
+      print("  eval: " + "  ".join(f"{k} {row['eval_' + k]:.4f}" for k in ("loss", *self.terms)), flush=True)
+    self.clock.reset()
