@@ -265,3 +265,36 @@ def test_defaults_are_the_papers():
   assert (solver.similarity, solver.sinkhorn_kernel, solver.sinkhorn_order, solver.mu, solver.sinkhorn_iters,
           solver.sinkhorn_extraction, solver.itermax_alpha, solver.itermax_rounds) == (
               "dot", "clamped", "rows_first", 1.0, 2, "plan", 0.9, 2)
+
+
+def test_sinkhorn_itermax_equals_simalign_itermax_on_the_float64_plan():
+  # The paper's §3.1 (Table 2's "Optimal Transport (Section 3.1)"): Eq. 6's plan in
+  # float64, then SimAlign's iter_max on it, both written independently above.
+  rng = np.random.default_rng(6)
+  _, dots, mask, sizes = _random_problems(rng, 200, positive=True)
+  solver = AlignmentSolver()
+  got = _links(solver, dots, mask, "sinkhorn_itermax")
+  plan_links = _links(solver, dots, mask, "sinkhorn")
+  assert not np.any(got[~mask])
+  # A side of one token gives a constant plan row/column: an exact tie the reference
+  # gives to the first index and we to the similarity.
+  candidates = [k for k, (n, m) in enumerate(sizes) if min(n, m) > 1]
+  compared = adds = 0
+  for k in candidates:
+    n, m = sizes[k]
+    _, _, (plan, _) = _paper_pi_xi(dots[k, :n, :m])
+    # Itermax's second round compares plan entries against 0.9 x plan entries too.
+    if not _clear_margin((plan, 0), (plan, 1), (np.concatenate([plan, 0.9 * plan], 1), 1),
+                         (np.concatenate([plan, 0.9 * plan], 0), 0)):
+      continue
+    compared += 1
+    expected = simalign_iter_max(plan)
+    np.testing.assert_array_equal(got[k, :n, :m], expected, err_msg=f"problem {k}: {n}x{m}")
+    # Its first round is the "sinkhorn" method's mutual argmax; later rounds only add links.
+    assert np.all(got[k, :n, :m] >= plan_links[k, :n, :m])
+    adds += got[k, :n, :m].sum() > plan_links[k, :n, :m].sum()
+  assert compared >= 0.8 * len(candidates) and len(candidates) > 170
+  assert adds > 10  # Itermax matters: "sinkhorn" alone is not the §3.1 procedure.
+  # And it is exactly what DWA self-labels with.
+  labels, _ = jax.jit(solver.self_labels)(dots, mask)
+  np.testing.assert_array_equal(got, np.asarray(labels))

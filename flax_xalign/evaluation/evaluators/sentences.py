@@ -1,0 +1,38 @@
+"""Sentence-level evaluators: parallel-sentence retrieval and zero-shot sentence-pair transfer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flax_xalign.evaluation.evaluators.adapter import FunctionEvaluator
+from flax_xalign.evaluation.evaluators.cli_args import CommandEvaluator
+
+
+class Retrieval(CommandEvaluator):
+  """Retrieval accuracy per layer and method (cosine, CSLS) of `python -m flax_xalign.retrieval`.
+
+  Options are its flags: `tsv` (source<TAB>target sentences) or `bible`
+  ('validation' / 'test'), `src_lang`, `tgt_lang`, `layers`, `method`
+  ('cosine,csls'), `csls_k`, `max_pairs`, `normalize`, `max_length`,
+  `batch_size`.
+  """
+
+  command = "retrieval"
+
+
+def _pair_transfer():
+  from flax_xalign.evaluation import transfer
+
+  return transfer.pair_transfer_from_files
+
+
+class Transfer(FunctionEvaluator):
+  """XNLI / PAWS-X zero-shot transfer (`transfer.pair_transfer_from_files`): ZS, and SUP / Δ with
+  `target_train`. Options are that function's: `task`, `train`, `test` (required), `target_train`,
+  `source_test`, `source_lang`, `target_lang`, `steps`, `epochs`, `batch_size`, `learning_rate`, ..."""
+
+  function = staticmethod(_pair_transfer)
+  fixed = ("model_dir", "output")
+
+  def run_arguments(self) -> dict[str, Any]:
+    return {"model_dir": self.run.dir.path, "output": None}

@@ -1,0 +1,99 @@
+"""Word-alignment evaluator: AER / P / R / F1 per layer and method against a gold file the user names."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from flax_xalign.errors import UserError
+
+
+def _solver_fields() -> tuple[str, ...]:
+  from flax_xalign.ops.align_solver import AlignmentSolver
+
+  return tuple(f.name for f in dataclasses.fields(AlignmentSolver))
+
+
+class WordAlignment:
+  """Scores every (method, layer) of `word_align.WordAligner.sweep` against gold links.
+
+  The pairs and gold are what `python -m flax_xalign.align --sweep` reads:
+  `input` (`source<TAB>target` words per line) with `gold` (one entry per
+  pair, `gold_format` "pharaoh" or "naacl"), or `bible_gold="test"` (the
+  embedded Greek-English verses of that split and their manual gold).
+
+  Options: `layers` (default all, 0..num_layers), `methods` (default every
+  method of `ops.align_solver.METHODS`, "sinkhorn_itermax" included),
+  `src_lang`/`tgt_lang` (default the run's bitext sides; grc/en for the
+  Bible), `max_pairs`, the aligner's `max_length`, `batch_size`,
+  `normalize`, `encoding`, `pair_layout`, and any `AlignmentSolver` field
+  (`similarity`, `sinkhorn_kernel`, `mu`, ...).
+
+  Returns {"step", "pairs", "src_lang", "tgt_lang", "gold", "layers",
+  "methods", "solver": {AlignmentSolver fields}, "scores": {method: {layer:
+  {precision, recall, f1, aer, ...}}}, "best": {method: {"layer", ...}}}.
+  """
+
+  _OWN = ("gold", "input", "bible_gold", "gold_format", "layers", "methods", "src_lang", "tgt_lang", "max_pairs",
+          "max_length", "batch_size", "normalize", "encoding", "pair_layout", "verbose")
+
+  def __init__(self, run: Any, *, gold: str | None = None, input: str | None = None,  # noqa: A002 (the align flag)
+               bible_gold: str | None = None, gold_format: str = "pharaoh", layers: Sequence[int] | None = None,
+               methods: Sequence[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
+               max_pairs: int | None = None, max_length: int = 256, batch_size: int = 32, normalize: str = "",
+               encoding: str = "joint", pair_layout: str | None = None, verbose: bool = False, **solver: Any):
+    from flax_xalign.ops.align_solver import METHODS, AlignmentSolver
+
+    if bool(bible_gold) == bool(gold or input):
+      raise UserError("word_align needs gold links: pass 'input' (source<TAB>target per line) and 'gold' "
+                      "(one entry per pair), or 'bible_gold': 'test' for the embedded Greek-English verses.")
+    if not bible_gold and not (gold and input):
+      raise UserError("word_align: 'gold' and 'input' go together (the gold file has one entry per input pair).")
+    unknown = [k for k in solver if k not in _solver_fields()]
+    if unknown:
+      raise UserError(f"word_align has no option {unknown[0]!r}; see `word_align` in "
+                      "flax_xalign/evaluation/evaluators/word_alignment.py.")
+    self.run = run
+    self.gold, self.input, self.bible_gold, self.gold_format = gold, input, bible_gold, gold_format
+    self.layers = None if layers is None else tuple(int(l) for l in layers)
+    self.methods = tuple(METHODS if methods is None else methods)
+    self.languages = (src_lang, tgt_lang)
+    self.max_pairs, self.verbose = max_pairs, verbose
+    self.aligner_options = {"max_length": max_length, "batch_size": batch_size, "normalize": normalize,
+                            "encoding": encoding, "pair_layout": pair_layout}
+    self.solver = AlignmentSolver(**solver)
+
+  @classmethod
+  def option_names(cls) -> tuple[str, ...]:
+    return cls._OWN + _solver_fields()
+
+  def _pairs_and_gold(self) -> tuple[list, list, list | None]:
+    from flax_xalign.evaluation import aer, word_align
+
+    if self.bible_gold:
+      pairs, sure = word_align.bible_gold(self.bible_gold, max_pairs=self.max_pairs)
+      return pairs, sure, None
+    pairs = aer.read_pairs(self.input, setting="word_align option 'input'")
+    gold = aer.read_gold(self.gold, self.gold_format, num_sentences=len(pairs))
+    if len(gold) != len(pairs):
+      raise UserError(f"word_align: gold {self.gold} has {len(gold)} entries but input {self.input} has "
+                      f"{len(pairs)} pairs; they must correspond line by line.")
+    gold, pairs = gold[:self.max_pairs], pairs[:self.max_pairs]
+    return pairs, [g.sure for g in gold], [g.possible for g in gold]
+
+  def __call__(self) -> dict[str, Any]:
+    from flax_xalign.evaluation import word_align
+
+    pairs, sure, possible = self._pairs_and_gold()
+    src_lang, tgt_lang = self.languages
+    if self.bible_gold:
+      src_lang, tgt_lang = src_lang or "grc", tgt_lang or "en"
+    aligner, _, step = word_align.load_aligner(self.run.dir.path, src_lang=src_lang, tgt_lang=tgt_lang,
+                                               options=self.solver, **self.aligner_options)
+    table = aligner.sweep(pairs, sure, possible, layers=self.layers, methods=self.methods, verbose=self.verbose)
+    scores, best = word_align.score_tables(table)
+    return {"step": int(step), "pairs": len(pairs), "src_lang": aligner.src_lang, "tgt_lang": aligner.tgt_lang,
+            "gold": self.gold or f"bible:{self.bible_gold}", "layers": sorted({l for _, l in table}),
+            "methods": list(self.methods), "solver": dataclasses.asdict(self.solver),
+            "encoding": aligner.encoding, "pair_layout": aligner.pair_layout, "scores": scores, "best": best}
