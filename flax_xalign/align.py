@@ -1,7 +1,8 @@
 r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
 
   python -m flax_xalign.align --checkpoint=runs/demo --input=pairs.tsv --output=out.txt \
-      [--layer=3] [--method=sinkhorn] [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
+      [--layer=3] [--method=argmax|itermax|sinkhorn|sinkhorn_itermax] \
+      [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
       [--normalize=nfd_strip_marks] [--encoding=joint|separate] [--pair_layout=restart|continuous] \
       [--sinkhorn_kernel=clamped|entropic --sinkhorn_order=rows_first|columns_first \
        --sinkhorn_extraction=plan|pi_xi --mu=1.0 --[no-]relative_mu --sinkhorn_iters=2 \
@@ -13,11 +14,13 @@ Input: one sentence pair per line, `source<TAB>target`, words separated by
 spaces. Output: one Pharaoh line per pair, `i-j` links (0-indexed, source word
 i - target word j), written atomically. The languages default to the sides of
 the checkpoint's bitext task; the layer to 2/3 of the depth (XLM-Align's 8 of
-12). With --gold, also prints P/R/F1/AER; with --sweep, scores every layer and
-method against --gold, prints the table, writes <output>_layers.png beside
---output and writes the alignments of the best (method, layer) unless
---layer/--method pin one. --normalize normalises every word before tokenising
-it (e.g. nfd_strip_marks drops polytonic Greek's diacritics); word indices
+12). With --gold, also prints P/R/F1/AER; with --sweep, scores every layer
+with argmax, itermax and sinkhorn (and --method, e.g. sinkhorn_itermax, the
+paper's §3.1 Sinkhorn + Itermax) against --gold, prints the table, writes
+<output>_layers.png beside --output and writes the alignments of the best
+(method, layer) unless --layer/--method pin one. --normalize normalises every
+word before tokenising it (e.g. nfd_strip_marks drops polytonic Greek's
+diacritics); word indices
 refer to the input words either way. --encoding=separate encodes each side as
 if alone (SimAlign's way; best for sentence encoders such as multilingual-e5),
 joint (the default, XLM-Align's) encodes the pair in one attention segment.
@@ -39,32 +42,12 @@ from collections.abc import Sequence
 
 from flax_xalign.errors import ArgumentParser, UserError, run_command
 
-_FORMAT = "one pair per line: source words<TAB>target words (exactly one tab, both sides non-empty)"
-
 
 def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
   """(source words, target words) per line of a TSV file; UserError names a bad line."""
-  if not os.path.isfile(path):
-    raise UserError(f"--input {path} does not exist; pass a UTF-8 file with {_FORMAT}.")
-  try:
-    with open(path, encoding="utf-8") as f:
-      lines = f.read().splitlines()
-  except UnicodeDecodeError as e:
-    raise UserError(f"--input {path} is not UTF-8 ({e}).") from e
-  while lines and not lines[-1].strip():
-    lines.pop()  # Trailing blank lines carry no pair (the trainer skips them too).
-  pairs = []
-  for number, line in enumerate(lines, start=1):
-    if not line.strip():
-      raise UserError(f"{path}:{number}: blank line; output line k aligns input line k, so every line before "
-                      f"the last must hold a pair ({_FORMAT}): remove the blank line.")
-    fields = line.split("\t")
-    if len(fields) != 2 or not fields[0].split() or not fields[1].split():
-      raise UserError(f"{path}:{number}: malformed line {line[:60]!r}; expected {_FORMAT}.")
-    pairs.append((fields[0].split(), fields[1].split()))
-  if not pairs:
-    raise UserError(f"--input {path} is empty; expected {_FORMAT}.")
-  return pairs
+  from flax_xalign.evaluation import aer
+
+  return aer.read_pairs(path, setting="--input")
 
 
 def _solver_flags(parser: argparse.ArgumentParser) -> None:
@@ -106,7 +89,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                            "manual gold (written as files beside --output)")
   parser.add_argument("--output", required=True, help="Pharaoh output file (i-j per link)")
   parser.add_argument("--layer", type=int, default=None, help="hidden layer (0 = embeddings)")
-  parser.add_argument("--method", choices=word_align.METHODS, default=None, help="default: sinkhorn")
+  parser.add_argument("--method", choices=word_align.METHODS, default=None,
+                      help="default: sinkhorn; sinkhorn_itermax is the paper's §3.1 (DWA's self-labels); "
+                           "--sweep scores argmax, itermax, sinkhorn and this one")
   parser.add_argument("--src_lang", default=None)
   parser.add_argument("--tgt_lang", default=None)
   _solver_flags(parser)
@@ -163,7 +148,8 @@ def run(args: argparse.Namespace) -> None:
         f"{options.sinkhorn_iters} iterations, {options.sinkhorn_extraction} extraction)", flush=True)
   start = time.perf_counter()
   if args.sweep:
-    every = aligner.run(pairs, layers=range(aligner.num_layers + 1), methods=word_align.METHODS, verbose=True)
+    methods = tuple(dict.fromkeys(word_align.SWEEP_METHODS + ((args.method,) if args.method else ())))
+    every = aligner.run(pairs, layers=range(aligner.num_layers + 1), methods=methods, verbose=True)
     sure, possible = [g.sure for g in gold], [g.possible for g in gold]
     table = {key: aer.score(links, sure, possible) for key, links in every.items()}
     print(aer.format_table(table, title=f"{os.path.basename(args.gold)}, {args.similarity} similarity"))

@@ -94,11 +94,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   return parser.parse_args(argv)
 
 
-def _resolve_task(args: argparse.Namespace, model_dir: str, run) -> tuple[str, str]:
+def _resolve_task(args: argparse.Namespace, handle) -> tuple[str, str]:
   """(task or mixture name, its normaliser); registers the embedded Bible under the run's vocabulary for 'bible'."""
-  from flax_xalign.evaluation import bli, mlm_eval
+  from flax_xalign.evaluation import bli
 
-  mlm_eval.register_run_tasks(run)
+  model_dir, run = handle.path, handle.spec
+  handle.register_tasks()
   task = args.task or run.task
   if not task:
     raise UserError(f"{model_dir} records no task (an imported model?); pass --task=NAME (a registered task or "
@@ -106,7 +107,7 @@ def _resolve_task(args: argparse.Namespace, model_dir: str, run) -> tuple[str, s
   if task == "bible":
     from flax_xalign.tasks.bible import BibleTasks
 
-    path = os.path.join(model_dir, run.vocabulary.file)
+    path = handle.dir.file(run.vocabulary.file)
     if run.vocabulary.kind != "sentencepiece" or run.vocabulary.factor != 1 or not os.path.isfile(path):
       raise UserError(f"--task=bible needs a plain SentencePiece vocabulary in {path}; pass --task=NAME instead.")
     normalize = args.normalize or ""
@@ -125,8 +126,9 @@ def _language_vocabularies(model_dir: str, run, src: str, tgt: str, min_count: i
   import numpy as np
 
   from flax_xalign.assets import lang_vocab
+  from flax_xalign.run_dir import RunDir
 
-  path = os.path.join(model_dir, lang_vocab.FILENAME)
+  path = RunDir(model_dir).file(lang_vocab.FILENAME)
   if use_file and min_count is None and split == "train" and os.path.isfile(path):
     asset = lang_vocab.LangVocab(languages=(src, tgt), min_count=0, split=split)
     value = asset.load(model_dir)
@@ -202,13 +204,13 @@ def _representations(model, params, run, task: str, args, ids, mask, layers: lis
   return reps, mask, pieces
 
 
-def _gold(args, model_dir: str, run, step: int, vocabulary, normalizer: str, ids, mask):
+def _gold(args, handle, vocabulary, normalizer: str, ids, mask):
   from flax_xalign.data import lexicon, normalize
   from flax_xalign.evaluation import bli
 
   sides = {"src_ids": ids[0], "src_mask": mask[0], "tgt_ids": ids[1], "tgt_mask": mask[1]}
   if args.gold == TOKEN_MAP_GOLD:
-    pairs = _token_map_pairs(model_dir, run, step, args.src, args.tgt)
+    pairs = _token_map_pairs(handle, args.src, args.tgt)
     gold = bli.gold_from_token_pairs(pairs, **sides)
   else:
     if not os.path.isfile(args.gold):
@@ -224,14 +226,13 @@ def _gold(args, model_dir: str, run, step: int, vocabulary, normalizer: str, ids
   return gold
 
 
-def _token_map_pairs(model_dir: str, run, step: int, src: str, tgt: str):
-  """(natural, derived) id pairs of a synthetic run, oriented src -> tgt."""
+def _token_map_pairs(handle, src: str, tgt: str):
+  """(natural, derived) id pairs of a synthetic run (a `runs.Run`), oriented src -> tgt."""
   import numpy as np
 
-  from flax_xalign.evaluation import mlm_eval
-
+  model_dir, run = handle.path, handle.spec
   if "token_map" in run.assets:
-    value = mlm_eval.load_assets(model_dir, run, step, ("token_map",))["token_map"]
+    value = handle.assets(("token_map",))["token_map"]
   else:
     from flax_xalign.assets.synthetic import token_map_of
     from flax_xalign.tasks import synthetic
@@ -275,7 +276,8 @@ def _write_dictionary(path: str, top, ids, mask, piece) -> int:
 
 def run(args: argparse.Namespace) -> dict:
   """Runs the command on parsed `args`; returns the JSON object it prints last (for drivers and notebooks)."""
-  from flax_xalign.evaluation import bli, mlm_eval
+  from flax_xalign.evaluation import bli
+  from flax_xalign.runs import Run
 
   def log(line: str) -> None:
     print(line, flush=True)
@@ -293,22 +295,23 @@ def run(args: argparse.Namespace) -> dict:
   if not os.path.isdir(args.checkpoint):
     raise UserError(f"--checkpoint {args.checkpoint} is not a directory; pass a MODEL_DIR written by "
                     "python -m flax_xalign.train or an import.")
-  model, params, run_spec, step = mlm_eval.load_model(args.checkpoint)
+  handle = Run.open(args.checkpoint)
+  model, params, run_spec, step = handle.model, handle.params(), handle.spec, handle.step
   missing = [code for code in (args.src, args.tgt) if code not in run_spec.languages]
   if missing:
     raise UserError(f"language(s) {missing} not in {args.checkpoint}'s run (languages "
                     f"{list(run_spec.languages)}); pick --src and --tgt from those.")
   layers = _layers(args, model.encoder.config.num_layers)
-  task, normalizer = _resolve_task(args, args.checkpoint, run_spec)
+  task, normalizer = _resolve_task(args, handle)
   run_for_task = run_spec.replace(task=task)
   ids, mask, origin = _language_vocabularies(args.checkpoint, run_for_task, args.src, args.tgt, args.min_count,
                                              args.split, use_file=task == run_spec.task)
   log(f"language-specific vocabularies ({origin}): {args.src} {int(mask[0].sum()):,}, "
       f"{args.tgt} {int(mask[1].sum()):,} tokens; {args.checkpoint} step {step}, layers {layers}")
-  vocabulary = mlm_eval.run_vocabulary(args.checkpoint, run_spec)
+  vocabulary = handle.vocabulary()
   pair_pieces = None
   if args.isomorphism:
-    pair_pieces = _pair_pieces(args, args.checkpoint, run_spec, step, vocabulary, normalizer, ids, mask)
+    pair_pieces = _pair_pieces(args, handle, vocabulary, normalizer, ids, mask)
   reps, mask, piece_tables = _representations(
       model, params, run_spec, task, args, ids, mask, layers, log,
       extra_ids=None if pair_pieces is None else [pair_pieces.piece_ids(side) for side in (0, 1)])
@@ -324,7 +327,7 @@ def run(args: argparse.Namespace) -> dict:
     result["dictionary_entries"] = n
   gold = None
   if args.gold:
-    gold = _gold(args, args.checkpoint, run_spec, step, vocabulary, normalizer, ids, mask)
+    gold = _gold(args, handle, vocabulary, normalizer, ids, mask)
     scores = bli.score(src, tgt, gold, src_mask=mask[0], tgt_mask=mask[1], knn=args.knn)
     ooc = ", ".join(f"{k} {v}" for k, v in gold.out_of_coverage.items() if v) or "none"
     log(f"gold {args.gold}: {gold.entries:,} source entries, {gold.covered:,} in coverage "
@@ -345,18 +348,19 @@ def run(args: argparse.Namespace) -> dict:
   return result
 
 
-def _pair_pieces(args, model_dir: str, run, step: int, vocabulary, normalizer: str, ids, mask):
+def _pair_pieces(args, handle, vocabulary, normalizer: str, ids, mask):
   """The gold's translation pairs as piece ids (`isomorphism.PairPieces`); UserError when none is usable."""
   from flax_xalign.data import lexicon, normalize
   from flax_xalign.evaluation import isomorphism
 
   if args.gold == TOKEN_MAP_GOLD:
-    pairs = _token_map_pairs(model_dir, run, step, args.src, args.tgt)
+    pairs = _token_map_pairs(handle, args.src, args.tgt)
     pieces = isomorphism.pieces_from_token_pairs(pairs, src_ids=ids[0][mask[0]], tgt_ids=ids[1][mask[1]])
   else:
     pieces = isomorphism.pieces_from_lexicon(
         lexicon.read_lexicon(args.gold), encode=lambda text: vocabulary.encode(text),
-        unknown_id=run.vocabulary.specials.unk, normalize=lambda word: normalize.normalize_text(word, normalizer))
+        unknown_id=handle.spec.vocabulary.specials.unk,
+        normalize=lambda word: normalize.normalize_text(word, normalizer))
   if pieces.pairs < 2:
     reasons = ", ".join(f"{k} {v}" for k, v in pieces.skipped.items() if v) or "none"
     raise UserError(f"--isomorphism needs at least 2 usable pairs of --gold {args.gold}; {pieces.pairs} of "

@@ -14,11 +14,12 @@ import importlib.util  # noqa: F401  (gin 0.5 needs importlib.util loaded before
 import gin
 
 from flax_xalign.evaluation import mlm_eval
+from flax_xalign.evaluation import registry as evaluation_registry
 from flax_xalign.evaluation import transfer
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.ops.align_solver import AlignmentSolver
-from flax_xalign.objectives.pretraining import MaskingConfig
+from flax_xalign.objectives.model import MaskingConfig
 from flax_xalign.tasks import bible as bible_tasks
 from flax_xalign.tasks import code_switch as code_switch_tasks
 from flax_xalign.tasks import debian as debian_tasks
@@ -32,9 +33,13 @@ from flax_xalign.training.pretrain import pretrain
 _REGISTERED = False
 
 
-def eval_job(job=None):
+def eval_job(job=None, evals=()):
   """What `python -m flax_xalign.eval` runs: `eval_job.job = @evaluate` (runs/eval.gin, the
-  masked-token accuracy) or `@pair_transfer` (runs/eval_pairs.gin, XNLI / PAWS-X transfer)."""
+  masked-token accuracy) or `@pair_transfer` (runs/eval_pairs.gin, XNLI / PAWS-X transfer);
+  with `eval_job.evals = %EVALS` non-empty, the registered evaluators of that list instead
+  (`evaluators`, `evaluation/registry.run_evaluators`: one eval.json keyed by evaluator)."""
+  if evals:
+    return gin.get_configurable("flax_xalign.evaluators")(evals=list(evals))
   if job is None:
     raise RuntimeError("Required bindings for `eval_job` not provided in config: ['job']")
   return job()
@@ -54,4 +59,5 @@ def register() -> None:
   gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")
   gin.external_configurable(transfer.pair_transfer_from_files, name="pair_transfer", module="flax_xalign")
   gin.external_configurable(eval_job, name="eval_job", module="flax_xalign")
+  gin.external_configurable(evaluation_registry.run_evaluators, name="evaluators", module="flax_xalign")
   _REGISTERED = True

@@ -34,12 +34,13 @@ import time
 from typing import Sequence
 
 from flax_xalign.errors import ArgumentParser
+from flax_xalign.run_dir import RunDir
 
 METHODS = ("argmax", "itermax", "sinkhorn")
 
 
 def _throughput(model_dir: str) -> float:
-  rows = [json.loads(line) for line in open(os.path.join(model_dir, "metrics.jsonl"))]
+  rows = [json.loads(line) for line in open(RunDir(model_dir).metrics)]
   train_rows = [r for r in rows if "tokens_per_sec" in r]
   return train_rows[-1]["tokens_per_sec"] if train_rows else float("nan")
 

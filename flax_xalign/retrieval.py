@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> dict:
   import numpy as np
 
   from flax_xalign.data import normalize
-  from flax_xalign.evaluation import mlm_eval, retrieval
-  from flax_xalign.evaluation.word_align import resolve_vocabulary
+  from flax_xalign.evaluation import retrieval
+  from flax_xalign.runs import Run
 
   start = time.perf_counter()
   methods = _methods(args.method)
@@ -165,12 +165,13 @@ def run(args: argparse.Namespace) -> dict:
   if not os.path.isdir(args.checkpoint):
     raise UserError(f"--checkpoint {args.checkpoint} is not a directory; pass a MODEL_DIR written by "
                     "python -m flax_xalign.train or an import.")
-  model, params, run_spec, step = mlm_eval.load_model(args.checkpoint)
+  handle = Run.open(args.checkpoint)
+  model, params, run_spec, step = handle.model, handle.params(), handle.spec, handle.step
   config = model.encoder.config
   layers = _layers(args.layers, config.num_layers)
   pairs, source, src, tgt = _sides(args, run_spec)
   src_id, tgt_id = _language_ids(run_spec, config, src, tgt)
-  vocabulary = resolve_vocabulary(args.checkpoint, run_spec, step=step)
+  vocabulary = handle.vocabulary()
   specials = run_spec.vocabulary.specials
   texts = [[normalize.normalize_text(p[side], args.normalize) for p in pairs] for side in (0, 1)]
   print(f"sentence retrieval: {len(pairs):,} pairs {src}->{tgt} from {source}; {args.checkpoint} step {step}, "

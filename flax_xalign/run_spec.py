@@ -7,8 +7,8 @@ built. It is saved in every checkpoint's metadata (JSON, under the key
 `run`), checked on resume, and read by evaluation, the aligner, the grid and
 warm start: nothing parses config.gin.
 
-    from flax_xalign.training.checkpoints import read_run_spec
-    step, run, _ = read_run_spec("runs/demo")
+    from flax_xalign.runs import Run
+    run = Run.open("runs/demo").spec
     run.languages, run.vocabulary.specials.mask, run.model.num_layers
 
 The manifest holds facts, not settings that may change between a run and its
@@ -90,7 +90,7 @@ class RunSpec:
       module whose import registers tasks defined in Python; () for embedded
       tasks and manifests written before they were recorded; None when the
       registering code is unknown (a script's __main__). Evaluation registers
-      them itself (`flax_xalign.evaluation.run_tasks`).
+      them itself (`flax_xalign.runs.tasks`).
     vocabulary: the vocabulary asset's record.
     model: the resolved encoder config (vocabulary size filled in).
     objectives: trained objective -> weight.

@@ -135,7 +135,7 @@ def test_reads_the_model_dirs_lang_vocab_file_with_sides_swapped(checkpoint, gol
   import shutil
 
   from flax_xalign.assets import lang_vocab
-  from flax_xalign.training.checkpoints import read_run_spec
+  from flax_xalign.runs.checkpoints import read_run_spec
 
   model_dir = tmp_path / "model"
   shutil.copytree(checkpoint, model_dir)
@@ -157,10 +157,10 @@ def test_reads_the_model_dirs_lang_vocab_file_with_sides_swapped(checkpoint, gol
 
 def _reference_muse_cosine(model_dir, gold_text):
   """Mean cosine of every gold pair, each word the mean of its pieces' embedding rows, written from the paper."""
-  from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.runs import Run
 
-  _, params, run, _ = mlm_eval.load_model(str(model_dir))
-  vocabulary = mlm_eval.run_vocabulary(str(model_dir), run)
+  handle = Run.open(str(model_dir))
+  params, run, vocabulary = handle.params(), handle.spec, handle.vocabulary()
   table = np.asarray(params["token_embed"]["embedding"], np.float64)
   cosines, skipped = [], 0
   for line in gold_text.splitlines():
@@ -222,9 +222,10 @@ def synthetic_checkpoint(tmp_path_factory, bible_data_dir):
 
 
 def test_isomorphism_on_the_token_map(synthetic_checkpoint, capsys):
-  from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.runs import Run
 
-  _, params, run, _ = mlm_eval.load_model(str(synthetic_checkpoint))
+  handle = Run.open(str(synthetic_checkpoint))
+  params, run = handle.params(), handle.spec
   derived = next(code for code in run.languages if code != "grc")
   code = bli_main.main([f"--checkpoint={synthetic_checkpoint}", "--src=grc", f"--tgt={derived}", "--gold=token_map",
                         "--min_count=2", "--isomorphism", "--quadruples=30"])

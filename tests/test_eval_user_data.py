@@ -85,7 +85,8 @@ def test_eval_of_moved_user_files_names_the_path_then_follows_relocate(tmp_path,
 
 
 def test_eval_of_tasks_registered_in_python_imports_their_module(tmp_path, tiny_corpus, tiny_encoder):
-  from flax_xalign.training.checkpoints import CheckpointConfig, read_run_spec
+  from flax_xalign.runs.checkpoints import read_run_spec
+  from flax_xalign.training.checkpoints import CheckpointConfig
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.pretrain import pretrain
   from tests.evaluation import python_registered_tasks as mod

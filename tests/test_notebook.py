@@ -133,7 +133,9 @@ def _table_rows(text: str, label: str) -> dict[str, list[str]]:
 def test_notebook_runs_on_an_import_and_a_synthetic_run(notebook_tools, imported_dir, synthetic_dir, kernel_env,
                                                         tmp_path, monkeypatch):
   nbformat, nbclient = notebook_tools
-  from flax_xalign.evaluation import mlm_eval, report
+  from flax_xalign.evaluation import report
+  from flax_xalign.evaluation.alignment_score import run_alignment
+  from flax_xalign.runs import Run
 
   output_dir = tmp_path / "evaluation"
   settings = {
@@ -168,8 +170,8 @@ def test_notebook_runs_on_an_import_and_a_synthetic_run(notebook_tools, imported
   assert (output_dir / "aer_layers.png").read_bytes().startswith(b"\x89PNG")
   assert (output_dir / report.slug(IMPORTED) / "aer_layers.png").is_file()
   # 3. The alignment score: the synthetic run's, as the library computes it; not applicable to the import.
-  _, params, run, step = mlm_eval.load_model(str(synthetic_dir))
-  score = mlm_eval.synthetic_alignment(str(synthetic_dir), params, run, step)
+  run = Run.open(str(synthetic_dir))
+  score = run_alignment(run, run.params())
   assert f"{SYNTHETIC}: {report.format_alignment(score)}" in text["score"]
   assert score["count_all"] == V - 5
   assert f"{IMPORTED}: no token_map asset" in text["score"]

@@ -62,6 +62,10 @@ class Asset(abc.ABC):
   files: tuple[str, ...] = ()
   refresh_every: int = 0
   on_device: bool = True
+  # A MODEL_DIR whose parameters `build` needs (the induced dictionary's source), else None. Assets never
+  # open checkpoints: the assembler (training/asset_setup.py) opens it and calls `build(run, source=...)`
+  # with a handle that has `.spec` (its RunSpec) and `.params()`.
+  source: str | None = None
 
   @abc.abstractmethod
   def build(self, run: "RunSpec") -> Value:

@@ -220,9 +220,13 @@ class Cooc(Asset):
       check_info(table.info, run=run, settings=settings, where=settings.path, all_languages=True)
       return self._from_table(table, where=settings.path)
     lang_vocab.ensure_registered(run)
-    table = cooc_data.count_task(run.task, split=settings.split, languages=run.languages, window=settings.window,
-                                 reference_language=settings.reference_language,
-                                 drop_diagonal=settings.drop_diagonal, log=self._log)
+    # Imported here: the task registry (TensorFlow, seqio, every task family)
+    # is needed only when a table is counted, not when one is loaded.
+    from flax_xalign.tasks import cooc_input
+
+    table = cooc_input.count_task(run.task, split=settings.split, languages=run.languages, window=settings.window,
+                                  reference_language=settings.reference_language,
+                                  drop_diagonal=settings.drop_diagonal, log=self._log)
     where = f"the count of {run.task}:{settings.split}"
     check_info(table.info, run=run, settings=settings, where=where, all_languages=False)
     return self._from_table(table, where=where)

@@ -10,7 +10,10 @@ Where the embeddings come from:
 
 * `source` (a MODEL_DIR; default: the run's `init_from_checkpoint`): induced
   once when the run starts from that checkpoint's latest parameters, as the
-  paper does; the source must have the run's vocabulary.
+  paper does; the source must have the run's vocabulary. The asset opens no
+  checkpoint: whoever builds it (training/asset_setup.py) opens the source and
+  passes it, `build(run, source=...)`, as a handle with `.spec` (its RunSpec)
+  and `.params()` (`training.run_reader.SourceRun` or `runs.Run`).
 * `refresh_every` = N > 0: re-induced from the run's own parameters after
   every N-th train step (jitted, same shapes: the train step never
   recompiles); each checkpoint saves the dictionary of its step, so a resumed
@@ -128,10 +131,7 @@ def _embedding_table(params: Any, vocab_size: int) -> Any:
   return token_embedding_table(params, vocab_size) if vocab_size else table
 
 
-def _source_vocabulary_check(source: str, run: "RunSpec") -> None:
-  from flax_xalign.training import checkpoints as checkpoints_lib
-
-  _, source_run, _ = checkpoints_lib.read_run_spec(source)
+def _source_vocabulary_check(source: str, source_run: "RunSpec", run: "RunSpec") -> None:
   if source_run.vocabulary.fingerprint() != run.vocabulary.fingerprint():
     raise UserError(
         f"induced_dictionary source {source} was trained with another vocabulary ({source_run.vocabulary.file}, "
@@ -169,7 +169,8 @@ class InducedDictionary(Asset):
     return {"vocab_ids": value["vocab_ids"], "vocab_mask": value["vocab_mask"], "translation": translation,
             "score": score, "lang_ids": value["lang_ids"]}
 
-  def build(self, run: "RunSpec") -> Value:
+  def build(self, run: "RunSpec", *, source: Any = None) -> Value:
+    """The dictionary induced from `source` (the opened `self.source` run), or empty until the first refresh."""
     if self.source is None and not self.refresh_every:
       raise UserError(
           "the induced_dictionary asset needs a model to induce from: warm-start the run from one "
@@ -179,10 +180,11 @@ class InducedDictionary(Asset):
     value = empty_value(self.vocab.build(run))
     if self.source is None:
       return value
-    from flax_xalign.evaluation import mlm_eval
-
-    _source_vocabulary_check(self.source, run)
-    _, params, _, _ = mlm_eval.load_model(self.source)
+    if source is None:
+      raise ValueError(f"induced_dictionary from {self.source}: pass the opened source run, build(run, "
+                       "source=...) (assets open no checkpoint; training/asset_setup.py does).")
+    _source_vocabulary_check(self.source, source.spec, run)
+    params = source.params()  # Read only once the vocabulary is known to match.
     return {k: np.asarray(v) for k, v in jax.device_get(self.induce(params, value)).items()}
 
   def refresh(self, params: Any, value: Value, run: "RunSpec") -> Value:

@@ -196,6 +196,35 @@ def read_naacl(path: str, *, num_sentences: int | None = None) -> list[GoldLinks
 
 
 GOLD_FORMATS = ("pharaoh", "naacl")
+PAIRS_FORMAT = "one pair per line: source words<TAB>target words (exactly one tab, both sides non-empty)"
+
+
+def read_pairs(path: str, *, setting: str = "--input") -> list[tuple[list[str], list[str]]]:
+  """(source words, target words) per line of the TSV file an aligner reads; UserError names a bad line.
+
+  `setting` names where the path came from (a flag, an evaluator option) in the messages.
+  """
+  if not os.path.isfile(path):
+    raise UserError(f"{setting} {path} does not exist; pass a UTF-8 file with {PAIRS_FORMAT}.")
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = f.read().splitlines()
+  except UnicodeDecodeError as e:
+    raise UserError(f"{setting} {path} is not UTF-8 ({e}).") from e
+  while lines and not lines[-1].strip():
+    lines.pop()  # Trailing blank lines carry no pair (the trainer skips them too).
+  pairs = []
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      raise UserError(f"{path}:{number}: blank line; output line k aligns input line k, so every line before "
+                      f"the last must hold a pair ({PAIRS_FORMAT}): remove the blank line.")
+    fields = line.split("\t")
+    if len(fields) != 2 or not fields[0].split() or not fields[1].split():
+      raise UserError(f"{path}:{number}: malformed line {line[:60]!r}; expected {PAIRS_FORMAT}.")
+    pairs.append((fields[0].split(), fields[1].split()))
+  if not pairs:
+    raise UserError(f"{setting} {path} is empty; expected {PAIRS_FORMAT}.")
+  return pairs
 
 
 def read_gold(path: str, gold_format: str = "pharaoh", *, num_sentences: int | None = None

@@ -89,3 +89,23 @@ def alignment_score(table: Any, id_map: np.ndarray, *, dictionary: np.ndarray | 
     {"all", "heldout", "count_all", "count_heldout"} (see `score_assets`).
   """
   return score_assets(table, token_map_of(id_map, first_regular), dictionary, block=block)
+
+
+def run_alignment(run: Any, params: Any) -> dict[str, float] | None:
+  """The alignment score (all / leak-free) of a finished run that has a token map, else None.
+
+  Args:
+    run: a `runs.Run`; its `token_map` (and `dictionary`, when the run has
+      one) are read from the run's step.
+    params: that run's parameters (`run.params()`).
+  """
+  import jax
+
+  from flax_xalign.models.encoder import token_embedding_table
+
+  if "token_map" not in run.spec.assets:
+    return None
+  names = ("token_map", "dictionary") if "dictionary" in run.spec.assets else ("token_map",)
+  values = run.assets(names)
+  table = token_embedding_table(params, run.spec.model)
+  return score_assets(np.asarray(jax.device_get(table)), values["token_map"], values.get("dictionary"))

@@ -44,8 +44,8 @@ class ModelSummary:
     label: the name the report shows.
     model_dir: the MODEL_DIR.
     step: its latest checkpoint step.
-    run: the run manifest (`checkpoints.read_run_spec`).
-    origin: origin.json of an imported model (`interop.model_dir`), else None.
+    run: the run manifest (`runs.Run.spec`).
+    origin: origin.json of an imported model (`RunDir.origin`), else None.
     num_params: parameters of the encoder with its MLM head.
   """
 
@@ -109,23 +109,21 @@ def describe(model_dir: str, *, label: str | None = None) -> ModelSummary:
   """Reads MODEL_DIR's manifest (and origin.json); loads no parameters."""
   import jax
 
-  from flax_xalign.interop.model_dir import ORIGIN_FILE
-  from flax_xalign.models.encoder import Encoder
   from flax_xalign.models.flops import count_params
-  from flax_xalign.objectives.pretraining import PretrainingModel
-  from flax_xalign.training import checkpoints
+  from flax_xalign.runs import Run
+  from flax_xalign.runs.checkpoints import find_latest_step
 
-  if checkpoints.find_latest_step(model_dir) is None:
+  if find_latest_step(model_dir) is None:
     raise UserError(f"{model_dir} has no checkpoint; {_HOW_TO_MAKE}.")
-  step, run, _ = checkpoints.read_run_spec(model_dir)
+  handle = Run.open(model_dir)
   origin = None
-  if os.path.isfile(os.path.join(model_dir, ORIGIN_FILE)):
-    with open(os.path.join(model_dir, ORIGIN_FILE), encoding="utf-8") as f:
+  if os.path.isfile(handle.dir.origin):
+    with open(handle.dir.origin, encoding="utf-8") as f:
       origin = json.load(f)
-  model = PretrainingModel(encoder=Encoder(run.model), objectives={"mlm": 1.0}, specials=run.vocabulary.specials)
+  model = handle.model
   shapes = jax.eval_shape(lambda key: model.init(key, batch=1, length=8), jax.random.key(0))
-  return ModelSummary(label=label or model_dir, model_dir=model_dir, step=step, run=run, origin=origin,
-                      num_params=count_params(shapes))
+  return ModelSummary(label=label or model_dir, model_dir=model_dir, step=handle.step, run=handle.spec,
+                      origin=origin, num_params=count_params(shapes))
 
 
 def describe_all(model_dirs: Sequence[tuple[str, str]]) -> dict[str, ModelSummary]:

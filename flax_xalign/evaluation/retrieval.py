@@ -16,8 +16,8 @@ retrieval of the other copy as a miss, an arbitrary tie break. `keys` name
 the equivalence classes (identical text, identical key): a retrieval is
 correct when it lands on a row with the gold row's key.
 
-    model, params, run, _ = mlm_eval.load_model("runs/demo")
-    vocabulary = mlm_eval.run_vocabulary("runs/demo", run)
+    run = Run.open("runs/demo")                  # from flax_xalign.runs import Run
+    model, params, vocabulary = run.model, run.params(), run.vocabulary()
     src = sentence_embeddings(model, params, vocabulary, greek, layers=(0, 4), language=1)
     tgt = sentence_embeddings(model, params, vocabulary, english, layers=(0, 4), language=2)
     retrieval_accuracy(src[4], tgt[4], method="csls")
@@ -188,7 +188,7 @@ def sentence_embeddings(model: Any, params: Any, vocabulary: Any, sentences: Seq
   compiles few shapes; the last batch is filled with empty rows.
 
   Args:
-    model: a `PretrainingModel` (as `mlm_eval.load_model` returns) or an Encoder.
+    model: a `PretrainingModel` (a `runs.Run`'s `model`) or an Encoder.
     params: its parameters (boxed or plain; heads are ignored).
     vocabulary: the model's vocabulary (`encode(str) -> ids`).
     sentences: the texts.

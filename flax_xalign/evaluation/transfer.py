@@ -23,8 +23,8 @@ Paper hyperparameters (Table 11) are lr 2e-5, 10 epochs (POS/NER) or 5
 (XNLI), batch 32, length 128 for 500k-step base models; `finetune`'s defaults
 (lr 1e-3, warmup 10 %, linear decay, AdamW) suit the small demo models.
 
-    model, params, meta, _ = mlm_eval.load_model("runs/grc_trans_inv")
-    result = zero_shot_transfer((model, params, meta), vocabulary, task_name="pos",
+    run = Run.open("runs/grc_trans_inv")          # from flax_xalign.runs import Run
+    result = zero_shot_transfer(run, run.vocabulary().base, task_name="pos",
                                 train=transfer_data.greek_pos("train"),
                                 test=transfer_data.greek_pos("test"), language=language,
                                 natural_lang="grc", derived_lang="grc_inv", steps=300)
@@ -91,7 +91,7 @@ def _languages_of(meta: Any) -> Sequence[str] | None:
     return None
   if isinstance(meta, Mapping):
     return meta.get("languages")
-  return getattr(meta, "languages", None)  # `run_spec.RunSpec` (load_model's third item).
+  return getattr(meta, "languages", None)  # `run_spec.RunSpec` (a `runs.Run`'s spec).
 
 
 def _pair_layout_of(meta: Any, pair_layout: str | None) -> str:
@@ -103,7 +103,18 @@ def _pair_layout_of(meta: Any, pair_layout: str | None) -> str:
   return getattr(meta, "pair_layout", None) or "restart"
 
 
-def zero_shot_transfer(model: str | tuple, vocabulary: Any, *, task_name: str,
+def _unpacked(model: Any) -> tuple[Any, Any, Any]:
+  """(network, params, meta) of a MODEL_DIR or `runs.Run` (read here), or of a tuple given as is."""
+  if isinstance(model, (str, os.PathLike)):
+    from flax_xalign.runs import Run  # Orbax only when needed.
+
+    model = Run.open(model)
+  if not isinstance(model, (tuple, list)):  # A runs.Run.
+    return model.model, model.params(), model.spec
+  return model[0], model[1], model[2]
+
+
+def zero_shot_transfer(model: Any, vocabulary: Any, *, task_name: str,
                        train: Sequence[TaggedSentence | LabelledSentence | SentencePair],
                        test: Sequence[TaggedSentence | LabelledSentence | SentencePair], language: Any,
                        natural_lang: str | int | None = None,
@@ -124,7 +135,7 @@ def zero_shot_transfer(model: str | tuple, vocabulary: Any, *, task_name: str,
   the subword ids when the language transliterates.
 
   Args:
-    model: a MODEL_DIR, or `(model, params, meta)` / `load_model`'s 4-tuple;
+    model: a MODEL_DIR, a `runs.Run`, or `(model, params, meta[, ...])`;
       `meta` is a dict with "languages" (and optionally "pair_layout") or the
       run manifest (`.languages`, `.pair_layout`), and may be None for a
       model without language embeddings.
@@ -151,10 +162,7 @@ def zero_shot_transfer(model: str | tuple, vocabulary: Any, *, task_name: str,
      "scores": {"sup"|"zs"|"natural": evaluate's dict}, "steps", "seconds"}.
   """
   start = time.perf_counter()
-  if isinstance(model, str):
-    from flax_xalign.evaluation.mlm_eval import load_model  # Orbax only when needed.
-    model = load_model(model)
-  network, params, meta = model[:3]
+  network, params, meta = _unpacked(model)
   config = encoder_config_of(network)
   languages = _languages_of(meta)
   natural_id = _language_id(config, languages, natural_lang, "natural_lang")
@@ -191,7 +199,7 @@ def zero_shot_transfer(model: str | tuple, vocabulary: Any, *, task_name: str,
           "steps": len(derived.history["loss"]), "seconds": time.perf_counter() - start}
 
 
-def cross_lingual_transfer(model: str | tuple, vocabulary: Any, *, task_name: str,
+def cross_lingual_transfer(model: Any, vocabulary: Any, *, task_name: str,
                            source_train: Sequence[Any], target_test: Sequence[Any],
                            source_test: Sequence[Any] | None = None,
                            target_train: Sequence[Any] | None = None,
@@ -223,10 +231,7 @@ def cross_lingual_transfer(model: str | tuple, vocabulary: Any, *, task_name: st
      "seconds"}.
   """
   start = time.perf_counter()
-  if isinstance(model, str):
-    from flax_xalign.evaluation.mlm_eval import load_model  # Orbax only when needed.
-    model = load_model(model)
-  network, params, meta = model[:3]
+  network, params, meta = _unpacked(model)
   config = encoder_config_of(network)
   languages = _languages_of(meta)
   source_id = _language_id(config, languages, source_lang, "source_lang")
@@ -292,18 +297,18 @@ def pair_transfer_from_files(*, model_dir: str, task: str, train: str, test: str
     `cross_lingual_transfer`'s dict plus "model_dir", "step", "label_set",
     "files", "pair_layout".
   """
-  from flax_xalign.evaluation import mlm_eval
-  from flax_xalign.evaluation.word_align import resolve_vocabulary
+  from flax_xalign.runs import Run
 
   if task not in PAIR_TASKS:
     raise UserError(f"unknown sentence-pair task {task!r}; use one of {', '.join(PAIR_TASKS)}.")
   read = {name: None if path is None else read_pair_tsv(path, task=task, has_header=has_header)
           for name, path in (("train", train), ("test", test), ("target_train", target_train),
                              ("source_test", source_test))}
-  network, params, run, step = mlm_eval.load_model(model_dir)
-  vocabulary = resolve_vocabulary(model_dir, run, step=step)
+  handle = Run.open(model_dir)
+  run, step = handle.spec, handle.step
+  vocabulary = handle.vocabulary()
   result = cross_lingual_transfer(
-      (network, params, run), vocabulary, task_name=task, source_train=read["train"],
+      handle, vocabulary, task_name=task, source_train=read["train"],
       target_test=read["test"], source_test=read["source_test"], target_train=read["target_train"],
       source_lang=source_lang, target_lang=target_lang, steps=steps,
       epochs=None if steps is not None else epochs, batch_size=batch_size,
@@ -323,5 +328,5 @@ def pair_transfer_from_files(*, model_dir: str, task: str, train: str, test: str
   if output:
     from flax_xalign.fileio import write_atomically
 
-    write_atomically(os.path.join(model_dir, output), json.dumps(result, indent=2) + "\n")
+    write_atomically(handle.dir.file(output), json.dumps(result, indent=2) + "\n")
   return result

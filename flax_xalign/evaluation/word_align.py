@@ -21,7 +21,12 @@ special tokens are left out. A method turns the similarity into subword links
   rounds) are one `ops.AlignmentSolver`, the same record DWA's self-labelling
   uses, with the paper's defaults: kernel `max(eps, sim)^(1/mu)`, rows first.
   `sinkhorn_order="columns_first", sinkhorn_extraction="pi_xi"` is the
-  released aligner (`xlmalign-ot-aligner.py`).
+  released aligner (`xlmalign-ot-aligner.py`);
+* `sinkhorn_itermax`: the paper's full §3.1 procedure, which its Table 2
+  scores ("Optimal Transport (Section 3.1)"): the Sinkhorn plan, then
+  Itermax on it (Eq. 7-9), i.e. exactly DWA's self-labels
+  (`AlignmentSolver.self_labels`). Sweeps run the first three unless asked
+  (`SWEEP_METHODS`), so earlier tables and files keep their rows.
 
 Two words align if any of their subwords do. A word that yields no subword
 can never align. Pairs longer than the budget keep a prefix of whole words per
@@ -45,9 +50,9 @@ method from the same forward pass, so a full per-layer `sweep` costs one
 encoder pass over the data. Batches are sorted by length and padded to a few
 bucketed lengths, so jit compiles few shapes.
 
-    model, params, run, _ = mlm_eval.load_model("runs/demo")
-    aligner = WordAligner(model, params, mlm_eval.run_vocabulary("runs/demo", run),
-                          languages=run.languages, src_lang="grc", tgt_lang="en")
+    run = Run.open("runs/demo")                  # from flax_xalign.runs import Run
+    aligner = WordAligner(run.model, run.params(), run.vocabulary(),
+                          languages=run.spec.languages, src_lang="grc", tgt_lang="en")
     links = aligner.align([("λόγος ἦν".split(), "was the word".split())], layer=3)
 """
 
@@ -74,6 +79,9 @@ from flax_xalign.evaluation import aer
 from flax_xalign.run_spec import RunSpec
 
 METHODS = ops.align_solver.METHODS
+# What a sweep scores by default: the methods of every table published so far (aer.json, the
+# demo, the notebook, `align --sweep`); "sinkhorn_itermax" is opt-in there.
+SWEEP_METHODS = ("argmax", "itermax", "sinkhorn")
 ENCODINGS = ("joint", "separate")
 SIMILARITIES = ops.align_solver.SIMILARITIES
 SINKHORN_KERNELS = ops.align_solver.SINKHORN_KERNELS
@@ -226,7 +234,7 @@ class WordAligner:
   """Aligns word-tokenised sentence pairs with an encoder checkpoint.
 
   Args:
-    model: a `PretrainingModel` (as `mlm_eval.load_model` returns) or an Encoder.
+    model: a `PretrainingModel` (a `runs.Run`'s `model`) or an Encoder.
     params: the encoder parameters.
     vocabulary: the SentencePiece vocabulary the model was trained with.
     languages: the run's sorted language codes (`RunSpec.languages`);
@@ -399,14 +407,14 @@ class WordAligner:
 
   def sweep(self, pairs: Sequence[Pair], sure: Sequence[Iterable[aer.Link]],
             possible: Sequence[Iterable[aer.Link]] | None = None, *, layers: Iterable[int] | None = None,
-            methods: Iterable[str] = METHODS, verbose: bool = False) -> dict[tuple[str, int], aer.AlignmentScores]:
+            methods: Iterable[str] = SWEEP_METHODS, verbose: bool = False) -> dict[tuple[str, int], aer.AlignmentScores]:
     """Scores every (method, layer) against gold; one encoder pass per batch.
 
     Args:
       pairs: (source words, target words) per pair.
       sure, possible: gold links per pair (see `aer.score`).
       layers: hidden-state indices; default all, 0..num_layers.
-      methods: subset of METHODS.
+      methods: subset of METHODS (default SWEEP_METHODS).
       verbose: print a progress line every few batches.
 
     Returns:
@@ -421,30 +429,6 @@ class WordAligner:
 
 
 # -------------------------------------------------------------- checkpoints
-
-
-def resolve_vocabulary(model_dir: str, run: RunSpec, *, step: int | None = None,
-                       vocabulary_path: str | None = None) -> Any:
-  """The run's SentencePiece vocabulary, checked against the run manifest.
-
-  `vocabulary_path` overrides; otherwise the copy in MODEL_DIR, else the one
-  saved with checkpoint `step`.
-  """
-  import hashlib
-
-  from flax_xalign.assets.vocabulary import load_run_vocabulary
-  from flax_xalign.data import vocab as vocab_lib
-  from flax_xalign.training.checkpoints import step_assets_dir
-
-  if vocabulary_path:
-    vocabulary = vocab_lib.load_vocabulary(vocabulary_path)
-    if hashlib.sha256(vocabulary.sp_model).hexdigest() != run.vocabulary.sha256:
-      raise UserError(f"{vocabulary_path} is not the vocabulary {model_dir} was trained with (sha256 "
-                      "differs); pass the SentencePiece model of that run.")
-    return vocabulary
-  if step is not None and not os.path.isfile(os.path.join(model_dir, run.vocabulary.file)):
-    return load_run_vocabulary(step_assets_dir(model_dir, step), run.vocabulary)
-  return load_run_vocabulary(model_dir, run.vocabulary)
 
 
 def checkpoint_language_pair(run: RunSpec) -> tuple[str, str] | None:
@@ -463,9 +447,10 @@ def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str |
   defaults to the run's (`RunSpec.pair_layout`). `kwargs` go to WordAligner
   (max_length, batch_size, options, normalize, encoding).
   """
-  from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.runs import Run
 
-  model, params, run, step = mlm_eval.load_model(model_dir)
+  handle = Run.open(model_dir)
+  run, step = handle.spec, handle.step
   languages = list(run.languages)
   if src_lang is None or tgt_lang is None:
     if (src_lang or tgt_lang) and len(languages) == 2:
@@ -478,9 +463,10 @@ def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str |
         raise UserError(f"cannot tell the source and target language of {model_dir} (languages "
                         f"{languages}); pass --src_lang and --tgt_lang.")
       src_lang, tgt_lang = pair
-  vocabulary = resolve_vocabulary(model_dir, run, step=step, vocabulary_path=vocabulary_path)
-  aligner = WordAligner(model, params, vocabulary, languages=languages, src_lang=src_lang, tgt_lang=tgt_lang,
-                        specials=run.vocabulary.specials, pair_layout=pair_layout or run.pair_layout, **kwargs)
+  vocabulary = handle.vocabulary(path=vocabulary_path)
+  aligner = WordAligner(handle.model, handle.params(), vocabulary, languages=languages, src_lang=src_lang,
+                        tgt_lang=tgt_lang, specials=run.vocabulary.specials,
+                        pair_layout=pair_layout or run.pair_layout, **kwargs)
   return aligner, run, step
 
 
@@ -517,7 +503,8 @@ def export_bible_gold(split: str, directory: str, *, data_dir: str | None = None
   return tsv, gold
 
 
-def _results_dict(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[dict, dict]:
+def score_tables(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[dict, dict]:
+  """({method: {layer (str): scores}}, {method: {"layer": best layer, **its scores}}) of a sweep."""
   scores: dict[str, dict[str, dict]] = {}
   for (method, layer), s in sorted(table.items()):
     scores.setdefault(method, {})[str(layer)] = s.as_dict()
@@ -527,7 +514,7 @@ def _results_dict(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple
 
 
 def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[int] | None = None,
-                       methods: Sequence[str] = METHODS, output_dir: str | None = None,
+                       methods: Sequence[str] = SWEEP_METHODS, output_dir: str | None = None,
                        max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
                        options: ops.AlignmentSolver = ops.AlignmentSolver(), normalize: str = "",
                        encoding: str = "joint", pair_layout: str | None = None,
@@ -550,7 +537,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
      "diagonal_baseline": scores of linking word i to word round(i * m / n),
      "seconds", "seconds_per_1000_pairs", "truncated_pairs", "files"}.
   """
-  from flax_xalign.training.checkpoints import read_run_spec
+  from flax_xalign.runs.checkpoints import read_run_spec
 
   run = read_run_spec(model_dir)[1]
   languages = list(run.languages)
@@ -565,7 +552,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
     print(f"word alignment: {len(pairs)} Greek-English verses ({split}), layers 0..{aligner.num_layers}, "
           f"methods {', '.join(methods)}", flush=True)
   table = aligner.sweep(pairs, sure, layers=layers, methods=methods, verbose=verbose)
-  scores, best = _results_dict(table)
+  scores, best = score_tables(table)
   # Reference point: link each source word to the target word at the same relative position.
   diagonal = [{(i, min(len(b) - 1, round(i * len(b) / len(a)))) for i in range(len(a))} if a and b else set()
               for a, b in pairs]

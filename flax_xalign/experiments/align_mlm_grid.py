@@ -93,15 +93,18 @@ def task_data(name: str) -> tuple[list, list]:
 
 def evaluate_run(run_dir: str, transform: str, objective: str, tasks: Sequence[str],
                  data: dict, args: argparse.Namespace) -> dict[str, Any]:
-  from flax_xalign.evaluation import mlm_eval, transfer
+  from flax_xalign.evaluation import transfer
+  from flax_xalign.evaluation.alignment_score import run_alignment
+  from flax_xalign.runs import Run
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
-  loaded = mlm_eval.load_model(run_dir)
-  _, params, run, step = loaded
-  mlm_eval.register_run_tasks(run)
+  handle = Run.open(run_dir)
+  run, step, params = handle.spec, handle.step, handle.params()
+  loaded = (handle.model, params, run)  # Read once, fine-tuned from for every task.
+  handle.register_tasks()
   language = synthetic_tasks.language_of(run.task)
-  vocabulary = mlm_eval.run_vocabulary(run_dir, run).base  # The natural SentencePiece model.
-  alignment = mlm_eval.synthetic_alignment(run_dir, params, run, step) or {}
+  vocabulary = handle.vocabulary().base  # The natural SentencePiece model.
+  alignment = run_alignment(handle, params) or {}
   row: dict[str, Any] = {
       "objective": objective, "transform": transform, "step": int(step), "model_dir": run_dir,
       "alignment": alignment.get("all"), "alignment_heldout": alignment.get("heldout"),

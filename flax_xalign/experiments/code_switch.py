@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.experiments import harness
+from flax_xalign.run_dir import RunDir
 
 SETTINGS = ("synthetic", "natural")
 OBJECTIVES = ("mlm", "tcs", "scs")
@@ -112,7 +113,7 @@ def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: di
       rows.append(done[key])
       continue
     if derived is None:
-      from flax_xalign.training.checkpoints import read_run_spec
+      from flax_xalign.runs.checkpoints import read_run_spec
 
       derived = [code for code in read_run_spec(run_dir)[1].languages if code != synthetic_tasks.NATURAL][0]
     print(f"\n--- scoring synthetic / {objective} ({run_dir})", flush=True)
@@ -128,7 +129,7 @@ def _ensure_e5(e5_dir: str) -> None:
   from flax_xalign.errors import UserError
   from flax_xalign.interop import e5_small
 
-  if os.path.isdir(os.path.join(e5_dir, "checkpoints")):
+  if os.path.isdir(RunDir(e5_dir).checkpoints):
     return
   print(f"importing multilingual-e5-small, trimmed to the Bible's pieces -> {e5_dir}", flush=True)
   code = e5_small.main([f"--output={e5_dir}", "--trim_vocab_to=bible_grc_en_mlm_tlm",

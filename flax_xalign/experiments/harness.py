@@ -15,6 +15,8 @@ import shutil
 import time
 from typing import Any, Sequence
 
+from flax_xalign.run_dir import RunDir
+
 
 def split_choices(text: str, known: Sequence[str], what: str) -> list[str]:
   """`a,b` -> ['a', 'b'], refusing names outside `known` (UserError naming --what)."""
@@ -28,9 +30,9 @@ def split_choices(text: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def finished(model_dir: str, steps: int) -> bool:
-  from flax_xalign.training import checkpoints
+  from flax_xalign.runs.checkpoints import find_latest_step
 
-  return checkpoints.find_latest_step(model_dir) == steps
+  return find_latest_step(model_dir) == steps
 
 
 def train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], steps: int) -> float:
@@ -59,7 +61,7 @@ def bli(model_dir: str, *flags: str, **options: Any) -> dict[str, Any]:
 
 def mlm_accuracy(model_dir: str) -> float | None:
   """The last `eval_mlm_accuracy` in MODEL_DIR/metrics.jsonl (None without evaluations)."""
-  path = os.path.join(model_dir, "metrics.jsonl")
+  path = RunDir(model_dir).metrics
   if not os.path.exists(path):
     return None
   last = None
@@ -76,7 +78,7 @@ def logged_train_seconds(model_dir: str) -> float | None:
 
   Excludes compilation, evaluation and checkpoint pauses; for a run trained by an earlier invocation.
   """
-  path = os.path.join(model_dir, "metrics.jsonl")
+  path = RunDir(model_dir).metrics
   if not os.path.exists(path):
     return None
   total, previous = 0.0, 0
@@ -94,19 +96,19 @@ def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[st
 
   `cache` keeps the gold POS data between calls of one driver.
   """
-  from flax_xalign.evaluation import mlm_eval, transfer, transfer_data
+  from flax_xalign.evaluation import transfer, transfer_data
+  from flax_xalign.runs import Run
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
   if "pos" not in cache:
     cache["pos"] = transfer_data.greek_pos("train"), transfer_data.greek_pos("test")
-  loaded = mlm_eval.load_model(model_dir)
-  run = loaded[2]
-  mlm_eval.register_run_tasks(run)
-  language = synthetic_tasks.language_of(run.task)
-  vocabulary = mlm_eval.run_vocabulary(model_dir, run).base
+  handle = Run.open(model_dir)
+  handle.register_tasks()
+  language = synthetic_tasks.language_of(handle.spec.task)
+  vocabulary = handle.vocabulary().base
   train_data, test_data = cache["pos"]
   result = transfer.zero_shot_transfer(
-      loaded, vocabulary, task_name="pos", train=train_data, test=test_data, language=language,
+      handle, vocabulary, task_name="pos", train=train_data, test=test_data, language=language,
       natural_lang=synthetic_tasks.NATURAL, derived_lang=synthetic_tasks.derived_language_code(language),
       steps=finetune_steps, batch_size=32, learning_rate=1e-3, seed=0, group_by_length=True, log=None)
   return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}

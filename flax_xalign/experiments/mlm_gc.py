@@ -74,7 +74,7 @@ def _gold(setting: str, run_dir: str) -> dict[str, str]:
     path = os.path.join(os.path.dirname(lexicon.__file__), "lexicons", NATURAL_LEXICON)
     return {"src": "grc", "tgt": "en", "gold": path}
   from flax_xalign.tasks import synthetic as synthetic_tasks
-  from flax_xalign.training.checkpoints import read_run_spec
+  from flax_xalign.runs.checkpoints import read_run_spec
 
   derived = [c for c in read_run_spec(run_dir)[1].languages if c != synthetic_tasks.NATURAL][0]
   return {"src": synthetic_tasks.NATURAL, "tgt": derived, "gold": "token_map"}

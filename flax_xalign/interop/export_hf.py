@@ -143,9 +143,9 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
   import flax.linen as nn
   import jax
 
-  from flax_xalign.evaluation import mlm_eval
   from flax_xalign.interop import hf
-  from flax_xalign.training.checkpoints import find_latest_step
+  from flax_xalign.runs import Run
+  from flax_xalign.runs.checkpoints import find_latest_step
 
   if find_latest_step(checkpoint) is None:
     raise UserError(f"{checkpoint} holds no checkpoint; pass a MODEL_DIR (trained, or written by "
@@ -156,12 +156,13 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
     raise UserError(f"{output} exists and is not empty; export into a new directory.")
   progress = Progress("export_hf", log)
 
-  _, params, run, step = mlm_eval.load_model(checkpoint)
+  handle = Run.open(checkpoint)
+  run, step, params = handle.spec, handle.step, handle.params()
   config = run.model
   params = jax.tree.map(np.asarray, nn.unbox(params))
   progress.step("read", f"read {checkpoint} step {step}: {config.num_layers} layers, embed {config.embed_dim}, "
         f"vocab {config.vocab_size:,}")
-  vocabulary = mlm_eval.run_vocabulary(checkpoint, run)
+  vocabulary = handle.vocabulary()
   # --trim_vocab_to=TASK goes here: keep only the ids TASK uses (a smaller
   # vocabulary, `config.vocab_size` and the embedding rows cut to match)
   # before the tokenizer files are derived from `vocabulary`.
@@ -175,7 +176,7 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
   dropped = " (dropped the DWA pointer projections)" if config.pointer_head else ""
   progress.step("convert", f"converted to the {layout} layout: {len(state)} tensors{dropped}")
   hf_config = {**hf_config, "flax_xalign": {"checkpoint": os.path.abspath(checkpoint), "step": int(step)}}
-  notice = os.path.join(checkpoint, "NOTICE")
+  notice = handle.dir.notice
   files = write_hf_directory(output, hf_config, state, tokenizer,
                              notice=notice if os.path.isfile(notice) else None)
   progress.step("write", f"wrote {output}: {', '.join(files)}")

@@ -30,10 +30,10 @@ from flax_xalign.assets.vocabulary import VocabularyAsset, spec_of
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
 from flax_xalign.models.config import MODEL_GIN_FILE, EncoderConfig, architecture_gin
+from flax_xalign.run_dir import RunDir
 from flax_xalign.run_spec import RunSpec
 
-ORIGIN_FILE = "origin.json"
-NOTICE_FILE = "NOTICE"
+
 def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, Any], vocabulary: Any,
                     languages: Sequence[str] = (), language_pairs: Sequence[tuple[str, str]] = (),
                     origin: Mapping[str, Any] | None = None, notice: str | None = None,
@@ -52,7 +52,8 @@ def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, 
     notice: licence text kept as MODEL_DIR/NOTICE.
     task_feature_lengths: recorded for evaluation defaults ({"tokens": 128}).
   """
-  from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer, find_latest_step, make_meta
+  from flax_xalign.runs.checkpoints import find_latest_step
+  from flax_xalign.training.checkpoints import CheckpointConfig, Checkpointer, make_meta
 
   if find_latest_step(output) is not None:
     raise UserError(f"{output} already holds checkpoints; import into a new MODEL_DIR.")
@@ -72,11 +73,12 @@ def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, 
   value = asset.build(run)
   run = run.replace(assets={"vocabulary": asset.fingerprint(value)})
   os.makedirs(output, exist_ok=True)
-  asset.save(output, value)
-  write_atomically(os.path.join(output, ORIGIN_FILE), json.dumps(dict(origin or {}), indent=2, sort_keys=True))
+  run_dir = RunDir(output)
+  asset.save(run_dir.assets, value)
+  write_atomically(run_dir.origin, json.dumps(dict(origin or {}), indent=2, sort_keys=True))
   if notice:
-    write_atomically(os.path.join(output, NOTICE_FILE), notice)
-  write_atomically(os.path.join(output, MODEL_GIN_FILE), architecture_gin(config))
+    write_atomically(run_dir.notice, notice)
+  write_atomically(run_dir.file(MODEL_GIN_FILE), architecture_gin(config))
   state = {"params": jax.tree.map(np.asarray, dict(params)), "step": np.int32(0)}
   checkpointer = Checkpointer(output, CheckpointConfig(async_save=False))
   try:

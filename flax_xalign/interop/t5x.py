@@ -78,7 +78,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base as objectives_lib
-from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
+from flax_xalign.objectives.model import MaskingConfig, PretrainingModel
 
 # Masking key of evaluation, prediction and scoring when t5x gives no rng, so
 # eval losses and scores of different steps see the same masked slots.

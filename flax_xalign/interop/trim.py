@@ -139,14 +139,15 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
   import sentencepiece as spm
 
   from flax_xalign.data.vocab import TextVocabulary
-  from flax_xalign.evaluation.mlm_eval import load_model, register_run_tasks, run_vocabulary
-  from flax_xalign.interop.model_dir import NOTICE_FILE, write_model_dir
+  from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import with_vocab_rows
+  from flax_xalign.runs import Run
 
   start = time.perf_counter()
-  _, params, run, step = load_model(checkpoint)
-  register_run_tasks(run)
-  vocabulary = run_vocabulary(checkpoint, run)
+  handle = Run.open(checkpoint)
+  run, step, params = handle.spec, handle.step, handle.params()
+  handle.register_tasks()
+  vocabulary = handle.vocabulary()
   if run.vocabulary.factor != 1 or not hasattr(vocabulary, "sp_model"):
     raise UserError(f"{checkpoint}: only plain SentencePiece vocabularies can be trimmed.")
   model = bytes(vocabulary.sp_model)
@@ -164,7 +165,7 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
     path = os.path.join(tmp, "vocabulary.model")
     with open(path, "wb") as f:
       f.write(new_model)
-    notice_path = os.path.join(checkpoint, NOTICE_FILE)
+    notice_path = handle.dir.notice
     notice = open(notice_path, encoding="utf-8").read() if os.path.exists(notice_path) else None
     params = with_vocab_rows(trim_params(params, keep, run.model.vocab_size), config.padded_vocab_size)
     write_model_dir(output, config=config, params=params,

@@ -43,11 +43,14 @@ from etils import epath
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
-from flax_xalign.fileio import NO_SPACE_ERRNOS
+from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
+# Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
+# command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
+from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
 
 STATE, DATA_ITERATOR, META, ASSETS = "state", "data_iterator", "meta", "assets"
 LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
-DAMAGED_DIR = "checkpoints_damaged"
+DAMAGED_DIR = DAMAGED
 ON_DAMAGED = ("fallback", "error")
 # The data-loop settings an iterator state depends on, with the setting a user changes for each.
 LOOP_SETTINGS = (("batch_size", "BATCH_SIZE"), ("task_feature_lengths", "TASK_FEATURE_LENGTHS"),
@@ -239,82 +242,6 @@ def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec",
       )
 
 
-def _disk_full(error: BaseException) -> bool:
-  """Whether `error` or one it was raised from is ENOSPC/EFBIG/EDQUOT (also as text: TF and TensorStore)."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
-      return True
-    if any(os.strerror(code) in str(error) for code in NO_SPACE_ERRNOS):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
-
-
-class _DiskFullLogFilter(logging.Filter):
-  """Drops Orbax's logged traceback of a save that failed for lack of space: `Checkpointer` reports it, once."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    error = record.exc_info[1] if record.exc_info else None
-    return error is None or not _disk_full(error)
-
-
-_DISK_FULL_FILTER = _DiskFullLogFilter()
-
-
-def _from_orbax_reads(tb: Any) -> bool:
-  """Whether a traceback passes through Orbax's array reading or asyncio's closed-loop check."""
-  while tb is not None:
-    name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
-    if "orbax/checkpoint" in name or (name.endswith("asyncio/base_events.py")
-                                      and tb.tb_frame.f_code.co_name in ("call_soon_threadsafe", "_check_closed")):
-      return True
-    tb = tb.tb_next
-  return False
-
-
-class _AbandonedReadNoise(logging.Filter):
-  """Drops asyncio's "Task exception was never retrieved" for the sibling reads of a failed Orbax restore."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    if not str(record.msg).startswith("Task exception was never retrieved"):
-      return True
-    return not (record.exc_info and _from_orbax_reads(record.exc_info[2]))
-
-
-def _quiet_abandoned_reads() -> None:
-  """Keeps the leftovers of a failed state restore off stderr (installed once, before the first restore).
-
-  When one array of a damaged checkpoint cannot be read, Orbax's restore
-  raises at once and closes its event loop while the other arrays' reads are
-  still in flight; as they finish, each one printed a traceback ("Task
-  exception was never retrieved", "Exception ignored in: <coroutine ...>",
-  "Event loop is closed"), hundreds of lines around our one warning line.
-  Only errors raised inside Orbax's reading code or asyncio's closed-loop
-  check are dropped; everything else is reported as before.
-  """
-  if getattr(_quiet_abandoned_reads, "installed", False):
-    return
-  _quiet_abandoned_reads.installed = True
-  logging.getLogger("asyncio").addFilter(_AbandonedReadNoise())
-  unraisable, excepthook = sys.unraisablehook, sys.excepthook
-
-  def quiet_unraisable(info: Any) -> None:
-    code = getattr(info.object, "cr_code", None)
-    if (code is not None and "orbax/checkpoint" in code.co_filename.replace(os.sep, "/")) or (
-        _from_orbax_reads(info.exc_traceback) and isinstance(info.exc_value, (RuntimeError, Exception))):
-      return
-    unraisable(info)
-
-  def quiet_excepthook(kind: type, value: BaseException, tb: Any) -> None:
-    if isinstance(value, RuntimeError) and str(value) == "Event loop is closed" and _from_orbax_reads(tb):
-      return
-    excepthook(kind, value, tb)
-
-  sys.unraisablehook, sys.excepthook = quiet_unraisable, quiet_excepthook
-
-
 def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
   if not (step_dir / item).exists():
     return DamagedCheckpointError(step_dir, f"{item}/ is missing")
@@ -339,10 +266,9 @@ class Checkpointer:
   """A CheckpointManager under `<model_dir>/checkpoints` with our four items."""
 
   def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig()):
-    self.directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"  # Orbax wants absolute.
+    self.directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))  # Orbax wants absolute.
     self.config = config
     self._saving: int | None = None
-    logging.getLogger("absl").addFilter(_DISK_FULL_FILTER)  # Adding it twice is a no-op.
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
@@ -440,7 +366,6 @@ class Checkpointer:
     step_dir = self.directory / str(step)
     _, fingerprints = self.read_run(step)
     self.check_step(step, (STATE, META) + ((DATA_ITERATOR,) if iterator is not None else ()))
-    _quiet_abandoned_reads()
     try:
       state = self._manager.restore(step, args=ocp.args.Composite(**{
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
@@ -523,11 +448,11 @@ def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback"
   With `on_damaged="error"` the first damaged step raises. UserError when
   steps exist but none is complete.
   """
-  directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"
+  directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))
   if not directory.exists():
     return None, []
   damaged = []
-  with _reader(directory) as manager:
+  with open_reader(directory) as manager:
     steps = sorted(manager.all_steps(), reverse=True)
     for step in steps:
       step_dir = directory / str(step)
@@ -555,7 +480,11 @@ def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback"
   return None, []
 
 
-def _reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = None) -> ocp.CheckpointManager:
+# Reading back what training needs (a resumed step's meta and assets, a warm start's params);
+# the user-facing readers (`runs.Run.open`, `runs.checkpoints`) are the layer above, built on these.
+
+
+def open_reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = None) -> ocp.CheckpointManager:
   """A read-only manager that knows every item (so Orbax does not warn about the ones not read)."""
   return ocp.CheckpointManager(
       directory, options=ocp.CheckpointManagerOptions(create=False),
@@ -563,17 +492,17 @@ def _reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = None
                      META: ocp.JsonCheckpointHandler(), ASSETS: AssetsHandler()})
 
 
-def _checkpoints_dir(checkpoint_dir: str) -> epath.Path:
-  """`checkpoint_dir` or its `checkpoints/` folder; never creates anything."""
+def checkpoints_dir(checkpoint_dir: str) -> epath.Path:
+  """`checkpoint_dir` (absolute) or its `checkpoints/` folder; never creates anything."""
   directory = epath.Path(os.path.abspath(checkpoint_dir))
-  if (directory / "checkpoints").exists():
-    directory = directory / "checkpoints"
+  if (directory / CHECKPOINTS).exists():
+    directory = directory / CHECKPOINTS
   if not directory.exists():
     raise UserError(f"No checkpoints at {checkpoint_dir}; point at a MODEL_DIR that holds checkpoints/.")
   return directory
 
 
-def _latest(manager: ocp.CheckpointManager, directory: epath.Path, step: int | None) -> int:
+def latest_of(manager: ocp.CheckpointManager, directory: epath.Path, step: int | None) -> int:
   step = manager.latest_step() if step is None else step
   if step is None:
     raise UserError(f"{directory} holds no finished checkpoint.")
@@ -581,10 +510,10 @@ def _latest(manager: ocp.CheckpointManager, directory: epath.Path, step: int | N
 
 
 def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tuple[int, dict[str, Any]]:
-  """(step, meta) of a checkpoint, read without creating or changing anything."""
-  directory = _checkpoints_dir(checkpoint_dir)
-  with _reader(directory) as manager:
-    step = _latest(manager, directory, step)
+  """(step, meta) of a checkpoint (a MODEL_DIR or its checkpoints/), read without creating or changing anything."""
+  directory = checkpoints_dir(checkpoint_dir)
+  with open_reader(directory) as manager:
+    step = latest_of(manager, directory, step)
     try:
       meta = manager.restore(step, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))[META]
       if not isinstance(meta, Mapping):
@@ -594,38 +523,10 @@ def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tup
   return step, dict(meta)
 
 
-def find_latest_step(model_dir: str) -> int | None:
-  """The latest finished checkpoint step of MODEL_DIR, or None; creates nothing."""
-  directory = epath.Path(os.path.abspath(model_dir)) / "checkpoints"
-  if not directory.exists():
-    return None
-  with _reader(directory) as manager:
-    return manager.latest_step()
-
-
-def read_run_at(model_dir: str, step: int) -> tuple["run_spec_lib.RunSpec", dict[str, Any]]:
-  """(manifest, asset fingerprints) of one checkpoint step; creates nothing."""
-  _, run, fingerprints = read_run_spec(model_dir, step=step)
-  return run, fingerprints
-
-
-def read_run_spec(checkpoint_dir: str, *, step: int | None = None
-                  ) -> tuple[int, "run_spec_lib.RunSpec", dict[str, Any]]:
-  """(step, run manifest, that step's asset fingerprints), read without changing anything."""
-  step, meta = read_checkpoint_meta(checkpoint_dir, step=step)
-  run = run_spec_lib.from_meta(meta, where=checkpoint_dir)
-  return step, run, dict(meta.get(ASSETS, {}))
-
-
-def step_assets_dir(checkpoint_dir: str, step: int) -> str:
-  """The `assets/` folder of a checkpoint step (where each asset's files are)."""
-  return os.fspath(_checkpoints_dir(checkpoint_dir) / str(step) / ASSETS)
-
-
 def load_step_assets(checkpoint_dir: str, step: int, assets: Mapping[str, Asset],
                      fingerprints: Mapping[str, Any]) -> dict[str, Any]:
   """Values of `assets` saved at `step`, each checked against its fingerprint."""
-  directory = step_assets_dir(checkpoint_dir, step)
+  directory = os.fspath(checkpoints_dir(checkpoint_dir) / str(step) / ASSETS)
   values = {}
   for name, asset in assets.items():
     if name not in fingerprints:
@@ -636,17 +537,13 @@ def load_step_assets(checkpoint_dir: str, step: int, assets: Mapping[str, Asset]
 
 
 def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | None = None) -> Any:
-  """Loads only the parameters of a training checkpoint (e.g. a warm start).
+  """Only the parameters of checkpoint `step` (the latest by default) of a MODEL_DIR or its checkpoints/.
 
-  Args:
-    checkpoint_dir: a MODEL_DIR or its `checkpoints/` folder.
-    abstract_params: ShapeDtypeStructs (with shardings) of the target params;
-      may be a subset of the saved tree.
-    step: which step; the latest by default.
+  `abstract_params` are ShapeDtypeStructs (with shardings) of the target params, maybe a subset of the saved tree.
   """
-  directory = _checkpoints_dir(checkpoint_dir)
-  with _reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
-    step = _latest(manager, directory, step)
+  directory = checkpoints_dir(checkpoint_dir)
+  with open_reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
+    step = latest_of(manager, directory, step)
     target = {"params": abstract_params}
     restored = manager.restore(
         step,
@@ -680,9 +577,9 @@ def warm_start_params(checkpoint_dir: str, params: Any, *, step: int | None = No
   """
   from flax import traverse_util
 
-  directory = _checkpoints_dir(checkpoint_dir)
-  with _reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
-    step = _latest(manager, directory, step)
+  directory = checkpoints_dir(checkpoint_dir)
+  with open_reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
+    step = latest_of(manager, directory, step)
     saved_tree = manager.item_metadata(step)[STATE].tree["params"]
   saved = traverse_util.flatten_dict(saved_tree)
   ours = traverse_util.flatten_dict(params)

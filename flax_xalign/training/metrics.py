@@ -22,6 +22,7 @@ from clu import metric_writers
 
 from flax_xalign.fileio import no_space_error, write_atomically
 from flax_xalign.models import flops
+from flax_xalign.run_dir import RunDir
 
 
 def peak_flops_per_device(override: float | None = None) -> float | None:
@@ -50,10 +51,10 @@ class MetricsLogger:
 
   def __init__(self, model_dir: str, *, resume_step: int = 0, total_steps: int | None = None):
     self.is_chief = jax.process_index() == 0
-    self.path = os.path.join(model_dir, "metrics.jsonl")
+    self.path = RunDir(model_dir).metrics
     self.total_steps = total_steps
     self._writer = metric_writers.create_default_writer(
-        os.path.join(model_dir, "tensorboard"), just_logging=not self.is_chief, asynchronous=False
+        RunDir(model_dir).tensorboard, just_logging=not self.is_chief, asynchronous=False
     )
     if self.is_chief:
       self._truncate_after(resume_step)

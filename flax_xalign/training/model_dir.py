@@ -1,10 +1,8 @@
 """MODEL_DIR: the forms a user may give, and one writer at a time.
 
-`check_model_dir` turns what the user typed into the folder a run will use,
-or a UserError before anything runs: "" is refused (it used to write
-`./checkpoints` into the current folder), `~` and `~user` are expanded to the
-home folder (they used to become a literal folder named `~`), and a path that
-is a file, lies under a file, or cannot be written is refused.
+`check_model_dir` (defined with the layout in `flax_xalign/run_dir.py`) turns
+what the user typed into the folder a run will use, or a UserError before
+anything runs.
 
 `lock` makes a run the only writer of its MODEL_DIR: two trainers on one
 folder used to both exit 0 with their metrics interleaved and, with different
@@ -33,51 +31,10 @@ import sys
 from collections.abc import Iterator
 
 from flax_xalign.errors import UserError
+from flax_xalign.run_dir import RunDir, check_model_dir  # noqa: F401  (check_model_dir: this module's public name)
 
-LOCK_FILE = ".lock"
 # Answers of flock on a file system without it: fall back to the owner record.
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
-
-
-def check_model_dir(path: object, *, setting: str = "MODEL_DIR", writable: bool = True) -> str:
-  """The absolute, normalised folder for `path`, or a UserError naming what is wrong with it.
-
-  Nothing is created: the folder may not exist yet (its nearest existing
-  parent must then be a writable folder). `writable=False` (a run only read,
-  e.g. evaluated without writing a report) checks the name alone.
-  """
-  if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
-    raise UserError(f"{setting}={path!r} is not a folder name; give the run's folder, e.g. "
-                    f"--gin.{setting}=\\\"runs/demo\\\".")
-  text = os.fspath(path)
-  expanded = os.path.expanduser(text)
-  if expanded.startswith("~"):
-    raise UserError(f"{setting}={text!r}: no home folder for {expanded.split(os.sep)[0]!r}; "
-                    "spell the folder out.")
-  folder = os.path.abspath(expanded)
-  if not writable:
-    return folder
-  if os.path.exists(folder) and not os.path.isdir(folder):
-    raise UserError(f"{setting}={text!r} is a file, not a folder; choose another {setting} or move the file.")
-  existing = folder
-  while not os.path.exists(existing):
-    existing = os.path.dirname(existing)
-  if not os.path.isdir(existing):
-    raise UserError(f"{setting}={text!r} lies under {existing}, which is a file; choose another {setting}.")
-  if not _writable(existing):
-    where = "is" if existing == folder else f"would be created in {existing}, which is"
-    raise UserError(f"{setting}={text!r} {where} not writable; choose a writable {setting} or fix the "
-                    "folder's permissions.")
-  return folder
-
-
-def _writable(folder: str) -> bool:
-  if not os.access(folder, os.W_OK | os.X_OK):
-    return False
-  try:  # os.access answers yes to root on a read-only mount.
-    return not os.statvfs(folder).f_flag & os.ST_RDONLY
-  except OSError:
-    return True
 
 
 def _process_index() -> int:
@@ -100,7 +57,7 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
     yield
     return
   os.makedirs(model_dir, exist_ok=True)
-  path = os.path.join(model_dir, LOCK_FILE)
+  path = RunDir(model_dir).lock
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
   try:
     try:
@@ -172,4 +129,4 @@ def _in_use(model_dir: str, owner: dict) -> UserError:
   return UserError(
       f"MODEL_DIR {model_dir} is in use by another run ({who}); wait for it to finish or stop it "
       f"(kill {pid}), or choose another MODEL_DIR. If that run is gone (e.g. it ran on another host of a "
-      f"network file system), delete {os.path.join(model_dir, LOCK_FILE)} and rerun.")
+      f"network file system), delete {RunDir(model_dir).lock} and rerun.")

@@ -24,7 +24,6 @@ import jax
 
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets import registry as asset_registry
-from flax_xalign.assets import setup as asset_setup
 from flax_xalign.assets import vocabulary as vocabulary_asset
 from flax_xalign.data.specials import check_pair_layout
 from flax_xalign.errors import UserError
@@ -34,14 +33,18 @@ from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base as objectives_lib
 from flax_xalign.objectives.masking import max_predictions_for
 from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
+from flax_xalign.run_dir import RunDir
+from flax_xalign.training import asset_setup
 from flax_xalign.training import checkpoints as checkpoints_lib
 from flax_xalign.training import metrics as metrics_lib
 from flax_xalign.training import model_dir as model_dir_lib
 from flax_xalign.training import partitioning
 from flax_xalign.training import validate
 from flax_xalign.training.data import TaskData, resolve_task
+from flax_xalign.training.loop import TrainResult, train as train_loop
 from flax_xalign.training.optimizer import OptimizerConfig
-from flax_xalign.training.trainer import LoopConfig, TrainResult, Trainer, train as train_loop
+from flax_xalign.training.run_reader import SourceRun
+from flax_xalign.training.trainer import LoopConfig, Trainer
 
 
 def resolve_encoder_config(encoder: EncoderConfig, *, vocab_size: int, num_languages: int) -> EncoderConfig:
@@ -360,7 +363,7 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
   """(the step's manifest, its asset fingerprints) after refusing a step this run cannot resume."""
   meta = checkpoints_lib.read_checkpoint_meta(model_dir, step=step)[1]
   saved = run_spec_lib.from_meta(meta, where=model_dir)
-  where = os.path.join(model_dir, "checkpoints")
+  where = RunDir(model_dir).checkpoints
   if not saved.objectives:
     raise UserError(
         f"{model_dir} holds an imported model, not a training run; train from it in a new MODEL_DIR with "
@@ -396,13 +399,13 @@ def _check_row_length(length: int, encoder: EncoderConfig) -> None:
 
 def _check_warm_start(checkpoint_dir: str, run: run_spec_lib.RunSpec) -> None:
   """Refuses a warm start from a run with another vocabulary or language set (nothing written yet)."""
-  _, source, _ = checkpoints_lib.read_run_spec(checkpoint_dir)
+  source = SourceRun.open(checkpoint_dir).spec
   differ = [f"{name}: checkpoint {getattr(source.model, name)!r}, this run {getattr(run.model, name)!r}"
             for name in ARCHITECTURE_FIELDS
             if name != "num_languages" and getattr(source.model, name) != getattr(run.model, name)]
   if differ:
-    hint = (f"add --gin_file={os.path.join(checkpoint_dir, MODEL_GIN_FILE)}"
-            if os.path.exists(os.path.join(checkpoint_dir, MODEL_GIN_FILE)) else
+    model_gin = RunDir(checkpoint_dir).file(MODEL_GIN_FILE)
+    hint = (f"add --gin_file={model_gin}" if os.path.exists(model_gin) else
             "use the model size the checkpoint was trained with")
     raise UserError(f"init_from_checkpoint={checkpoint_dir} has another architecture ({'; '.join(differ)}); "
                     f"{hint}.")

@@ -28,6 +28,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.objectives import base as objectives_base
 from flax_xalign.ops import cooc_lookup
 from flax_xalign.run_spec import RunSpec
+from flax_xalign.tasks import cooc_input
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
@@ -298,7 +299,7 @@ def test_exact_resume_with_the_table(tiny_corpus, tmp_path, monkeypatch):
   def no_recount(*args, **kwargs):
     raise AssertionError("the resumed run counted the corpus again")
 
-  monkeypatch.setattr(cooc_data, "count_task", no_recount)
+  monkeypatch.setattr(cooc_input, "count_task", no_recount)
   # A hand-edited copy in MODEL_DIR is refused before training goes on ...
   npz = str(resumed / "cooc.npz")
   with open(npz, "rb") as f:

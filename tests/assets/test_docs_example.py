@@ -4,7 +4,8 @@ import os
 import pathlib
 import re
 
-from flax_xalign.training.checkpoints import CheckpointConfig, read_run_spec
+from flax_xalign.runs.checkpoints import read_run_spec
+from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.pretrain import pretrain
 from tests.testlib import tiny_encoder_config
 

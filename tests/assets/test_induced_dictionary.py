@@ -24,6 +24,7 @@ from flax_xalign.assets import registry
 from flax_xalign.errors import UserError
 from flax_xalign.objectives import base as objectives_base
 from flax_xalign.run_spec import RunSpec
+from flax_xalign.runs import Run
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
@@ -65,11 +66,9 @@ def _pretrain(model_dir, *, steps, objectives, asset_options=None, init=None, ev
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, tiny_corpus):
   """A MODEL_DIR with a 3-step MLM checkpoint, and its input embedding table."""
-  from flax_xalign.evaluation import mlm_eval
-
   model_dir = tmp_path_factory.mktemp("induce_source") / "src"
   _pretrain(model_dir, steps=3, objectives={"mlm": 1.0})
-  _, params, _, _ = mlm_eval.load_model(str(model_dir))
+  params = Run.open(str(model_dir)).params()
   return str(model_dir), np.asarray(jax.device_get(params["token_embed"]["embedding"]), np.float32)
 
 
@@ -103,7 +102,7 @@ def test_build_matches_a_numpy_brute_force(source, method, knn):
   model_dir, table = source
   run = _run({"induced_dictionary": {"source": model_dir, "method": method, "knn": knn}})
   asset = registry.create("induced_dictionary", run)
-  value = asset.build(run)
+  value = asset.build(run, source=Run.open(model_dir))
   vocab = lv.lang_vocab_for(run, log=None)
   assert {k: (v.dtype, v.shape) for k, v in value.items()} == {
       "vocab_ids": (np.int32, vocab["ids"].shape), "vocab_mask": (np.bool_, vocab["ids"].shape),
@@ -126,14 +125,13 @@ def test_build_matches_a_numpy_brute_force(source, method, knn):
 
 
 def test_refresh_equals_a_build_from_the_same_parameters(source):
-  from flax_xalign.evaluation import mlm_eval
-
   model_dir, _ = source
   run = _run({"induced_dictionary": {"source": model_dir, "refresh_every": 2}})
   asset = registry.create("induced_dictionary", run)
   assert asset.refresh_every == 2
-  built = asset.build(run)
-  _, params, _, _ = mlm_eval.load_model(model_dir)
+  source_run = Run.open(model_dir)
+  built = asset.build(run, source=source_run)
+  params = source_run.params()
   start = idict.empty_value(lv.lang_vocab_for(run, log=None))
   refreshed = jax.device_get(jax.jit(lambda p, v: asset.refresh(p, v, run))(params, start))
   for key in built:
@@ -145,7 +143,7 @@ def test_file_round_trip_is_bit_exact(source, tmp_path):
   model_dir, _ = source
   run = _run({"induced_dictionary": {"source": model_dir}})
   asset = registry.create("induced_dictionary", run)
-  value = asset.build(run)
+  value = asset.build(run, source=Run.open(model_dir))
   asset.save(str(tmp_path), value)
   lines = (tmp_path / idict.FILENAME).read_text(encoding="utf-8").splitlines()
   assert "# languages: de en" in lines and f"# source: {model_dir}" in lines
@@ -173,7 +171,7 @@ def test_malformed_or_foreign_files_are_refused(source, tmp_path):
   model_dir, _ = source
   run = _run({"induced_dictionary": {"source": model_dir}})
   asset = registry.create("induced_dictionary", run)
-  asset.save(str(tmp_path), asset.build(run))
+  asset.save(str(tmp_path), asset.build(run, source=Run.open(model_dir)))
   path = tmp_path / idict.FILENAME
   lines = path.read_text(encoding="utf-8").splitlines()
   number = next(i for i, line in enumerate(lines) if line.startswith("en\t")) + 1
@@ -208,8 +206,18 @@ def test_bad_options_and_sources_are_user_errors(source):
   # A source whose vocabulary differs from the run's is refused before its parameters are read.
   run = _run({"induced_dictionary": {"source": model_dir}})
   foreign = run.replace(vocabulary=dataclasses.replace(run.vocabulary, sha256="0" * 64))
+
+  class Unread:
+    spec = Run.open(model_dir).spec
+
+    def params(self):
+      raise AssertionError("the parameters were read before the vocabulary check")
+
   with pytest.raises(UserError, match="trained with another vocabulary"):
-    registry.create("induced_dictionary", foreign).build(foreign)
+    registry.create("induced_dictionary", foreign).build(foreign, source=Unread())
+  # The asset opens no checkpoint itself: a source it was not handed is a programming error.
+  with pytest.raises(ValueError, match="pass the opened source run"):
+    registry.create("induced_dictionary", run).build(run)
 
 
 def _rows(model_dir):
@@ -228,8 +236,6 @@ def _resume_matches(tmp_path, source, objectives, keys):
   refresh_every=2, checkpoint every 3: refreshes after steps 2, 4, 6; checkpoints at 3 and 6, and at 5
   where the run is stopped (so it resumes with the dictionary of step 4).
   """
-  from flax_xalign.evaluation import mlm_eval
-
   model_dir, _ = source
   options = {**VOCAB_OPTIONS, "induced_dictionary": {"refresh_every": 2}}
   full = tmp_path / "full"
@@ -255,9 +261,10 @@ def _resume_matches(tmp_path, source, objectives, keys):
   run = _run({"induced_dictionary": {"refresh_every": 2, "source": model_dir}})
   asset = registry.create("induced_dictionary", run)
   initial = asset.load(str(full))  # MODEL_DIR keeps the dictionary induced from the source.
-  assert asset.fingerprint(initial) == asset.fingerprint(asset.build(run))
+  # Built by the assembler (training's SourceRun) and from runs.Run: the same dictionary.
+  assert asset.fingerprint(initial) == asset.fingerprint(asset.build(run, source=Run.open(model_dir)))
   # Step 6 refreshed after itself: its checkpoint holds the dictionary of its own parameters.
-  _, params, _, _ = mlm_eval.load_model(str(full), step=6)
+  params = Run.open(str(full), step=6).params()
   expected = jax.device_get(asset.refresh(params, initial, run))
   for directory in (full, resumed):
     saved = _step_value(str(directory), 6, asset)

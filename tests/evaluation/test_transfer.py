@@ -91,7 +91,7 @@ def test_zero_shot_transfer_takes_the_special_ids_and_a_run_manifest(transfer_mo
   model = (encoder, params, {"languages": ["en", "en_trans"]})
   with pytest.raises(UserError, match="specials="):
     transfer.zero_shot_transfer(model, words, **options)
-  # load_model's 4-tuple, with the run manifest (`.languages`) in place of a meta dict.
+  # A longer tuple, with the run manifest (`.languages`) in place of a meta dict.
   loaded = (encoder, params, types.SimpleNamespace(languages=("en", "en_trans")), 7)
   given = transfer.zero_shot_transfer(loaded, words, specials=special_tokens_of(spm_vocabulary),
                                       **options)

@@ -220,7 +220,7 @@ def test_sweep_scores_every_method_and_layer(plain_aligner):
   pairs = [(words, words), (words[:3], words[:3])]
   gold = [{(i, i) for i in range(len(a))} for a, _ in pairs]
   table = plain_aligner.sweep(pairs, gold)
-  assert set(table) == {(m, layer) for m in word_align.METHODS for layer in range(CONFIG.num_layers + 1)}
+  assert set(table) == {(m, layer) for m in word_align.SWEEP_METHODS for layer in range(CONFIG.num_layers + 1)}
   assert all(isinstance(s, aer.AlignmentScores) and 0.0 <= s.aer <= 1.0 for s in table.values())
   assert table[("argmax", 0)].aer == 0.0 and table[("argmax", 0)].num_sure == 11
   assert plain_aligner.last_run["pairs"] == 2 and plain_aligner.last_run["seconds"] > 0
@@ -319,7 +319,7 @@ def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus,
   assert {k: results[k] for k in dataclasses.asdict(AlignmentSolver())} == dataclasses.asdict(AlignmentSolver())
   assert results["pair_layout"] == "restart" and results["sinkhorn_kernel"] == "clamped"
   assert results["pairs"] == 6 and results["layers"] == [0, 1, 2] and results["step"] == 1
-  assert set(results["scores"]) == set(word_align.METHODS) == set(results["best"])
+  assert set(results["scores"]) == set(word_align.SWEEP_METHODS) == set(results["best"])
   assert set(results["scores"]["sinkhorn"]) == {"0", "1", "2"}
   assert results["best"]["argmax"]["layer"] in (0, 1, 2)
   assert 0.0 < results["diagonal_baseline"]["aer"] < 1.0

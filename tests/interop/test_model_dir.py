@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import mlm_eval, word_align
+from flax_xalign.evaluation import word_align
 from flax_xalign.interop.model_dir import write_model_dir
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import PretrainingModel
-from flax_xalign.training.checkpoints import CheckpointConfig, read_run_spec
+from flax_xalign.runs import Run
+from flax_xalign.runs.checkpoints import read_run_spec
+from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.pretrain import pretrain
 from tests.testlib import tiny_encoder_config
 
@@ -40,7 +42,7 @@ def test_layout_manifest_and_params_round_trip(imported):
   step, saved, fingerprints = read_run_spec(str(output))
   assert step == 0 and saved == run and saved.objectives == {} and saved.languages == ("de", "en")
   assert fingerprints == run.assets
-  _, loaded, _, _ = mlm_eval.load_model(str(output))
+  loaded = Run.open(str(output)).params()
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

@@ -8,9 +8,9 @@ import seqio
 import sentencepiece as spm
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import mlm_eval
 from flax_xalign.interop import trim
 from flax_xalign.interop.model_dir import write_model_dir
+from flax_xalign.runs import Run
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import PretrainingModel
 from tests import testlib
@@ -53,14 +53,14 @@ def test_trim_keeps_segmentation_states_and_logits(big_model, tmp_path, tiny_cor
   output = tmp_path / "trimmed"
   summary = trim.trim_model_dir(str(big_model), "tiny_en", str(output), verbose=False)
   assert 5 < summary["pieces_after"] < summary["pieces_before"] == 120
-  old_model, old_params, old_run, _ = mlm_eval.load_model(str(big_model))
-  new_model, new_params, new_run, _ = mlm_eval.load_model(str(output))
+  old, new = Run.open(str(big_model)), Run.open(str(output))
+  old_model, old_params, old_run = old.model, old.params(), old.spec
+  new_model, new_params, new_run = new.model, new.params(), new.spec
   assert new_run.model.vocab_size == summary["pieces_after"]
   assert new_run.vocabulary.specials == old_run.vocabulary.specials.__class__(
       **{**old_run.vocabulary.specials.as_dict(), "end_regular": None})  # Same specials; ids below 5 kept.
   assert (output / "NOTICE").read_text() == "weights licence"
-  old_vocab = mlm_eval.run_vocabulary(str(big_model), old_run)
-  new_vocab = mlm_eval.run_vocabulary(str(output), new_run)
+  old_vocab, new_vocab = old.vocabulary(), new.vocabulary()
   old_sp = spm.SentencePieceProcessor(model_proto=old_vocab.sp_model)
   keep = np.asarray([old_sp.piece_to_id(new_vocab.tokenizer.id_to_piece(i)) for i in range(new_vocab.vocab_size)])
   for text in list(trim.corpus_texts("tiny_en"))[:20]:

@@ -14,7 +14,7 @@ import pytest
 
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder, token_embedding_table, with_vocab_rows
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from tests.testlib import tiny_encoder_config
 
 VOCAB, PADDED = 61, 64

@@ -103,7 +103,7 @@ def test_unknown_task_is_a_clear_error(tmp_path, tiny_corpus, tiny_encoder):
 
 
 def test_pair_layout_reaches_the_data_and_the_manifest(tmp_path, tiny_corpus, tiny_encoder):
-  from flax_xalign.training.checkpoints import read_run_spec
+  from flax_xalign.runs.checkpoints import read_run_spec
 
   result = _run(tmp_path / "cont", tiny_encoder, steps=2, pair_layout="continuous",
                 bitext_both_directions=True, loss_normalization="pooled")

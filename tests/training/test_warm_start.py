@@ -12,7 +12,8 @@ from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.objectives.pretraining import PretrainingModel
-from flax_xalign.training.checkpoints import CheckpointConfig, read_run_spec, restore_params, warm_start_params
+from flax_xalign.runs.checkpoints import read_run_spec
+from flax_xalign.training.checkpoints import CheckpointConfig, restore_params, warm_start_params
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
 from tests.testlib import tiny_encoder_config

@@ -1,5 +1,5 @@
-"""Re-registering a run's tasks for evaluation: relocation, missing files, the run's vocabulary copy,
-and how tasks registered in Python are recorded (`describe`)."""
+"""Re-registering a run's tasks in another process (`runs.tasks`): relocation, missing files, the run's
+vocabulary copy, and how tasks registered in Python are recorded (`describe`)."""
 
 import os
 import shutil
@@ -8,7 +8,7 @@ import pytest
 from flax_xalign.tasks import registry
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import run_tasks
+from flax_xalign.runs import tasks as run_tasks
 from flax_xalign.run_spec import RunSpec, VocabularySpec
 from tests.testlib import tiny_encoder_config
 

@@ -1,4 +1,4 @@
-"""Re-registering the tasks a run was trained on, in a fresh process (evaluation).
+"""Re-registering the tasks a run was trained on, in a fresh process (`Run.register_tasks`).
 
 The run manifest records the definitions of its user-defined tasks
 (`RunSpec.task_definitions`: TextTask / TsvBitextTask / AlphaMixture / ...
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flax_xalign.errors import UserError
+from flax_xalign.run_dir import RunDir
 from flax_xalign.run_spec import RunSpec
 
 RELOCATE_SETTING = "evaluate.relocate"
@@ -84,14 +85,10 @@ def _missing_paths(args: Mapping[str, Any], splits: Sequence[str]) -> list[str]:
 
 def _run_vocabulary_file(run: RunSpec, model_dir: str, step: int | None) -> str | None:
   """The run's own copy of its vocabulary (the checkpoint's, else MODEL_DIR's), if it is there."""
-  from flax_xalign.training import checkpoints as checkpoints_lib
-
-  places = [os.path.join(model_dir, run.vocabulary.file)]
+  run_dir = RunDir(model_dir)
+  places = [run_dir.file(run.vocabulary.file)]
   if step is not None:
-    try:
-      places.insert(0, os.path.join(checkpoints_lib.step_assets_dir(model_dir, step), run.vocabulary.file))
-    except UserError:  # No checkpoints folder: MODEL_DIR's copy is all there is.
-      pass
+    places.insert(0, os.path.join(run_dir.step_assets(step), run.vocabulary.file))
   return next((p for p in places if os.path.isfile(p)), None)
 
 

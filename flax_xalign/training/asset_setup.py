@@ -9,19 +9,27 @@
 * a new run: files already in MODEL_DIR (written by `python -m
   flax_xalign.assets` or by hand), checked against the run; else `build(run)`.
 
+An asset built from another run's parameters (`Asset.source`, the induced
+dictionary's) gets that run opened here, `build(run, source=SourceRun)`:
+assets never open checkpoints themselves.
+
 It returns the manifest with the assets' initial fingerprints filled in and a
 `RunAssets` holding the values. `write(...)` then saves the files into
 MODEL_DIR; nothing is written before the whole run is known to be valid.
+This is orchestration around the assets (restore, load, build), so it lives
+beside `pretrain`, not in `assets/`.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
 from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.assets.runtime import RunAssets
+from flax_xalign.run_dir import RunDir
+from flax_xalign.training import checkpoints
+from flax_xalign.training.run_reader import SourceRun
 
 if TYPE_CHECKING:
   from flax_xalign.run_spec import RunSpec
@@ -33,7 +41,8 @@ def _load_or_build(asset: Asset, run: "RunSpec", model_dir: str) -> tuple[Any, s
     asset.check(value, run)
     return value, f"loaded from {model_dir}"
   start = time.perf_counter()
-  value = asset.build(run)
+  source = getattr(asset, "source", None)
+  value = asset.build(run, source=SourceRun.open(source)) if source else asset.build(run)
   return value, f"built in {time.perf_counter() - start:.1f} s"
 
 
@@ -55,8 +64,6 @@ def prepare(run: "RunSpec", assets: Mapping[str, Asset], *, model_dir: str,
     (the manifest with `assets` and `asset_options` as the run keeps them,
      RunAssets with the values).
   """
-  from flax_xalign.training import checkpoints
-
   values: dict[str, Any] = {}
   fingerprints: dict[str, Any] = {}
   notes: dict[str, str] = {}
@@ -100,5 +107,5 @@ def write(model_dir: str, run_assets: RunAssets) -> list[str]:
     if asset.fingerprint(values[name]) != dict(run_assets.run.assets.get(name, {})):
       continue  # A refreshed value is not the run's initial one; the checkpoints hold it.
     asset.save(model_dir, values[name])
-    written.extend(os.path.join(model_dir, f) for f in asset.files)
+    written.extend(RunDir(model_dir).file(f) for f in asset.files)
   return written

@@ -1,0 +1,54 @@
+"""Reading another finished run from inside training: the run a new one starts from.
+
+A warm start (`INIT_FROM_CHECKPOINT`) checks the source's manifest, and an
+asset built from another run's parameters (the induced dictionary's
+`source`) needs those parameters, while the new run is being assembled.
+`runs/` (the user-facing door, `Run.open`) sits above training, so this is
+the reading training may do: the manifest, and every saved parameter as it
+is, with no model rebuilt (training names no objective).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from flax_xalign import run_spec as run_spec_lib
+from flax_xalign.training import checkpoints as checkpoints_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceRun:
+  """Another run's manifest, and its parameters on demand (what an asset's `build(run, source=...)` reads).
+
+  Attributes:
+    path: the MODEL_DIR (or its checkpoints/ folder) as given.
+    step: the step read (the latest).
+    spec: its run manifest at that step.
+  """
+
+  path: str
+  step: int
+  spec: run_spec_lib.RunSpec
+
+  @classmethod
+  def open(cls, path: str) -> "SourceRun":
+    """Reads the latest step's manifest only; UserError when there is no checkpoint."""
+    step, meta = checkpoints_lib.read_checkpoint_meta(path)
+    return cls(path=path, step=step, spec=run_spec_lib.from_meta(meta, where=path))
+
+  def params(self) -> Any:
+    """Every parameter saved at `step`, replicated over the devices (nested dicts of arrays)."""
+    import jax
+    import orbax.checkpoint as ocp
+    from flax import traverse_util
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from flax_xalign.training import partitioning
+
+    directory = checkpoints_lib.checkpoints_dir(self.path)
+    with checkpoints_lib.open_reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
+      saved = traverse_util.flatten_dict(manager.item_metadata(self.step)[checkpoints_lib.STATE].tree["params"])
+    replicated = NamedSharding(partitioning.make_mesh(1), PartitionSpec())
+    abstract = {k: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=replicated) for k, m in saved.items()}
+    return checkpoints_lib.restore_params(self.path, traverse_util.unflatten_dict(abstract), step=self.step)
