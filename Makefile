@@ -90,7 +90,7 @@ test-aot: $(STAMP_TEST)
 bench: $(STAMP_BENCH)
 	$(PY) bench/train_throughput.py $(BENCH_ARGS)
 
-# Apache Beam (flax_xalign.data.cooc_beam) in an environment of its own: the
+# Apache Beam (flax_xalign.data.cooc.beam) in an environment of its own: the
 # `beam` extra needs protobuf < 7 and sentencepiece < 0.2.3, the main .venv
 # has protobuf 7 (setup.py says why). Measured here: ~3 min to install.
 VENV_BEAM ?= .venv-beam

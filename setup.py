@@ -142,7 +142,7 @@ EXTRAS_REQUIRE = {
         "transformers==5.23.0",
         "safetensors>=0.4",
     ],
-    # The Apache Beam co-occurrence pipeline (flax_xalign.data.cooc_beam), in
+    # The Apache Beam co-occurrence pipeline (flax_xalign.data.cooc.beam), in
     # an environment of its own (make test-beam: .venv-beam): apache-beam
     # 2.77 needs protobuf < 7 and pyarrow < 26, so this resolves protobuf
     # 6.33 / pyarrow 25 under tensorflow 2.21 (which allows >= 6.31.1), and
@@ -184,7 +184,7 @@ setuptools.setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     package_data={**{name: ["*.gin"] for name in _GIN_PACKAGES},
-                  # The Greek->English BLI gold lexicon (flax_xalign.data.lexicon).
+                  # The Greek->English BLI gold lexicon (flax_xalign.data.sources.lexicon).
                   "flax_xalign.data": ["lexicons/*.txt", "lexicons/*.md"]},
     include_package_data=False,
     install_requires=INSTALL_REQUIRES,

@@ -24,7 +24,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.config import EncoderConfig
 

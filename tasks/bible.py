@@ -1,4 +1,4 @@
-"""seqio tasks over the embedded Bible corpus (flax_xalign.data.bible).
+"""seqio tasks over the embedded Bible corpus (flax_xalign.data.sources.bible).
 
 =====================  ======================================  ===============
 name                   examples (one verse each)               languages
@@ -13,7 +13,7 @@ bible_grc_en_mlm_tlm   mixture of the three, rate n ** 0.7     en, grc
 Train sizes are 29,608 / 6,346 / 6,343 verses, so the mixture (rate n ** 0.7,
 n = training examples of the task, as in XLM) draws 59.5 % / 20.2 % / 20.2 %
 of its examples from them.
-Splits are whole books (see `flax_xalign.data.bible`). All tasks share one
+Splits are whole books (see `flax_xalign.data.sources.bible`). All tasks share one
 SentencePiece model, `bible_vocabulary(BIBLE_VOCAB_SIZE)`, trained on the
 training split the first time a dataset is built (not at import).
 
@@ -29,9 +29,8 @@ on the Bible (`{prefix}_en_mlm`, `{prefix}_grc_mlm`, `{prefix}_grc_en_tlm`,
 import dataclasses
 from typing import Dict, List
 
-from flax_xalign.data import bible as corpus
-from flax_xalign.data import vocab as vocab_lib
-
+from flax_xalign.data.sources import bible as corpus
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from . import registry
 from . import user
 

@@ -13,7 +13,7 @@ In gin (see gin_configs/experiments/code_switched_mixture.gin):
     CodeSwitchedTask.dictionary = %CODE_SWITCH_DICTIONARY
 
 The task reads the source's text (its loader), swaps each word found in the dictionary with
-probability `rate` (`flax_xalign.data.code_switch`: file formats, matching rules, seeding), then
+probability `rate` (`flax_xalign.data.transforms.code_switch`: file formats, matching rules, seeding), then
 tokenises it exactly as the source does (its vocabulary, language tag, text normaliser and id maps):
 examples stay monolingual MLM examples tagged with the source's language, so a mixture can hold the
 source, its code-switched copy, other monolingual tasks and bitext. The source may be any of our
@@ -31,8 +31,7 @@ from typing import Any
 import seqio
 
 from flax_xalign import errors
-from flax_xalign.data import code_switch as code_switch_lib
-
+from flax_xalign.data.transforms import code_switch as code_switch_lib
 from . import registry
 
 

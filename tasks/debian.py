@@ -1,7 +1,7 @@
 """seqio tasks over the LibreOffice help text built from Debian packages.
 
 Build the files first (`python -m flax_xalign.debian_data --output=DIR`, see
-`flax_xalign.data.debian`), then register, e.g. from gin:
+`flax_xalign.data.sources.debian`), then register, e.g. from gin:
 
     DebianTasks(data_dir="/data/debian", languages=("de", "fr", "hi")).register()
 
@@ -26,7 +26,7 @@ round((C_max / C_l) ** 0.5) times, C = characters (on the full Debian 12 build: 
 times, Chinese and Japanese twice, the others once; 32k pieces train in ~11 s on 2 cores).
 
 Importing this module registers the default tasks when the default folder
-(<data dir>/debian, `flax_xalign.data.paths`) holds a build; otherwise nothing is
+(<data dir>/debian, `flax_xalign.data.sources.paths`) holds a build; otherwise nothing is
 registered, and `DebianTasks(...).register()` stops with a UserError naming the builder
 command.
 """
@@ -41,9 +41,9 @@ import time
 from collections.abc import Sequence
 
 from flax_xalign import errors
-from flax_xalign.data import paths
-from flax_xalign.data import vocab as vocab_lib
-from flax_xalign.data.debian import SPLITS
+from flax_xalign.data.sources import paths
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
+from flax_xalign.data.sources.debian import SPLITS
 from flax_xalign.fileio import write_atomically
 
 from . import registry, user
@@ -145,7 +145,7 @@ class DebianTasks:
     vocab_size: pieces of the trained model (ignored with `vocabulary_path`).
     alpha: the mixture's exponent (rates n ** alpha).
     prefix: names are `{prefix}_en`, `{prefix}_<lang>`, `{prefix}_en_<lang>`, `{prefix}_mlm_tlm`.
-    normalize: text normaliser before tokenising (`flax_xalign.data.normalize`).
+    normalize: text normaliser before tokenising (`flax_xalign.data.vocab.normalize`).
   """
   data_dir: str = ""
   languages: Sequence[str] = ()

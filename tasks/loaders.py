@@ -15,8 +15,7 @@ import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
-from flax_xalign.data import normalize as normalize_lib
-
+from flax_xalign.data.vocab import normalize as normalize_lib
 Loader = Callable[[str], Mapping[str, Sequence[str]]]
 # Longest text (one side of a pair) tokenised whole; longer ones are cut first. A row keeps at most
 # L - 2 tokens and a SentencePiece piece spans at most 16 characters (its max_piece_length), so the
@@ -121,7 +120,7 @@ def tokenize_and_tag(dataset: tf.data.Dataset,
                      normalize: str = "") -> tf.data.Dataset:
   """Preprocessor: text (and text_b) -> tokens, tokens_b, lang, lang_b.
 
-  `normalize` names a text normaliser (`flax_xalign.data.normalize`) applied
+  `normalize` names a text normaliser (`flax_xalign.data.vocab.normalize`) applied
   to both sides before tokenisation; "" leaves the text as it is. `id_maps`
   optionally re-map each side's token ids (a [V] int table, e.g. a synthetic
   language's transliteration id -> id + V) after tokenisation.

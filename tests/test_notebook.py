@@ -62,7 +62,7 @@ def imported_dir(tmp_path_factory, bible_data_dir):
   import flax.linen as nn
   import jax
 
-  from flax_xalign.data import vocab
+  from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import Encoder
   from flax_xalign.objectives.pretraining import PretrainingModel
@@ -82,7 +82,7 @@ def imported_dir(tmp_path_factory, bible_data_dir):
 
 @pytest.fixture(scope="module")
 def synthetic_dir(tmp_path_factory, bible_data_dir):
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
   from flax_xalign.tasks import synthetic
   from flax_xalign.training.checkpoints import CheckpointConfig
   from flax_xalign.training.optimizer import OptimizerConfig

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from flax_xalign import run_spec
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from tests.testlib import tiny_encoder_config
 

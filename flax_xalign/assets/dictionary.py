@@ -20,11 +20,11 @@ import numpy as np
 
 from flax_xalign.assets import registry
 from flax_xalign.assets.base import Asset, Value
-from flax_xalign.data import dictionary as dictionary_lib
+from flax_xalign.data.transforms import dictionary as dictionary_lib
 from flax_xalign.errors import UserError
 
 if TYPE_CHECKING:
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
   from flax_xalign.run_spec import RunSpec
 
 DEFAULT_RATE = 0.25

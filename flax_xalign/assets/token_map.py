@@ -21,7 +21,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
 
 if TYPE_CHECKING:
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
   from flax_xalign.run_spec import RunSpec
 
 TOKEN_MAP_FILE = "token_map.npz"

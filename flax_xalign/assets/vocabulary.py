@@ -7,7 +7,7 @@ run tokenised with, and the run manifest records its kind, its hash, the
 number of ids the model sees and the special ids. Evaluation and the aligner
 load it from there, not from the task registry or a path in config.gin.
 
-Our SentencePiece layout (`flax_xalign.data.vocab`), an imported XLM-R
+Our SentencePiece layout (`flax_xalign.data.vocab.sentencepiece`), an imported XLM-R
 SentencePiece model and an imported BERT WordPiece vocabulary are instances
 of the same record; `SpecialTokens` differs, and `kind` says how to read the
 file. The synthetic languages' doubled vocabulary (2V ids over a V-piece
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flax_xalign.assets.base import Asset, Value
-from flax_xalign.data.specials import SpecialTokens, special_tokens_of
+from flax_xalign.data.vocab.specials import SpecialTokens, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
 
@@ -63,7 +63,7 @@ def model_bytes(vocabulary: Any) -> bytes:
   if not data:
     raise UserError(f"vocabulary {vocabulary} is not SentencePiece-based; flax_xalign runs need a "
                     "SentencePiece model (train one with `python -m flax_xalign.data.vocab`) or a "
-                    "WordPiece vocab.txt (`flax_xalign.data.wordpiece.WordPieceVocabulary`).")
+                    "WordPiece vocab.txt (`flax_xalign.data.vocab.wordpiece.WordPieceVocabulary`).")
   return bytes(data)
 
 
@@ -225,7 +225,7 @@ def load_run_vocabulary(directory: str, spec: "VocabularySpec") -> Any:
                     "from checkpoints/<step>/assets/.")
   if spec.kind == WORDPIECE:
     return _load_wordpiece(path, spec)
-  from flax_xalign.data.vocab import TextVocabulary  # Special spellings in text stay text.
+  from flax_xalign.data.vocab.sentencepiece import TextVocabulary  # Special spellings in text stay text.
 
   vocabulary = TextVocabulary(path, extra_ids=0)
   if spec.factor == 1:
@@ -236,7 +236,7 @@ def load_run_vocabulary(directory: str, spec: "VocabularySpec") -> Any:
 
 
 def _load_wordpiece(path: str, spec: "VocabularySpec") -> Any:
-  from flax_xalign.data.wordpiece import WordPieceVocabulary
+  from flax_xalign.data.vocab.wordpiece import WordPieceVocabulary
 
   if spec.factor != 1:
     raise UserError(f"the run manifest records a WordPiece vocabulary with factor={spec.factor}; only "

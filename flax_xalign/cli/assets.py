@@ -23,7 +23,7 @@ from flax_xalign.cli import common
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  code, run = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="train", assets_only=True)
+  code, run = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="train_job", assets_only=True)
   if code == 0:
     for name, fingerprint in sorted(run.assets.items()):
       print(f"  {name}: version {fingerprint.get('version')}, sha256 {str(fingerprint.get('sha256'))[:16]}…")

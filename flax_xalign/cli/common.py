@@ -10,12 +10,18 @@ with 2 from `errors.ArgumentParser`.
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from flax_xalign import errors
 from flax_xalign.cli._process import setup_process
+
+# The run directory's flag: one spelling in every argparse command (gin commands bind MODEL_DIR);
+# `--checkpoint`, the older spelling of align, bli, retrieval, export_hf and trim, is still accepted.
+MODEL_DIR_FLAG, OLD_MODEL_DIR_FLAG = "--model_dir", "--checkpoint"
 
 
 def argv_of(argv: Sequence[str] | None) -> list[str]:
@@ -36,3 +42,18 @@ def gin_main(argv: Sequence[str] | None, *, description: str, configurable: str,
   from flax_xalign import gin_cli
 
   return gin_cli.run(argv_of(argv), description=description, configurable=configurable, **kwargs)
+
+
+def add_model_dir_flag(parser: argparse.ArgumentParser, *, help: str, required: bool = True,  # noqa: A002
+                       default: str | None = None) -> None:
+  """`--model_dir` (alias `--checkpoint`), read as `args.model_dir`."""
+  parser.add_argument(MODEL_DIR_FLAG, OLD_MODEL_DIR_FLAG, dest="model_dir", metavar="MODEL_DIR",
+                      required=required, default=default, help=f"{help} (also accepted as {OLD_MODEL_DIR_FLAG})")
+
+
+def existing_model_dir(path: str) -> str:
+  """`path`, or a UserError when it is not a directory (before anything tries to read a run there)."""
+  if not os.path.isdir(path):
+    raise errors.UserError(f"{MODEL_DIR_FLAG} {path} is not a directory; pass a MODEL_DIR written by "
+                           "python -m flax_xalign.train or an import.")
+  return path

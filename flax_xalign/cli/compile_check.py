@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import inspect
 import json
 import os
 import re
@@ -47,7 +46,7 @@ def xlmr_vocabulary(data_dir: str | None = None) -> str:
   pinned file interop/e5_small.py verifies; fetched if it is not cached.
   Bound in gin as `BibleTasks.vocabulary_path = @xlmr_vocabulary()`.
   """
-  from flax_xalign.data import paths
+  from flax_xalign.data.sources import paths
   from flax_xalign.fileio import write_atomically
   from flax_xalign.interop import e5_small
 
@@ -84,13 +83,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train_kwargs(objectives: str) -> dict[str, Any]:
-  """pretrain()'s arguments as the parsed gin configuration binds them (defaults for the rest)."""
+  """The TrainConfig fields as the parsed gin configuration binds them (defaults for the rest)."""
   import gin
 
-  from flax_xalign.training.pretrain import pretrain
+  from flax_xalign.training import config as train_config
 
-  kwargs = {name: p.default for name, p in inspect.signature(pretrain).parameters.items()
-            if p.default is not inspect.Parameter.empty}
+  kwargs = train_config.defaults()
   for name, value in gin.get_bindings("flax_xalign.train", resolve_references=False).items():
     if name in NOT_NEEDED:
       continue  # `%gin.REQUIRED` in runs/pretrain.gin; the check has no MODEL_DIR.
@@ -146,8 +144,8 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
     print(f"[compile_check] {line}", flush=True)
 
   log(f"resolving {kw['mixture_or_task_name']} and objectives {dict(kw['objectives'])}")
-  assembly = pretrain_lib.assemble(**{name: kw[name] for name in inspect.signature(pretrain_lib.assemble).parameters
-                                      if name in kw})
+  # The check has no MODEL_DIR (assemble never reads it).
+  assembly = pretrain_lib.assemble(pretrain_lib.TrainConfig(**{"model_dir": "", **kw}))
   model, run = assembly.model, assembly.run
   log(f"{topology.chips} {topology.generation} chips ({topology.name} x {topology.num_slices} slice(s)): "
       "describing the devices with libtpu")

@@ -1,4 +1,4 @@
-r"""The command of the Beam co-occurrence pipeline (the pipeline itself: `flax_xalign.data.cooc_beam`).
+r"""The command of the Beam co-occurrence pipeline (the pipeline itself: `flax_xalign.data.cooc.beam`).
 
   python -m flax_xalign.data.cooc_beam --task=NAME --output=DIR [--window=2] [--split=train] \
       [--languages=de,en] [--reference_language=en] [--drop_diagonal] [--shards=16] [--buckets=64] \
@@ -7,7 +7,7 @@ r"""The command of the Beam co-occurrence pipeline (the pipeline itself: `flax_x
 
 (`python -m flax_xalign.cli.cooc_beam` is the same command.) Flags it does not
 know are Beam pipeline options, passed through. The pipeline's functions are
-used from `flax_xalign.data.cooc_beam`, imported by name, so Beam pickles
+used from `flax_xalign.data.cooc.beam`, imported by name, so Beam pickles
 them under a module its workers can import; it is imported inside the
 functions, after the process set-up, since it brings in TensorFlow.
 """
@@ -26,8 +26,7 @@ from flax_xalign.errors import ArgumentParser, UserError
 
 def _text_inputs(specs: Sequence[str]) -> list[tuple[str, str]]:
   """[(path, language code)] of --text FILE:LANG flags; files local or on any Beam filesystem."""
-  from flax_xalign.data import cooc_beam
-
+  from flax_xalign.data.cooc import beam as cooc_beam
   inputs = []
   for spec in specs:
     path, sep, lang = spec.rpartition(":")
@@ -41,8 +40,7 @@ def _text_inputs(specs: Sequence[str]) -> list[tuple[str, str]]:
 
 def _path(path: str) -> str:
   """An absolute local path (as the local command records it); remote paths unchanged."""
-  from flax_xalign.data import cooc_beam
-
+  from flax_xalign.data.cooc import beam as cooc_beam
   beam = cooc_beam.beam
   if beam is not None and beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file"):
     return path
@@ -51,8 +49,8 @@ def _path(path: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
   """(our flags, the rest: Beam pipeline options such as --runner, passed through)."""
-  from flax_xalign.data import cooc, cooc_beam
-
+  from flax_xalign.data import cooc
+  from flax_xalign.data.cooc import beam as cooc_beam
   parser = ArgumentParser(prog="python -m flax_xalign.data.cooc_beam", allow_abbrev=False,
                           description=cooc_beam.__doc__.split("\n")[0])
   parser.add_argument("--task", help="a registered seqio task or mixture to count")
@@ -75,8 +73,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
 
 
 def _check(args: argparse.Namespace) -> None:
-  from flax_xalign.data import cooc_beam
-
+  from flax_xalign.data.cooc import beam as cooc_beam
   if bool(args.task) == bool(args.text):
     raise UserError("count either a task (--task=NAME) or text files (--text=FILE:LANG --vocabulary=MODEL).")
   if not args.output:
@@ -93,8 +90,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(argv: Sequence[str] | None = None) -> Any:
   """Builds and runs the pipeline of a command line; returns the finished `PipelineResult`."""
-  from flax_xalign.data import cooc, cooc_beam
-
+  from flax_xalign.data import cooc
+  from flax_xalign.data.cooc import beam as cooc_beam
   args, beam_args = parse_args(argv)
   _check(args)
   cooc_beam.require_beam()

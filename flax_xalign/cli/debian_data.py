@@ -11,13 +11,13 @@ set) or unpacked into a folder without root:
   python -m flax_xalign.debian_data --root=ROOT --output=DIR
 
 It installs nothing: missing packages are named with the exact `apt-get install` line. Languages
-and their packages (English is the pivot; `flax_xalign.data.debian.LANGUAGES`):
+and their packages (English is the pivot; `flax_xalign.data.sources.debian.LANGUAGES`):
 
   help     libreoffice-help-{en-us,de,fr,es,ru,zh-cn,ja,hi}      (no Arabic help in Debian 12)
   gettext  libreoffice-l10n-{de,fr,es,ru,zh-cn,ja,hi,ar}
   dict     dict-freedict-eng-{deu,fra,hin,ara}, trans-de-en       (none for es, ru, zh, ja)
 
-Writes under DIR (default <data dir>/debian, see `flax_xalign.data.paths`):
+Writes under DIR (default <data dir>/debian, see `flax_xalign.data.sources.paths`):
 
   help/<lang>.<split>.txt             one paragraph per line (en included), split train/validation/test
   help_bitext/en-<lang>.<split>.tsv   English<TAB>translation, aligned by help paragraph id
@@ -29,7 +29,7 @@ Writes under DIR (default <data dir>/debian, see `flax_xalign.data.paths`):
   manifest.json                       package versions, counts, rules
 
 Rules (splits by paragraph-id hash shared by all languages, untranslated text dropped,
-placeholders): `flax_xalign.data.debian`. Prints progress lines, a table of counts per
+placeholders): `flax_xalign.data.sources.debian`. Prints progress lines, a table of counts per
 language, and a last line of JSON. Register tasks over DIR with
 `flax_xalign.tasks.debian.DebianTasks(data_dir=DIR)`.
 """
@@ -42,7 +42,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from flax_xalign.data import debian, paths
+from flax_xalign.data.sources import debian
+
+from flax_xalign.data.sources import paths
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser, UserError
 

@@ -1,4 +1,4 @@
-"""Builds the Greek->English MUSE lexicon from the manual alignments (the library: `flax_xalign.data.lexicon`).
+"""Builds the Greek->English MUSE lexicon from the manual alignments (the library: `flax_xalign.data.sources.lexicon`).
 
   python -m flax_xalign.data.lexicon --output=grc-en.train.txt [--min_count=2] [--split=train]
 
@@ -16,8 +16,8 @@ from flax_xalign.errors import ArgumentParser
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  from flax_xalign.data import bible, lexicon
-
+  from flax_xalign.data.sources import bible
+  from flax_xalign.data.sources import lexicon
   parser = ArgumentParser(prog="python -m flax_xalign.data.lexicon",
                           description="Builds the Greek->English MUSE lexicon from the manual alignments.")
   parser.add_argument("--output", required=True, help="MUSE file to write (source target per line)")
@@ -28,7 +28,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-  from flax_xalign.data import lexicon
+  from flax_xalign.data.sources import lexicon
   from flax_xalign.fileio import write_atomically
 
   rows = lexicon.greek_english_lexicon(args.split, min_count=args.min_count)

@@ -1,4 +1,4 @@
-r"""Trains a SentencePiece model with flax_xalign's special ids (the library: `flax_xalign.data.vocab`).
+r"""Trains a SentencePiece model with flax_xalign's special ids (the library: `flax_xalign.data.vocab.sentencepiece`).
 
   python -m flax_xalign.data.vocab --input=a.txt --input=b.txt \
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
@@ -19,8 +19,7 @@ from flax_xalign.errors import ArgumentParser, UserError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   parser = ArgumentParser(
       prog="python -m flax_xalign.data.vocab",
       description="Train a SentencePiece model with flax_xalign's special ids.")
@@ -50,8 +49,7 @@ def _read_lines(files: Sequence[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> str:
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   path = vocab.train_sentencepiece(
       _read_lines(args.input), vocab_size=args.vocab_size,
       model_path=args.output + ".model", model_type=args.model_type,

@@ -52,9 +52,9 @@ import seqio
 import tensorflow as tf
 
 from flax_xalign import errors
-from flax_xalign.data.specials import check_pair_layout
-from flax_xalign.data.specials import PROJECT
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import check_pair_layout
+from flax_xalign.data.vocab.specials import PROJECT
+from flax_xalign.data.vocab.specials import SpecialTokens
 
 MODEL_FEATURE_KEYS = ("tokens", "lang_ids", "segment_ids", "positions",
                       "pair_side")
@@ -119,7 +119,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     self.languages = tuple(sorted(set(languages)))
     if not isinstance(specials, SpecialTokens):
       raise errors.UserError(
-          f"specials must be a flax_xalign.data.specials.SpecialTokens, got "
+          f"specials must be a flax_xalign.data.vocab.specials.SpecialTokens, got "
           f"{specials!r}.")
     self.specials = specials
     check_pair_layout(pair_layout, where="train.pair_layout")

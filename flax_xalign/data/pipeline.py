@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from flax_xalign import errors
 from flax_xalign.data import feature_converter
-from flax_xalign.data.specials import PROJECT, SpecialTokens
+from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens
 
 Provider = Union[seqio.Task, seqio.Mixture]
 

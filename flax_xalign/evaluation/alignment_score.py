@@ -29,7 +29,7 @@ import numpy as np
 
 from flax_xalign import ops
 from flax_xalign.assets.synthetic import token_map_of
-from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.vocab.specials import PROJECT
 
 
 def _dictionary_value(dictionary: Any) -> dict[str, np.ndarray] | None:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from flax_xalign.data.specials import SpecialTokens, check_pair_layout, special_tokens_of
+from flax_xalign.data.vocab.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation.transfer_data import LabelledSentence, SentencePair, TaggedSentence
 

@@ -306,8 +306,7 @@ def bible_corpus(split: str = "test", *, max_pairs: int | None = None,
     (pairs: every NT verse pair, scored: indices into `pairs` of the split's
     first `max_pairs` verses, sure: their gold sure links, in that order).
   """
-  from flax_xalign.data import bible
-
+  from flax_xalign.data.sources import bible
   if split not in bible.SPLITS:
     raise UserError(f"unknown split {split!r} of the Bible corpus; use one of {', '.join(bible.SPLITS)}.")
   verses = sorted((g for s in bible.SPLITS for g in bible.gold_alignments(s, data_dir=data_dir)),

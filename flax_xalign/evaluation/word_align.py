@@ -40,7 +40,7 @@ so each is encoded as if alone; this needs the "restart" layout). A model traine
 TLM-style pairs suits "joint"; a sentence encoder such as multilingual-e5
 aligns far better with "separate".
 
-`normalize` names a text normaliser (`flax_xalign.data.normalize`, e.g.
+`normalize` names a text normaliser (`flax_xalign.data.vocab.normalize`, e.g.
 "nfd_strip_marks" for polytonic Greek) applied to each word before it is
 tokenised; use the one the model's training text went through. Word indices
 always refer to the words as given.
@@ -72,8 +72,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_xalign import ops
-from flax_xalign.data import normalize as normalize_lib
-from flax_xalign.data.specials import SpecialTokens, check_pair_layout, special_tokens_of
+from flax_xalign.data.vocab import normalize as normalize_lib
+from flax_xalign.data.vocab.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer
 from flax_xalign.run_spec import RunSpec
@@ -249,7 +249,7 @@ class WordAligner:
     options: the AlignmentSolver (similarity, method hyperparameters).
     specials: the vocabulary's special ids; by default read from `vocabulary`.
     normalize: the text normaliser applied to each word before tokenising
-      (`flax_xalign.data.normalize.NORMALIZERS`; "" for none).
+      (`flax_xalign.data.vocab.normalize.NORMALIZERS`; "" for none).
     encoding: "joint" (one attention segment per pair) or "separate" (each
       side its own segment); see the module docstring.
     pair_layout: "restart" (`<s> a </s> <s> b </s>`) or "continuous"
@@ -479,8 +479,7 @@ def bible_gold(split: str = "test", *, max_pairs: int | None = None,
 
   Greek is side a (source), English side b, as in the `bible_grc_en_tlm` task.
   """
-  from flax_xalign.data import bible
-
+  from flax_xalign.data.sources import bible
   gold = bible.gold_alignments(split, data_dir=data_dir)[:max_pairs]
   return [(g.greek, g.english) for g in gold], [frozenset(g.sure) for g in gold]
 
@@ -492,8 +491,7 @@ def export_bible_gold(split: str, directory: str, *, data_dir: str | None = None
   `grc_en.<split>.pharaoh`: the sure links `i-j` per line), with the corpus's
   licence notice beside them (`grc_en.NOTICE`).
   """
-  from flax_xalign.data import bible
-
+  from flax_xalign.data.sources import bible
   pairs, sure = bible_gold(split, data_dir=data_dir)
   tsv = os.path.join(directory, f"grc_en.{split}.tsv")
   gold = os.path.join(directory, f"grc_en.{split}.pharaoh")

@@ -42,7 +42,7 @@ import tempfile
 from typing import Any, Callable, NamedTuple, Sequence
 
 
-from flax_xalign.data import wheels
+from flax_xalign.data.sources import wheels
 from flax_xalign.errors import UserError
 from flax_xalign.interop.progress import Progress
 from flax_xalign.interop import e5_format
@@ -186,7 +186,7 @@ def sentencepiece_model(file: e5_format.E5File) -> bytes:
 
 def load_vocabulary(model: bytes, directory: str) -> Any:
   """Writes the model as `directory/vocabulary.model`; returns its seqio vocabulary."""
-  from flax_xalign.data.vocab import TextVocabulary  # Special spellings in text stay text.
+  from flax_xalign.data.vocab.sentencepiece import TextVocabulary  # Special spellings in text stay text.
 
   path = os.path.join(directory, "vocabulary.model")
   with open(path, "wb") as f:

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.interop.hf_tokenizers import (  # noqa: F401  (their old import path is this module)
     SENTENCEPIECE_FILE,

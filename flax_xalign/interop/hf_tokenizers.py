@@ -11,7 +11,7 @@ Tokenizers. The model's ids are the vocabulary's ids:
   writes it back for export (`export_hf` re-orders other vocabularies' ids
   into fairseq's order first).
 * A BERT directory carries `vocab.txt` (WordPiece), read by
-  `flax_xalign.data.wordpiece.WordPieceVocabulary`.
+  `flax_xalign.data.vocab.wordpiece.WordPieceVocabulary`.
 """
 
 from __future__ import annotations
@@ -117,11 +117,11 @@ def load_hf_vocabulary(path, *, scratch_dir: str) -> Any:
 
   Returns:
     a `seqio.SentencePieceVocabulary` (XLM-R) or a
-    `flax_xalign.data.wordpiece.WordPieceVocabulary` (BERT).
+    `flax_xalign.data.vocab.wordpiece.WordPieceVocabulary` (BERT).
   """
   path = os.fspath(path)
   if tokenizer_kind(path) == "sentencepiece":
-    from flax_xalign.data.vocab import TextVocabulary
+    from flax_xalign.data.vocab.sentencepiece import TextVocabulary
 
     with open(os.path.join(path, SENTENCEPIECE_FILE), "rb") as f:
       rebuilt = model_order_sentencepiece(f.read())
@@ -129,7 +129,7 @@ def load_hf_vocabulary(path, *, scratch_dir: str) -> Any:
     with open(target, "wb") as f:
       f.write(rebuilt)
     return TextVocabulary(target, extra_ids=0)
-  from flax_xalign.data.wordpiece import WordPieceVocabulary
+  from flax_xalign.data.vocab.wordpiece import WordPieceVocabulary
 
   settings = os.path.join(path, "tokenizer_config.json")
   lower_case = True  # BertTokenizer's default

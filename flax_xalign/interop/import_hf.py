@@ -24,7 +24,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Sequence
 
-from flax_xalign.data.wheels import sha256_of
+from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
 from flax_xalign.interop.progress import Progress
 

@@ -73,7 +73,7 @@ from flax.linen import partitioning as flax_partitioning
 from flax_xalign.assets.base import Asset
 from flax_xalign.assets.runtime import RunAssets
 from flax_xalign.data.feature_converter import XAlignFeatureConverter
-from flax_xalign.data.specials import PROJECT, SpecialTokens
+from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder

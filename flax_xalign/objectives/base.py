@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, 
 import jax
 import jax.numpy as jnp
 
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.masking import MaskedTokens
 

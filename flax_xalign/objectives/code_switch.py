@@ -61,7 +61,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_xalign import ops
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, id_table, register

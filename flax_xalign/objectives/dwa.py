@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_xalign import ops
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder

@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_xalign.data.specials import SpecialTokens
+from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.base import Batch, LossTerm, ObjectiveBase, StepContext, register
 from flax_xalign.objectives.masking import MaskedTokens

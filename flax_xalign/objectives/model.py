@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from flax_xalign.data.specials import PROJECT, SpecialTokens
+from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 # The package's __init__ registers every built-in objective before this

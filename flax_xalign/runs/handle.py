@@ -131,8 +131,7 @@ class Run:
     from flax_xalign.assets.vocabulary import load_run_vocabulary
 
     if path:
-      from flax_xalign.data import vocab as vocab_lib
-
+      from flax_xalign.data.vocab import sentencepiece as vocab_lib
       vocabulary = vocab_lib.load_vocabulary(path)
       if hashlib.sha256(vocabulary.sp_model).hexdigest() != self.spec.vocabulary.sha256:
         raise UserError(f"{path} is not the vocabulary {self.dir.path} was trained with (sha256 "

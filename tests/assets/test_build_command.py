@@ -11,8 +11,7 @@ import numpy as np
 
 from flax_xalign import train as train_main
 from flax_xalign.cli import assets as assets_main
-from flax_xalign.data import dictionary as dictionary_lib
-
+from flax_xalign.data.transforms import dictionary as dictionary_lib
 V = 211
 
 

@@ -9,7 +9,7 @@ import sentencepiece as spm
 
 from flax_xalign.assets import lang_vocab as lv
 from flax_xalign.assets import registry
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
 from flax_xalign.run_spec import RunSpec
 from tests.testlib import register_synthetic_afresh, tiny_encoder_config

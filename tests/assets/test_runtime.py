@@ -5,7 +5,7 @@ import numpy as np
 
 from flax_xalign.assets.runtime import RunAssets
 from flax_xalign.assets.synthetic import SyntheticDictionary
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import PretrainingModel
 from flax_xalign.training import partitioning

@@ -13,8 +13,8 @@ import pytest
 
 from flax_xalign.assets import check_fingerprint
 from flax_xalign.assets.vocabulary import VocabularyAsset, load_run_vocabulary, spec_of
-from flax_xalign.data.specials import SpecialTokens, special_tokens_of
-from flax_xalign.data.wordpiece import WordPieceVocabulary
+from flax_xalign.data.vocab.specials import SpecialTokens, special_tokens_of
+from flax_xalign.data.vocab.wordpiece import WordPieceVocabulary
 from flax_xalign.errors import UserError
 from flax_xalign.run_spec import RunSpec, VocabularySpec
 from tests.testlib import tiny_encoder_config

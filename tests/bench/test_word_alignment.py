@@ -23,8 +23,7 @@ def load_bench():
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory, tiny_corpus):
   """A demo MODEL_DIR holding only cold/: a random tiny model on the toy vocabulary, Greek-English manifest."""
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   root = tmp_path_factory.mktemp("demo")
   _, params = init_model()
   write_checkpoint(root / "cold", params, vocab.load_vocabulary(tiny_corpus["vocab"]), task="gone_bible",

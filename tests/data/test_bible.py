@@ -7,9 +7,7 @@ import sys
 import pytest
 
 from flax_xalign import errors
-from flax_xalign.data import bible
-
-
+from flax_xalign.data.sources import bible
 @pytest.fixture(scope="module")
 def data(bible_data_dir):
   del bible_data_dir  # Sets $FLAX_XALIGN_DATA_DIR.

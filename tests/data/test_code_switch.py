@@ -1,4 +1,4 @@
-"""Code-switching by a bilingual dictionary (flax_xalign.data.code_switch): reader, reference, tf map."""
+"""Code-switching by a bilingual dictionary (flax_xalign.data.transforms.code_switch): reader, reference, tf map."""
 
 import random
 import unicodedata
@@ -8,9 +8,7 @@ import pytest
 import tensorflow as tf
 
 from flax_xalign import errors
-from flax_xalign.data import code_switch as cs
-
-# Source words in several spellings (case, accents, punctuation) and their translations; a
+from flax_xalign.data.transforms import code_switch as cs  # Source words in several spellings (case, accents, punctuation) and their translations; a
 # source may have several translations, and "Hund" / "hund" pool theirs under the lowercase key.
 DICTIONARY = {
     "der": ("the",), "die": ("the",), "hund": ("dog", "hound"), "Hund": ("canine",),

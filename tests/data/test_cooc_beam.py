@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from flax_xalign.cli import cooc_beam as cooc_beam_cli
-from flax_xalign.data import cooc, cooc_beam
+from flax_xalign.data import cooc
+from flax_xalign.data.cooc import beam as cooc_beam
 from tests.data.cooc_reference import table_as_dict, brute_table
 
 

@@ -1,4 +1,4 @@
-"""Tests for the Debian-package readers and builder (flax_xalign.data.debian, debian_data CLI).
+"""Tests for the Debian-package readers and builder (flax_xalign.data.sources.debian, debian_data CLI).
 
 The parsers run on small files written here by hand (a .mo laid out with struct from the GNU
 format description, a dictd index with base-64 numbers computed by hand, help pages); the real
@@ -16,7 +16,7 @@ import struct
 import pytest
 
 from flax_xalign import debian_data
-from flax_xalign.data import debian
+from flax_xalign.data.sources import debian
 from flax_xalign.errors import UserError
 
 

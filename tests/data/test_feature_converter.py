@@ -9,8 +9,7 @@ import tensorflow as tf
 
 from flax_xalign import errors
 from flax_xalign.data import feature_converter as fc
-from flax_xalign.data import specials
-
+from flax_xalign.data.vocab import specials
 S, E = 3, 1  # <s>, </s>
 
 

@@ -18,8 +18,8 @@ from sentencepiece import sentencepiece_model_pb2
 
 from flax_xalign import tasks
 from flax_xalign.data import pipeline
-from flax_xalign.data import vocab
-from flax_xalign.data.specials import PROJECT, SpecialTokens, special_tokens_of
+from flax_xalign.data.vocab import sentencepiece as vocab
+from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens, special_tokens_of
 from flax_xalign.tasks import user
 
 LENGTH = 23  # Odd, and short enough that rows hold several examples and pairs get trimmed.

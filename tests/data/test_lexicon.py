@@ -4,9 +4,8 @@ import pytest
 
 from flax_xalign import errors
 from flax_xalign.cli import lexicon as lexicon_cli
-from flax_xalign.data import bible, lexicon
-
-
+from flax_xalign.data.sources import bible
+from flax_xalign.data.sources import lexicon
 def _verse(greek, english, sure):
   return bible.GoldAlignment(verse_id="40001001", greek=tuple(greek), english=tuple(english), sure=tuple(sure))
 

@@ -1,4 +1,4 @@
-"""flax_xalign.data.normalize: the Python and TensorFlow normalisers agree."""
+"""flax_xalign.data.vocab.normalize: the Python and TensorFlow normalisers agree."""
 
 import unicodedata
 
@@ -6,8 +6,7 @@ import pytest
 import tensorflow as tf
 
 from flax_xalign import errors
-from flax_xalign.data import normalize
-
+from flax_xalign.data.vocab import normalize
 LATIN = ["Café naïve résumé à la façon d'Ångström", "Ελληνικά: ἄνθρωπος, ᾠδή, Ἰησοῦς",
          "ΟΔΟΣ ΛΟΓΟΣ Σ", "İstanbul Straße ǅemal", "ﬁne ① Ⅻ ｶﾀｶﾅ ＡＢＣ", "한국어 텍스트",
          "e\u0301 o\u0308 n\u0303 (combining)", "plain ascii, already stripped", "", " ", "\u200b"]
@@ -15,8 +14,7 @@ LATIN = ["Café naïve résumé à la façon d'Ångström", "Ελληνικά: �
 
 @pytest.fixture(scope="module")
 def sample(bible_data_dir):
-  from flax_xalign.data import bible
-
+  from flax_xalign.data.sources import bible
   verses = [text for _, text in bible.greek_verses("test", data_dir=bible_data_dir)]
   assert len(verses) > 100
   stripped = [normalize.normalize_text(v, "nfd_strip_marks") for v in verses[:50]]

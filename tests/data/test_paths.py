@@ -1,10 +1,8 @@
-"""Tests for flax_xalign.data.paths."""
+"""Tests for flax_xalign.data.sources.paths."""
 
 import pathlib
 
-from flax_xalign.data import paths
-
-
+from flax_xalign.data.sources import paths
 def test_explicit_dir_wins(monkeypatch, tmp_path):
   monkeypatch.setenv("FLAX_XALIGN_DATA_DIR", str(tmp_path / "d"))
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))

@@ -7,7 +7,7 @@ import tensorflow as tf
 from flax_xalign import errors
 from flax_xalign import tasks
 from flax_xalign.data import pipeline
-from flax_xalign.data import specials
+from flax_xalign.data.vocab import specials
 from flax_xalign.tasks import user
 
 L = 13

@@ -1,10 +1,9 @@
-"""Tests for flax_xalign.data.readers: POS, NER and sentence-pair files."""
+"""Tests for flax_xalign.data.sources.readers: POS, NER and sentence-pair files."""
 
 import pytest
 
 from flax_xalign import errors
-from flax_xalign.data import readers
-
+from flax_xalign.data.sources import readers
 CONLLU = """\
 # sent_id = 1
 # text = Ἐν ἀρχῇ ἦν

@@ -1,12 +1,10 @@
-"""Tests for flax_xalign.data.syntax: CoNLL-U and the T_syn reordering."""
+"""Tests for flax_xalign.data.transforms.syntax: CoNLL-U and the T_syn reordering."""
 
 import numpy as np
 import pytest
 
 from flax_xalign import errors
-from flax_xalign.data import syntax
-
-
+from flax_xalign.data.transforms import syntax
 def conllu(rows, comments=()):
   """CoNLL-U lines from (form, upos, head, deprel) rows."""
   lines = list(comments)

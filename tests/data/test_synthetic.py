@@ -1,13 +1,12 @@
-"""Tests for flax_xalign.data.synthetic: derived languages."""
+"""Tests for flax_xalign.data.transforms.synthetic: derived languages."""
 
 import numpy as np
 import pytest
 
 from flax_xalign import errors
-from flax_xalign.data import specials
-from flax_xalign.data import syntax
-from flax_xalign.data import synthetic
-
+from flax_xalign.data.vocab import specials
+from flax_xalign.data.transforms import syntax
+from flax_xalign.data.transforms import synthetic
 V = 61  # Odd, so an offset by a wrong size shows.
 SOV_AN = syntax.ReorderSpec.from_string("SOV,AN")
 

@@ -1,4 +1,4 @@
-"""Tests for flax_xalign.data.vocab (SentencePiece training and caching)."""
+"""Tests for flax_xalign.data.vocab.sentencepiece (SentencePiece training and caching)."""
 
 import json
 
@@ -7,8 +7,8 @@ import sentencepiece as spm
 
 from flax_xalign import errors
 from flax_xalign.cli import vocab as vocab_cli
-from flax_xalign.data import specials
-from flax_xalign.data import vocab
+from flax_xalign.data.vocab import specials
+from flax_xalign.data.vocab import sentencepiece as vocab
 from tests.conftest import tiny_sentences
 
 

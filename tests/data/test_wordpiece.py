@@ -19,9 +19,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from flax_xalign.data import paths, wheels, wordpiece
-from flax_xalign.data.specials import SpecialTokens, special_tokens_of
-from flax_xalign.data.wordpiece import WordPieceVocabulary
+from flax_xalign.data.sources import paths
+
+from flax_xalign.data.sources import wheels
+
+from flax_xalign.data.vocab import wordpiece
+from flax_xalign.data.vocab.specials import SpecialTokens, special_tokens_of
+from flax_xalign.data.vocab.wordpiece import WordPieceVocabulary
 from flax_xalign.errors import UserError
 
 # ------------------------------------------------------------------ reference

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from flax_xalign.data.specials import PROJECT, SpecialTokens
+from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import featurize
 from flax_xalign.evaluation.transfer_data import LabelledSentence, TaggedSentence

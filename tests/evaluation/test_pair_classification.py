@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.vocab.specials import PROJECT
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import featurize, finetune, transfer, transfer_data
 from flax_xalign.evaluation.transfer_data import SentencePair

@@ -185,3 +185,21 @@ def test_command_backed_evaluators_equal_their_commands(model_dir, gold_files, c
   assert results["rsim"] == {"src": "de", "tgt": "en", "per_layer": lexicon["per_layer"]}
   assert len(lexicon["per_layer"]["layers"]) == 3
   capsys.readouterr()
+
+
+def test_lexicon_and_retrieval_evaluators_take_their_commands_options():
+  from flax_xalign.evaluation.lexicon_eval import LexiconOptions
+  from flax_xalign.evaluation.retrieval import RetrievalOptions
+
+  rsim = registry.create("rsim", FakeRun(), src="de", tgt="en", knn=3)
+  assert rsim.options == LexiconOptions(src="de", tgt="en", knn=3, layers="all")  # The evaluator's default.
+  iso = registry.get("isomorphism")
+  assert registry.required_options(iso) == ("src", "tgt", "gold")
+  assert registry.create("isomorphism", FakeRun(), src="de", tgt="en", gold="g.txt").options.isomorphism
+  retrieval = registry.create("retrieval", FakeRun(), bible="test", layers=[0, 2], method=["csls"])
+  assert retrieval.options == RetrievalOptions(bible="test", layers="0,2", method="csls")  # Lists: comma lists.
+  # Bad values stop when the evaluator is built, before any evaluator runs.
+  with pytest.raises(UserError, match="--knn=0 must be at least 1"):
+    registry.create("bli", FakeRun(), src="de", tgt="en", knn=0)
+  with pytest.raises(UserError, match="--method='dot'"):
+    registry.create("retrieval", FakeRun(), tsv="p.tsv", method="dot")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flax_xalign import retrieval as retrieval_main
-from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.vocab.specials import PROJECT
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import retrieval
 from flax_xalign.models.encoder import Encoder

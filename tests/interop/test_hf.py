@@ -212,7 +212,7 @@ def test_xlmr_export_loads_in_transformers_and_round_trips(xlmr, tmp_path):
 
 
 def test_rebuilt_sentencepiece_has_model_ids_and_tokenises_like_transformers(xlmr, tiny_xlmr_dir):
-  from flax_xalign.data.specials import special_tokens_of
+  from flax_xalign.data.vocab.specials import special_tokens_of
 
   vocabulary, tokenizer = xlmr["vocabulary"], xlmr["tokenizer"]
   processor = vocabulary.tokenizer

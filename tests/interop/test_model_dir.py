@@ -21,8 +21,7 @@ from tests.testlib import tiny_encoder_config
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory, tiny_corpus):
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   vocabulary = vocab.load_vocabulary(tiny_corpus["vocab"])
   config = tiny_encoder_config(vocab_size=vocabulary.vocab_size, num_languages=0, dropout_rate=0.0)
   model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})

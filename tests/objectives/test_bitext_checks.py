@@ -3,12 +3,13 @@
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.training.pretrain import assemble
+from flax_xalign.training.pretrain import TrainConfig, assemble
 
 
 def _assemble(task, objectives, encoder):
-  return assemble(mixture_or_task_name=task, task_feature_lengths={"tokens": 19}, encoder=encoder,
-                  objectives=objectives)
+  # assemble reads neither MODEL_DIR nor the batch size or schedule.
+  return assemble(TrainConfig(model_dir="unused", mixture_or_task_name=task, task_feature_lengths={"tokens": 19},
+                              batch_size=1, train_steps=1, encoder=encoder, objectives=objectives))
 
 
 @pytest.mark.parametrize("objective, what", [("tlm", "translation pairs"), ("dwa", "translation pairs")])

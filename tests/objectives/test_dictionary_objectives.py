@@ -7,9 +7,9 @@ import optax
 import pytest
 
 from flax_xalign.assets.dictionary import SyntheticDictionary
-from flax_xalign.data import dictionary as dictionary_lib
-from flax_xalign.data.specials import PROJECT
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.transforms import dictionary as dictionary_lib
+from flax_xalign.data.vocab.specials import PROJECT
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
 from flax_xalign.objectives.base import CorruptionContext
 from flax_xalign.models.encoder import Encoder

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flax_xalign import ops
-from flax_xalign.data.specials import PROJECT, SpecialTokens
+from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import dwa

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from flax_xalign import run_spec as run_spec_lib
-from flax_xalign.data.specials import PROJECT
+from flax_xalign.data.vocab.specials import PROJECT
 from flax_xalign.errors import UserError
 from flax_xalign.objectives import base, gc
 from flax_xalign.objectives.masking import MaskedTokens

@@ -127,8 +127,7 @@ def test_assets_are_the_step_files_checked_against_the_manifest(trained, tmp_pat
 
 
 def test_vocabulary_falls_back_to_the_step_copy_and_checks_an_explicit_file(trained, tiny_corpus, tmp_path):
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   model_dir, _ = trained
   reference = vocab.load_vocabulary(tiny_corpus["vocab"])
   text = "the house and das haus"

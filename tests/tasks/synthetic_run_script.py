@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.tasks import synthetic
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig

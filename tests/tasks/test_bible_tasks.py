@@ -6,7 +6,7 @@ import seqio
 
 from flax_xalign import tasks
 from flax_xalign.data import pipeline
-from flax_xalign.data import vocab
+from flax_xalign.data.vocab import sentencepiece as vocab
 from flax_xalign.tasks import bible as bible_tasks
 
 NAMES = ("bible_en_mlm", "bible_grc_mlm", "bible_grc_en_tlm",

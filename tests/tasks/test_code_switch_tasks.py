@@ -11,7 +11,7 @@ import seqio
 from flax_xalign import errors
 from flax_xalign import tasks
 from flax_xalign import train as train_main
-from flax_xalign.data import vocab as vocab_lib
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from flax_xalign.runs import checkpoints as run_checkpoints
 from flax_xalign.tasks import code_switch
 from flax_xalign.tasks import user

@@ -6,7 +6,7 @@ import pytest
 from flax_xalign.tasks import debian, registry
 
 from flax_xalign import errors
-from flax_xalign.data import debian as debian_data
+from flax_xalign.data.sources import debian as debian_data
 from flax_xalign.training.data import resolve_task
 
 WORDS = ("open the dialog", "choose a cell", "insert a chart", "save the file", "close the window")

@@ -19,8 +19,8 @@ import tensorflow as tf
 from flax_xalign import errors
 from flax_xalign import tasks
 from flax_xalign.data import pipeline
-from flax_xalign.data import specials
-from flax_xalign.data import vocab as vocab_lib
+from flax_xalign.data.vocab import specials
+from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from flax_xalign.tasks import registry
 from flax_xalign.tasks import user
 
@@ -243,7 +243,7 @@ def test_pretrain_on_a_plain_seqio_task_with_languages_given(tmp_path, tiny_corp
 
   import seqio
 
-  from flax_xalign.data import vocab as vocab_lib
+  from flax_xalign.data.vocab import sentencepiece as vocab_lib
   from flax_xalign.errors import UserError
   from flax_xalign.runs.checkpoints import read_run_spec
   from flax_xalign.training.pretrain import pretrain

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 
 V = 211
 

@@ -20,9 +20,9 @@ import tree
 
 from flax_xalign import errors
 from flax_xalign import tasks
-from flax_xalign.data import tfds_sources
-from flax_xalign.data.readers import SentencePairExample
-from flax_xalign.data.readers import TaggedSentence
+from flax_xalign.data.sources import tfds as tfds_sources
+from flax_xalign.data.sources.readers import SentencePairExample
+from flax_xalign.data.sources.readers import TaggedSentence
 from flax_xalign.tasks import tfds as tfds_tasks
 from flax_xalign.training.data import resolve_task
 from tests.conftest import tiny_sentences

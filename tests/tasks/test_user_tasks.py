@@ -229,9 +229,8 @@ def _task_examples(name):
 
 
 def test_normalize_strips_marks_before_tokenising(tmp_path, model):
-  from flax_xalign.data import normalize
-  from flax_xalign.data import vocab as vocab_lib
-
+  from flax_xalign.data.vocab import normalize
+  from flax_xalign.data.vocab import sentencepiece as vocab_lib
   vocabulary = vocab_lib.load_vocabulary(model)
   lines = ["thé càt sät ön ä mät", "a rëd dög rän tö thë rïver", "the old tree"]
   text = _write(tmp_path, "accented.txt", "\n".join(lines) + "\n")
@@ -354,8 +353,8 @@ def test_literal_special_tokens_in_text_are_text(tmp_path):
   import sentencepiece as spm
 
   from flax_xalign.assets import vocabulary as vocabulary_asset
-  from flax_xalign.data import vocab as vocab_lib
-  from flax_xalign.data.specials import special_tokens_of
+  from flax_xalign.data.vocab import sentencepiece as vocab_lib
+  from flax_xalign.data.vocab.specials import special_tokens_of
   from tests.conftest import tiny_sentences
   from tests.data.test_foreign_vocabulary import rebuild_as_xlmr
 

@@ -19,8 +19,8 @@ import pytest
 from flax_xalign.assets import cooc as cooc_asset
 from flax_xalign.assets import induced_dictionary, lang_vocab
 from flax_xalign.assets.synthetic import SyntheticDictionary
-from flax_xalign.data import paths
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.sources import paths
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.pretraining import PretrainingModel

@@ -151,8 +151,7 @@ def run_gin(tmp_path_factory):
   """A corpus (en text + de-en bitext), its vocabulary, and a gin file for 6 tiny steps."""
   import random
 
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   root = tmp_path_factory.mktemp("mp_corpus")
   rng = random.Random(0)
   files = {}

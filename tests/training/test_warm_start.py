@@ -81,7 +81,7 @@ def test_xlm_align_run_from_cold_start_logs_dwa(tmp_path, cold_run):
 
 
 def test_warm_start_from_other_vocabulary_is_refused(tmp_path, tiny_corpus, cold_run):
-  from flax_xalign.data import vocab
+  from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.tasks import user
 
   model_dir, encoder = cold_run

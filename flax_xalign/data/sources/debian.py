@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from flax_xalign import errors
-from flax_xalign.data.debian_formats import (  # noqa: F401  (their old import path is this module)
+from flax_xalign.data.sources.debian_formats import (  # noqa: F401  (their old import path is this module)
     MoCatalogue,
     MoEntry,
     PRODUCT_NAME,

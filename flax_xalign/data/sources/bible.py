@@ -57,8 +57,7 @@ from typing import (Dict, FrozenSet, Iterable, List, NamedTuple, Optional,
                     Tuple, Union)
 
 from flax_xalign import errors
-from flax_xalign.data import wheels
-
+from flax_xalign.data.sources import wheels
 WHEEL = wheels.PinnedWheel(
     package="bible-alignments==0.4.2", filename="bible_alignments-0.4.2-py3-none-any.whl",
     sha256="84f6b15e706657777824aac811567cb5cb2b38ad2b94497209f5f3c3f67b0984",

@@ -26,7 +26,7 @@ Matching (the same rules in `switch_words`, the reference, and `switch_text_tf`,
   sources are stripped the same way, so "u.s." in the file matches "u.s." (and "u.s") in the text.
 * Lookup key: the core, lower-cased when `lowercase` (Python's `str.lower`; the bundled and induced
   lexicons are lowercase), then normalised with the source task's text normaliser
-  (`flax_xalign.data.normalize`, e.g. "nfd_strip_marks"), so accented text matches an unaccented
+  (`flax_xalign.data.vocab.normalize`, e.g. "nfd_strip_marks"), so accented text matches an unaccented
   lexicon exactly as its tokens will; without one, matching is accent-exact (polytonic Greek's grave
   'καὶ' is not the acute 'καί'). Dictionary sources are keyed the same way, and sources that
   collide (e.g. "Word" and "word") pool their translations.
@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from flax_xalign import errors
-from flax_xalign.data import normalize as normalize_lib
+from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.fileio import utf8_lines
 
 WORD_START = "\u2581"  # SentencePiece's word-start marker '▁'.

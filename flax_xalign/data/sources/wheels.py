@@ -22,8 +22,7 @@ import zipfile
 from typing import Callable, List, Optional, Union
 
 from flax_xalign import errors
-from flax_xalign.data import paths
-
+from flax_xalign.data.sources import paths
 PathLike = Union[str, pathlib.Path]
 
 

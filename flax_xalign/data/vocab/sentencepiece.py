@@ -1,7 +1,7 @@
 """SentencePiece vocabularies: our own layout for training, any layout to load.
 
 Every model trained here (`train_sentencepiece`, the CLI, the Bible model)
-reserves the same ids, `flax_xalign.data.specials.PROJECT`:
+reserves the same ids, `flax_xalign.data.vocab.specials.PROJECT`:
 
 ====  =========  ============================================
 id    piece      use
@@ -47,14 +47,6 @@ Command line (one sentence per line in each input file):
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
 """
 
-if __name__ == "__main__":
-  # `python -m flax_xalign.data.vocab`, kept: the command is flax_xalign.cli.vocab. It runs before the
-  # imports below, because its process set-up must come before seqio brings in TensorFlow.
-  import sys
-
-  from flax_xalign.cli.vocab import main
-
-  sys.exit(main())
 
 import dataclasses
 import io
@@ -71,12 +63,12 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from flax_xalign import errors
-from flax_xalign.data import bible
-from flax_xalign.data import paths
-from flax_xalign.data import specials
+from flax_xalign.data.sources import bible
+from flax_xalign.data.sources import paths
+from flax_xalign.data.vocab import specials
 from flax_xalign.fileio import write_atomically
 
-# The project's layout (flax_xalign.data.specials.PROJECT), used when training.
+# The project's layout (flax_xalign.data.vocab.specials.PROJECT), used when training.
 PAD_ID = specials.PROJECT.pad
 EOS_ID = specials.PROJECT.eos
 UNK_ID = specials.PROJECT.unk
@@ -190,7 +182,7 @@ def check_special_ids(processor: spm.SentencePieceProcessor,
     raise errors.UserError(
         f"SentencePiece model {path} has no text pieces besides its special "
         f"tokens ({found}, {size} pieces); retrain it with `python -m "
-        "flax_xalign.data.vocab`.")
+        "flax_xalign.data.vocab.sentencepiece`.")
   return found
 
 
@@ -277,7 +269,7 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   if not os.path.isfile(path):
     raise errors.UserError(
         f"SentencePiece model {path} does not exist; train one with `python -m "
-        "flax_xalign.data.vocab --input=FILE --vocab_size=N "
+        "flax_xalign.data.vocab.sentencepiece --input=FILE --vocab_size=N "
         "--output=PREFIX` or fix the path.")
   vocabulary = TextVocabulary(path, extra_ids=0)
   try:

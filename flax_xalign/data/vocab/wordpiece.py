@@ -57,8 +57,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from flax_xalign.data.specials import SpecialTokens
-from flax_xalign.data.wheels import PinnedWheel, read_member
+from flax_xalign.data.vocab.specials import SpecialTokens
+from flax_xalign.data.sources.wheels import PinnedWheel, read_member
 from flax_xalign.errors import UserError
 
 KIND = "wordpiece"

@@ -23,7 +23,7 @@ downloads (`read_only`) and, when the dataset is not prepared in its data
 directory, raises one `UserError` naming the `tfds build` command instead of
 TFDS's traceback. Nothing here touches the disk until a dataset is read.
 
-Evaluation readers return the types of `flax_xalign.data.readers`, so the
+Evaluation readers return the types of `flax_xalign.data.sources.readers`, so the
 zero-shot harness takes TFDS data and users' files alike:
 
 * `load_xnli(lang, split)`: `SentencePairExample`s with labels `entailment`,
@@ -48,8 +48,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from flax_xalign import errors
-from flax_xalign.data.readers import SentencePairExample
-from flax_xalign.data.readers import TaggedSentence
+from flax_xalign.data.sources.readers import SentencePairExample
+from flax_xalign.data.sources.readers import TaggedSentence
 
 MONOLINGUAL = ("wiki40b", "c4")
 BITEXT = ("para_crawl", "ted_multi_translate", "opus")

@@ -51,7 +51,7 @@ from typing import NamedTuple, Union
 import numpy as np
 
 from flax_xalign import errors
-from flax_xalign.data import readers
+from flax_xalign.data.sources import readers
 from flax_xalign.fileio import write_atomically
 
 CONLLU_COLUMNS = 10

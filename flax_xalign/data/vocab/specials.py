@@ -92,7 +92,7 @@ class SpecialTokens:
     return cls(**dict(values))
 
 
-# The layout of every SentencePiece model trained by flax_xalign.data.vocab.
+# The layout of every SentencePiece model trained by flax_xalign.data.vocab.sentencepiece.
 PROJECT = SpecialTokens()
 
 
@@ -100,7 +100,7 @@ def special_tokens_of(vocabulary: Any) -> SpecialTokens:
   """The special ids of a seqio vocabulary, read from its model.
 
   A vocabulary that knows its own layout says so through `special_tokens()`
-  (`flax_xalign.data.wordpiece.WordPieceVocabulary`: BERT's [PAD], [UNK],
+  (`flax_xalign.data.vocab.wordpiece.WordPieceVocabulary`: BERT's [PAD], [UNK],
   [CLS], [SEP], [MASK]; checked here by that method, not by type, so this
   module stays free of TensorFlow). Otherwise it must expose a SentencePiece
   processor as `.tokenizer` (seqio's `SentencePieceVocabulary`, our

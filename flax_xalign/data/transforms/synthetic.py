@@ -27,7 +27,7 @@ attached to words (POS, NER, ...) move with them, and NER tags are repaired
 so that every span opens with `B-` (`repair_bio`).
 
 Which ids are regular comes from the natural vocabulary's `specials`
-(`flax_xalign.data.specials.SpecialTokens`, our `PROJECT` layout by default):
+(`flax_xalign.data.vocab.specials.SpecialTokens`, our `PROJECT` layout by default):
 pad, eos, unk, bos and mask, and every id outside [first_regular,
 end_regular), keep their id, wherever they are (an XLM-R-layout vocabulary has
 `<s>`=0 ... `<unk>`=3 and `<mask>` last).
@@ -59,10 +59,9 @@ from typing import Optional
 import numpy as np
 
 from flax_xalign import errors
-from flax_xalign.data.specials import PROJECT
-from flax_xalign.data.specials import SpecialTokens
-from flax_xalign.data import syntax as syntax_lib
-
+from flax_xalign.data.vocab.specials import PROJECT
+from flax_xalign.data.vocab.specials import SpecialTokens
+from flax_xalign.data.transforms import syntax as syntax_lib
 TRANSFORMS = ("trans", "inv", "syn")
 WORD_TRANSFORMS = ("inv", "syn")
 _SHARED_IDS_STREAM = 0
@@ -183,7 +182,7 @@ class SyntheticLanguage:
     object.__setattr__(self, "transforms", transforms)
     if not isinstance(self.specials, SpecialTokens):
       raise errors.UserError(
-          f"SyntheticLanguage: specials must be a flax_xalign.data.specials."
+          f"SyntheticLanguage: specials must be a flax_xalign.data.vocab.specials."
           f"SpecialTokens, got {self.specials!r}.")
     if not self._regular.any():
       raise errors.UserError(

@@ -7,7 +7,7 @@ Each reader returns plain Python lists and raises `errors.UserError` naming
   `#` comments; blank line between sentences). Multiword-token ranges (`1-2`)
   and empty nodes (`1.1`) are skipped, so the words are the syntactic words
   that UD's UPOS/XPOS annotate. HEAD/DEPREL are not read (see
-  `flax_xalign.data.syntax.read_conllu` for the trees).
+  `flax_xalign.data.transforms.syntax.read_conllu` for the trees).
 * `read_conll_ner`: CoNLL-2003 style, one token per line with the tag in the
   last whitespace-separated column, a blank line between sentences and
   `-DOCSTART-` lines skipped. Tags must be BIO: `O`, `B-TYPE` or `I-TYPE`

@@ -37,9 +37,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from flax_xalign import errors
-from flax_xalign.data import bible
-
-LEXICON_DIR = pathlib.Path(__file__).resolve().parent / "lexicons"
+from flax_xalign.data.sources import bible
+LEXICON_DIR = pathlib.Path(__file__).resolve().parents[1] / "lexicons"
 SHIPPED_GREEK_ENGLISH = LEXICON_DIR / "grc-en.train.txt"
 MIN_COUNT = 2
 _FORMAT = "one 'source target' pair per line (two words separated by white space)"
@@ -135,8 +134,3 @@ def read_lexicon(path: str | os.PathLike) -> dict[str, list[str]]:
   return lexicon
 
 
-if __name__ == "__main__":
-  # `python -m flax_xalign.data.lexicon`, kept: the command is flax_xalign.cli.lexicon.
-  from flax_xalign.cli.lexicon import main
-
-  sys.exit(main())

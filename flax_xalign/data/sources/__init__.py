@@ -1,0 +1,1 @@
+"""Corpus readers: the embedded Bible, Debian packages, TFDS, text/TSV/CoNLL-U files, lexicons."""

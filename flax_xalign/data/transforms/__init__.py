@@ -1,0 +1,1 @@
+"""Transforms of text and ids: synthetic languages, syntax reordering, code switching, dictionaries."""

@@ -1,0 +1,1 @@
+"""Vocabularies: SentencePiece, WordPiece, special ids, text normalisers."""
