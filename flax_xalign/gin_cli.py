@@ -320,18 +320,6 @@ def required_binding_error(e: RuntimeError) -> UserError | None:
                    "--gin.MACRO=VALUE (e.g. --gin.MODEL_DIR=\\\"runs/demo\\\") or in a gin file.")
 
 
-def quiet_known_noise():
-  """The whole process set-up (`flax_xalign.cli.setup_process`); returns its known-noise log filter.
-
-  Kept for the commands not yet under `flax_xalign/cli/`, which call it first
-  thing; new commands call `setup_process` (through `cli.common`) instead.
-  """
-  from flax_xalign.cli import _process
-
-  _process.setup_process()
-  return _process.known_noise()
-
-
 def run(argv: Sequence[str], *, description: str, configurable: str,
         default_gin_files: Sequence[str] = (), **call_kwargs):
   """Parses flags and gin, then calls the gin configurable `configurable`.
@@ -342,8 +330,10 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
   import sys
 
   from flax_xalign import configurables
+  from flax_xalign.cli import _process
 
-  noise = quiet_known_noise()  # Idempotent: a command's main has usually set the process up already.
+  _process.setup_process()  # Idempotent: a command's main has usually set the process up already.
+  noise = _process.known_noise()
   noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
   try:
     args = parse_args(argv, description=description)

@@ -11,8 +11,7 @@ PAIRS = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tiny_corpus):
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   _, params = init_model()
   model_dir = tmp_path_factory.mktemp("align_cli") / "model"
   return write_checkpoint(model_dir, params, vocab.load_vocabulary(tiny_corpus["vocab"]), task="tiny_mix",
@@ -110,7 +109,7 @@ def test_align_a_checkpoint_made_by_train(tmp_path, tiny_corpus, pairs_file, cap
 
 
 def test_normalize_flag_strips_marks_from_every_word(tmp_path, checkpoint, pairs_file, capsys):
-  from flax_xalign.data.normalize import normalize_text
+  from flax_xalign.data.vocab.normalize import normalize_text
 
   marks = str.maketrans({"a": "à", "e": "é", "u": "ü", "o": "ö"})
   accented, unmarked = tmp_path / "accented.tsv", tmp_path / "unmarked.tsv"
@@ -137,10 +136,10 @@ def test_bible_gold_option_writes_inputs_and_scores(tmp_path, bible_data_dir, ca
   import flax.linen as nn
   import jax
 
-  from flax_xalign.data import vocab
+  from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
   from tests.testlib import tiny_encoder_config
 
   vocabulary = vocab.load_vocabulary(vocab.bible_vocabulary())

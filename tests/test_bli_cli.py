@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flax_xalign import bli as bli_main
-from flax_xalign.data.synthetic import SyntheticLanguage
+from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain

@@ -65,7 +65,7 @@ def imported_dir(tmp_path_factory, bible_data_dir):
   from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
 
   vocabulary = vocab.load_vocabulary(vocab.bible_vocabulary(data_dir=bible_data_dir))
   config = tiny_encoder_config(vocab_size=vocabulary.vocab_size, num_languages=0, dropout_rate=0.0)

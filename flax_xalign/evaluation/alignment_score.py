@@ -14,7 +14,7 @@ scored.
 
 Both this module (NumPy in, floats out: notebooks and the evaluation of a
 saved run) and the ALIGN objective's jitted monitor
-(`objectives.dictionary_objectives.alignment_score`, on the `token_map` and
+(`objectives.align_mlm.alignment_score`, on the `token_map` and
 `dictionary` assets) use the blockwise nearest-neighbour kernel
 `ops.nearest_neighbours`: the [V, V] similarity matrix of a 40k vocabulary
 never exists at once.
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_xalign import ops
-from flax_xalign.assets.synthetic import token_map_of
+from flax_xalign.assets.token_map import token_map_of
 from flax_xalign.data.vocab.specials import PROJECT
 
 

@@ -330,7 +330,7 @@ def gold_from_lexicon(lexicon: Mapping[str, Sequence[str]], *, encode: Callable[
   """Maps a word lexicon onto the rows of two language-specific vocabularies.
 
   Args:
-    lexicon: {source word: [translations]} (`data.lexicon.read_lexicon`).
+    lexicon: {source word: [translations]} (`data.sources.lexicon.read_lexicon`).
     encode: text -> token ids (the run's vocabulary; a word alone gets its word-start marker).
     src_ids, src_mask: [C] token ids of the source side's rows and which rows are real.
     tgt_ids, tgt_mask: the same for the target side.

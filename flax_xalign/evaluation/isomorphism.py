@@ -152,7 +152,7 @@ def pieces_from_lexicon(lexicon: Mapping[str, Sequence[str]], *, encode: Callabl
   """Every (source, translation) pair of a word lexicon as piece ids.
 
   Args:
-    lexicon: {source word: [translations]} (`data.lexicon.read_lexicon`).
+    lexicon: {source word: [translations]} (`data.sources.lexicon.read_lexicon`).
     encode: text -> token ids (the run's vocabulary; a word alone, as at the start of a text).
     unknown_id: the vocabulary's unknown piece (a word holding it is skipped); None: none.
     normalize: the run's text normaliser, applied to every word before `encode`.

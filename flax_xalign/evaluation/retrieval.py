@@ -25,6 +25,7 @@ correct when it lands on a row with the gold row's key.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_xalign.data.specials import SpecialTokens, special_tokens_of
+from flax_xalign.data.vocab.specials import SpecialTokens, special_tokens_of
 from flax_xalign.errors import UserError
 from flax_xalign.ops import csls
 
@@ -290,3 +291,185 @@ def sweep(src: Mapping[int, np.ndarray], tgt: Mapping[int, np.ndarray], *, metho
     layer, top = max(per_layer.items(), key=lambda item: (item[1]["mean"], -int(item[0])))
     best[method] = {"layer": int(layer), **top}
   return {"scores": scores, "best": best}
+
+
+# ------------------------------------------------------------ a run's retrieval report
+
+BIBLE_SPLITS = ("validation", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalOptions:
+  """The settings of one retrieval evaluation (`python -m flax_xalign.retrieval`'s flags by name).
+
+  Exactly one of `tsv` (source<TAB>target lines) and `bible` (a held-out
+  split of the embedded Greek-English Bible) names the pairs; `layers` is
+  'all' or a comma list, `method` a comma subset of METHODS.
+  """
+
+  tsv: str | None = None
+  bible: str | None = None
+  src_lang: str | None = None
+  tgt_lang: str | None = None
+  layers: str = "all"
+  method: str = ",".join(METHODS)
+  csls_k: int = DEFAULT_CSLS_K
+  max_pairs: int | None = None
+  normalize: str = ""
+  max_length: int = 128
+  batch_size: int = 32
+  output: str | None = None
+
+  def methods(self) -> list[str]:
+    """The methods asked for, in order, without repeats; UserError for an unknown one."""
+    methods = [m.strip() for m in self.method.split(",") if m.strip()]
+    if [m for m in methods if m not in METHODS] or not methods:
+      raise UserError(f"--method={self.method!r}: use a comma-separated subset of {','.join(METHODS)}.")
+    return list(dict.fromkeys(methods))
+
+  def check(self) -> "RetrievalOptions":
+    """Itself, or a UserError for a value that cannot run (before the run is read)."""
+    self.methods()
+    for name in ("csls_k", "batch_size"):
+      if getattr(self, name) < 1:
+        raise UserError(f"--{name}={getattr(self, name)} must be at least 1.")
+    return self
+
+
+def read_pairs(path: str) -> list[tuple[str, str]]:
+  """`source<TAB>target` lines of a UTF-8 file; UserError naming file:line for a malformed one."""
+  from flax_xalign.data.sources.readers import numbered_lines
+
+  pairs = []
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    fields = line.split("\t")
+    if len(fields) != 2:
+      raise UserError(f"{path}:{number}: expected source<TAB>target (2 tab-separated fields), found "
+                      f"{len(fields)}. Remove tabs inside sentences.")
+    pairs.append((fields[0].strip(), fields[1].strip()))
+  if not pairs:
+    raise UserError(f"{path}: no sentence pairs (expected source<TAB>target lines).")
+  return pairs
+
+
+def _layers_of(spec: str, num_layers: int) -> list[int]:
+  if spec == "all":
+    return list(range(num_layers + 1))
+  try:
+    wanted = sorted({int(x) for x in spec.split(",") if x.strip()})
+  except ValueError:
+    raise UserError(f"--layers={spec!r}: pass 'all' or comma-separated layer numbers, e.g. 0,4,8.") from None
+  bad = [layer for layer in wanted if not 0 <= layer <= num_layers]
+  if bad or not wanted:
+    raise UserError(f"--layers={spec!r}: layers must lie in 0..{num_layers} (0 = embedding output).")
+  return wanted
+
+
+def _language_ids(spec: Any, config: Any, src: str, tgt: str) -> tuple[int, int]:
+  ids = []
+  for code in (src, tgt):
+    if code in spec.languages:
+      ids.append(spec.language_id(code))
+    elif config.num_languages:
+      raise UserError(f"language {code!r} is not one of the checkpoint's languages {list(spec.languages)}; pick "
+                      "--src_lang and --tgt_lang from that list.")
+    else:
+      ids.append(0)  # No language embeddings: lang_ids are never read.
+  return ids[0], ids[1]
+
+
+def _sides(opts: RetrievalOptions, spec: Any) -> tuple[list[tuple[str, str]], str, str, str]:
+  """(pairs, source name, src code, tgt code)."""
+  from flax_xalign.evaluation.word_align import checkpoint_language_pair
+
+  if (opts.tsv is None) == (opts.bible is None):
+    raise UserError("give exactly one of --tsv=FILE (source<TAB>target lines) and --bible=validation|test.")
+  if opts.bible:
+    from flax_xalign.data.sources import bible
+
+    if opts.bible not in BIBLE_SPLITS:
+      raise UserError(f"--bible={opts.bible!r}: choose from {', '.join(BIBLE_SPLITS)}.")
+    pairs = [(grc, en) for _, grc, en in bible.bitext(opts.bible)]
+    default = ("grc", "en")
+    source = f"bible:{opts.bible}"
+  else:
+    pairs = read_pairs(opts.tsv)
+    default = checkpoint_language_pair(spec) or (None, None)
+    source = opts.tsv
+  src, tgt = opts.src_lang or default[0], opts.tgt_lang or default[1]
+  if src is None or tgt is None:
+    raise UserError(f"cannot tell the languages of {opts.tsv} from the checkpoint (languages "
+                    f"{list(spec.languages)}); pass --src_lang and --tgt_lang.")
+  if opts.max_pairs is not None:
+    if opts.max_pairs < 1:
+      raise UserError(f"--max_pairs={opts.max_pairs} must be at least 1.")
+    pairs = pairs[:opts.max_pairs]
+  return pairs, source, src, tgt
+
+
+def _row(label: str, scores: Mapping[str, Any], methods: Sequence[str]) -> str:
+  cells = "".join(f"{100 * scores[m]['src_to_tgt']:>9.2f}{100 * scores[m]['tgt_to_src']:>9.2f}" for m in methods)
+  return f"  {label:<16}{cells}"
+
+
+def evaluate_retrieval(run: Any, options: RetrievalOptions, *, log: Callable[[str], None] = print) -> dict:
+  """Retrieval accuracy of `run` (a `runs.Run`) per layer and method, with the bag-of-pieces and chance
+  baselines: the JSON object `python -m flax_xalign.retrieval` prints last (also written to `output`)."""
+  import json
+  import time
+
+  from flax_xalign.data.vocab import normalize
+
+  start = time.perf_counter()
+  opts = options.check()
+  methods = opts.methods()
+  model, params, spec, step = run.model, run.params(), run.spec, run.step
+  config = model.encoder.config
+  layers = _layers_of(opts.layers, config.num_layers)
+  pairs, source, src, tgt = _sides(opts, spec)
+  src_id, tgt_id = _language_ids(spec, config, src, tgt)
+  vocabulary = run.vocabulary()
+  texts = [[normalize.normalize_text(p[side], opts.normalize) for p in pairs] for side in (0, 1)]
+  log(f"sentence retrieval: {len(pairs):,} pairs {src}->{tgt} from {source}; {run.path} step {step}, "
+      f"layers {layers}, {', '.join(methods)} (K={opts.csls_k}), normalize={opts.normalize or 'none'}")
+  vectors, truncated = [], 0
+  for side, language in ((0, src_id), (1, tgt_id)):
+    stats: dict = {}
+    vectors.append(sentence_embeddings(
+        model, params, vocabulary, texts[side], layers=layers, language=language, batch_size=opts.batch_size,
+        max_length=opts.max_length, specials=spec.vocabulary.specials, stats=stats))
+    truncated += stats["truncated"]
+  keys = [duplicate_keys(texts[side]) for side in (0, 1)]
+  common = {"methods": methods, "csls_k": opts.csls_k, "src_keys": keys[0], "tgt_keys": keys[1]}
+  table = sweep(vectors[0], vectors[1], **common)
+  bag_src, bag_tgt = bag_of_pieces(*(encode_sentences(vocabulary, texts[side]) for side in (0, 1)))
+  bag = sweep({0: bag_src}, {0: bag_tgt}, **common)
+  baseline = {m: {k: v for k, v in bag["best"][m].items() if k != "layer"} for m in methods}
+  chance = 1.0 / len(pairs)
+
+  log(f"  {'accuracy %':<16}" + "".join(f"{m:>18}" for m in methods))
+  log(f"  {'':<16}" + f"{src + '->' + tgt:>9}{tgt + '->' + src:>9}" * len(methods))
+  for layer in layers:
+    log(_row(f"layer {layer}", {m: table["scores"][m][str(layer)] for m in methods}, methods))
+  log(_row("bag of pieces", baseline, methods))
+  log(f"  {'chance':<16}{100 * chance:>9.2f}  (1 / {len(pairs)} pairs)")
+  for m in methods:
+    b = table["best"][m]
+    log(f"  best {m}: layer {b['layer']}, {src}->{tgt} {100 * b['src_to_tgt']:.2f}%, "
+        f"{tgt}->{src} {100 * b['tgt_to_src']:.2f}%")
+  duplicates = [int(len(k) - np.unique(k).size) for k in keys]
+  if truncated:
+    log(f"  {truncated} sentences were cut to --max_length={opts.max_length} tokens")
+  result = {"checkpoint": run.path, "step": int(step), "source": source, "pairs": len(pairs),
+            "src_lang": src, "tgt_lang": tgt, "layers": layers, "methods": methods, "csls_k": opts.csls_k,
+            "normalize": opts.normalize, "max_length": opts.max_length, "scores": table["scores"],
+            "best": table["best"], "baselines": {"bag_of_pieces": baseline, "chance": chance},
+            "duplicates": {"src": duplicates[0], "tgt": duplicates[1]}, "truncated": truncated,
+            "seconds": round(time.perf_counter() - start, 2)}
+  if opts.output:
+    from flax_xalign.fileio import write_atomically
+
+    write_atomically(opts.output, json.dumps(result, indent=2) + "\n")
+  return result

@@ -1,1 +1,1 @@
-"""Experiment drivers: one module per paper study (see gin_configs/experiments/)."""
+"""Old home of the experiment drivers, kept as aliases: they live in `flax_xalign.cli.experiments`."""

@@ -1,6 +1,6 @@
 r"""Export a MODEL_DIR as a Hugging Face BERT or XLM-R directory.
 
-  python -m flax_xalign.interop.export_hf --checkpoint=MODEL_DIR --output=DIR --layout=bert|xlmr
+  python -m flax_xalign.interop.export_hf --model_dir=MODEL_DIR --output=DIR --layout=bert|xlmr
 
 Writes DIR/config.json (a BertForMaskedLM or XLMRobertaForMaskedLM config),
 DIR/model.safetensors and the tokenizer files transformers loads
@@ -27,12 +27,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from flax_xalign.data.specials import SpecialTokens
-from flax_xalign.errors import ArgumentParser, UserError, run_command
+from flax_xalign.data.vocab.specials import SpecialTokens
+from flax_xalign.errors import UserError
 from flax_xalign.interop.progress import Progress
 
 
@@ -184,19 +184,8 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
   return {"hf_config": hf_config, "files": files, "seconds": progress.seconds}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  parser = ArgumentParser(prog="python -m flax_xalign.interop.export_hf",
-                                   description=__doc__.strip().splitlines()[0])
-  parser.add_argument("--checkpoint", required=True, help="MODEL_DIR (trained or imported)")
-  parser.add_argument("--output", required=True, help="the new Hugging Face directory")
-  parser.add_argument("--layout", required=True, choices=("bert", "xlmr"),
-                      help="bert: BertForMaskedLM (positions from 0); xlmr: XLMRobertaForMaskedLM")
-  args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-  from flax_xalign import gin_cli
-
-  gin_cli.quiet_known_noise()
-  return run_command(lambda: export_hf(args.checkpoint, args.output, layout=args.layout))
-
-
 if __name__ == "__main__":
+  # `python -m flax_xalign.interop.export_hf`, kept: the command is flax_xalign.cli.export_hf.
+  from flax_xalign.cli.export_hf import main
+
   sys.exit(main())

@@ -16,13 +16,12 @@ pieces only removes other paths); `trim_model_dir` re-encodes the corpus with
 the trimmed model and checks it, piece for piece. BPE models (merge order)
 are refused: removing a piece can break a merge chain.
 
-  python -m flax_xalign.interop.trim --checkpoint=runs/e5 --task=bible_grc_en_mlm_tlm \
+  python -m flax_xalign.interop.trim --model_dir=runs/e5 --task=bible_grc_en_mlm_tlm \
       --output=runs/e5_bible
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from flax_xalign.errors import ArgumentParser, UserError, run_command
+from flax_xalign.errors import UserError
 
 _SPLITS = ("train", "validation", "test")
 
@@ -46,7 +45,7 @@ def corpus_texts(task: str, splits: Sequence[str] = _SPLITS, *, normalizers: Seq
   as the aligner's --normalize does).
   """
   from flax_xalign import tasks
-  from flax_xalign.data import normalize as normalize_lib
+  from flax_xalign.data.vocab import normalize as normalize_lib
   from flax_xalign.tasks import registry
 
   for name in tasks.task_names(task):
@@ -138,7 +137,7 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
   """
   import sentencepiece as spm
 
-  from flax_xalign.data.vocab import TextVocabulary
+  from flax_xalign.data.vocab.sentencepiece import TextVocabulary
   from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import with_vocab_rows
   from flax_xalign.runs import Run
@@ -211,23 +210,8 @@ def import_maybe_trimmed(import_into: Callable[[str], Any], output: str, *, trim
     import_into(output)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  parser = ArgumentParser(prog="python -m flax_xalign.interop.trim", description=__doc__.splitlines()[0])
-  parser.add_argument("--checkpoint", required=True, help="MODEL_DIR to trim (an import or a training run)")
-  parser.add_argument("--task", required=True, help="registered task or mixture whose text decides what stays")
-  parser.add_argument("--output", required=True, help="new MODEL_DIR")
-  parser.add_argument("--splits", default=",".join(_SPLITS), help="comma-separated splits to read")
-  parser.add_argument("--normalize", default="",
-                      help="also keep the pieces of the text under these normalisers (comma-separated, e.g. "
-                           "nfd_strip_marks when aligning with --normalize=nfd_strip_marks)")
-  args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
-  from flax_xalign import gin_cli
-
-  gin_cli.quiet_known_noise()
-  return run_command(lambda: print(json.dumps(trim_model_dir(
-      args.checkpoint, args.task, args.output, splits=tuple(args.splits.split(",")),
-      normalizers=tuple(n for n in args.normalize.split(",") if n)))))
-
-
 if __name__ == "__main__":
+  # `python -m flax_xalign.interop.trim`, kept: the command is flax_xalign.cli.trim.
+  from flax_xalign.cli.trim import main
+
   sys.exit(main())

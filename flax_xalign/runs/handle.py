@@ -82,7 +82,7 @@ class Run:
     encoder (and the MLM head) only.
     """
     from flax_xalign.models.encoder import Encoder
-    from flax_xalign.objectives.pretraining import PretrainingModel
+    from flax_xalign.objectives.model import PretrainingModel
 
     return PretrainingModel(encoder=Encoder(self.spec.model), objectives={"mlm": 1.0},
                             specials=self.spec.vocabulary.specials, vocab_copies=self.spec.vocabulary.factor)

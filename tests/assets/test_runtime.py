@@ -4,10 +4,10 @@ import jax
 import numpy as np
 
 from flax_xalign.assets.runtime import RunAssets
-from flax_xalign.assets.synthetic import SyntheticDictionary
+from flax_xalign.assets.dictionary import SyntheticDictionary
 from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.training import partitioning
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.trainer import LoopConfig, Trainer

@@ -95,6 +95,7 @@ def test_old_command_paths_are_the_cli_commands():
     ("flax_xalign.assets", "--gin_file"),
     ("flax_xalign.data.vocab", "python -m flax_xalign.data.vocab"),
     ("flax_xalign.data.cooc_beam", "python -m flax_xalign.data.cooc_beam"),
+    ("flax_xalign.data.lexicon", "python -m flax_xalign.data.lexicon"),
     ("flax_xalign.interop.e5_small", "python -m flax_xalign.interop.e5_small"),
 ])
 def test_old_module_paths_still_run_their_command(module, needle, tmp_path):

@@ -179,7 +179,7 @@ def test_a_pair_is_laid_out_as_two_sentences(task_pairs, xlmr_vocabulary, xlmr_s
 
 def test_masking_touches_only_regular_ids(task_pairs, xlmr_vocabulary, xlmr_specials):
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
+  from flax_xalign.objectives.model import MaskingConfig, PretrainingModel
   from tests.testlib import tiny_encoder_config
 
   size = xlmr_vocabulary.vocab_size

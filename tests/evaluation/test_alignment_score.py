@@ -55,19 +55,19 @@ def test_perfect_and_monitor_agree():
   table[v + 5:] = table[5:v]
   assert score_lib.alignment_score(table, id_map)["all"] == 1.0
   # The ALIGN objective's jitted monitor, on the assets, agrees.
-  from flax_xalign.assets.synthetic import token_map_of
-  from flax_xalign.objectives import dictionary_objectives
+  from flax_xalign.assets.token_map import token_map_of
+  from flax_xalign.objectives import align_mlm
 
   assets = {"token_map": token_map_of(id_map, 5),
             "dictionary": {"pairs": np.array([[6, v + 6]], np.int32), "mask": np.ones(1, bool),
                            "lang_ids": np.array([1, 2], np.int32)}}
-  out = jax.jit(dictionary_objectives.align().monitor)({"token_embed": {"embedding": table}}, assets)
+  out = jax.jit(align_mlm.align().monitor)({"token_embed": {"embedding": table}}, assets)
   assert float(out["alignment_all"]) == 1.0 and float(out["alignment_heldout"]) == 1.0
 
 
 def test_monitor_matches_numpy_score_on_a_partial_alignment():
-  from flax_xalign.assets.synthetic import token_map_of
-  from flax_xalign.objectives import dictionary_objectives
+  from flax_xalign.assets.token_map import token_map_of
+  from flax_xalign.objectives import align_mlm
 
   rng = np.random.default_rng(3)
   v, e = 29, 6
@@ -78,7 +78,7 @@ def test_monitor_matches_numpy_score_on_a_partial_alignment():
   dictionary = np.array([[5, id_map[5]], [11, id_map[11]], [13, id_map[13]]], np.int32)
   assets = {"token_map": token_map_of(id_map, 5),
             "dictionary": {"pairs": dictionary, "mask": np.ones(3, bool), "lang_ids": np.array([1, 2])}}
-  out = jax.jit(dictionary_objectives.align().monitor)({"token_embed": {"embedding": table}}, assets)
+  out = jax.jit(align_mlm.align().monitor)({"token_embed": {"embedding": table}}, assets)
   want_all, want_held = _brute(table, id_map, dictionary)
   np.testing.assert_allclose(float(out["alignment_all"]), want_all, rtol=1e-6)
   np.testing.assert_allclose(float(out["alignment_heldout"]), want_held, rtol=1e-6)

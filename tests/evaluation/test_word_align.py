@@ -15,7 +15,7 @@ import pytest
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import aer, word_align
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.ops import AlignmentSolver
 from tests.testlib import tiny_encoder_config
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flax_xalign.experiments import align_mlm_grid as grid
+from flax_xalign.cli.experiments import align_mlm_grid as grid
 
 
 def test_bad_arguments_are_one_error_line(tmp_path, capsys):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from flax_xalign.evaluation import word_align
+from flax_xalign.cli import export_hf as export_hf_cli
 from flax_xalign.cli import import_hf
 from flax_xalign.interop import export_hf, hf
 from flax_xalign.runs import Run
@@ -63,7 +64,7 @@ def test_import_xlmr_then_evaluate_align_and_export(tiny_xlmr_dir, tmp_path, cap
   origin = json.loads((model_dir / "origin.json").read_text())
   assert origin["layout"] == "xlmr" and origin["initialised_not_imported"] == []
 
-  rc, out, err = run_main(export_hf, ["--checkpoint", model_dir, "--output", exported, "--layout=xlmr"], capsys)
+  rc, out, err = run_main(export_hf_cli, ["--model_dir", model_dir, "--output", exported, "--layout=xlmr"], capsys)
   assert rc == 0, err
   assert_progress(out, "export_hf", 4)
   assert sorted(os.listdir(exported)) == ["config.json", "model.safetensors", "sentencepiece.bpe.model",
@@ -98,7 +99,7 @@ def test_import_minilm_then_evaluate_align_and_export(minilm_dir, tmp_path, caps
   run = assert_loads_and_aligns(model_dir, params, ("de", "en"))
   assert run.vocabulary.kind == "wordpiece" and run.vocabulary.lower_case
 
-  rc, out, err = run_main(export_hf, ["--checkpoint", model_dir, "--output", exported, "--layout=bert"], capsys)
+  rc, out, err = run_main(export_hf_cli, ["--checkpoint", model_dir, "--output", exported, "--layout=bert"], capsys)
   assert rc == 0, err
   assert sorted(os.listdir(exported)) == ["NOTICE", "config.json", "model.safetensors", "tokenizer_config.json",
                                           "vocab.txt"]
@@ -114,8 +115,8 @@ def test_import_minilm_then_evaluate_align_and_export(minilm_dir, tmp_path, caps
 
 def test_our_own_vocabulary_exports_in_fairseq_order(tmp_path, capsys):
   """A model of ours (pad 0, </s> 1, <unk> 2, <s> 3, <mask> 4) read by transformers' XLM-R classes."""
-  from flax_xalign.data import vocab
-  from flax_xalign.data.specials import special_tokens_of
+  from flax_xalign.data.vocab import sentencepiece as vocab
+  from flax_xalign.data.vocab.specials import special_tokens_of
   from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import Encoder
   from tests.testlib import tiny_encoder_config
@@ -128,7 +129,7 @@ def test_our_own_vocabulary_exports_in_fairseq_order(tmp_path, capsys):
                         jax.device_get(_unboxed(Encoder(config).init_variables(jax.random.key(0)))))
   write_model_dir(str(tmp_path / "model"), config=config, params=params, vocabulary=vocabulary,
                   languages=["de", "en"])
-  rc, out, err = run_main(export_hf, ["--checkpoint", tmp_path / "model", "--output", tmp_path / "hf",
+  rc, out, err = run_main(export_hf_cli, ["--model_dir", tmp_path / "model", "--output", tmp_path / "hf",
                                       "--layout=xlmr"], capsys)
   assert rc == 0, err
   assert "embedding rows re-ordered to fairseq ids" in out and "warning" not in out
@@ -159,7 +160,7 @@ def test_export_refuses_language_embeddings(tiny_xlmr_dir, tmp_path, capsys):
   write_model_dir(str(tmp_path / "model"), config=config, params=params, vocabulary=vocabulary,
                   languages=["de", "en"])
   for layout in ("bert", "xlmr"):
-    rc, out, err = run_main(export_hf, ["--checkpoint", tmp_path / "model", "--output", tmp_path / layout,
+    rc, out, err = run_main(export_hf_cli, ["--model_dir", tmp_path / "model", "--output", tmp_path / layout,
                                         f"--layout={layout}"], capsys)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error: ") and "language embeddings" in err, err
     assert not os.path.exists(tmp_path / layout)

@@ -11,7 +11,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.evaluation import word_align
 from flax_xalign.interop.model_dir import write_model_dir
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.runs import Run
 from flax_xalign.runs.checkpoints import read_run_spec
 from flax_xalign.training.checkpoints import CheckpointConfig

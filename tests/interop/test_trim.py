@@ -7,20 +7,20 @@ import pytest
 import seqio
 import sentencepiece as spm
 
+from flax_xalign.cli import trim as trim_cli
 from flax_xalign.errors import UserError
 from flax_xalign.interop import trim
 from flax_xalign.interop.model_dir import write_model_dir
 from flax_xalign.runs import Run
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from tests import testlib
 
 
 @pytest.fixture(scope="module")
 def big_model(tmp_path_factory, tiny_corpus):
   """An 'imported' model whose unigram vocabulary was trained on more text than tiny_en uses."""
-  from flax_xalign.data import vocab
-
+  from flax_xalign.data.vocab import sentencepiece as vocab
   import random
 
   root = tmp_path_factory.mktemp("trim")
@@ -83,7 +83,7 @@ def test_bpe_models_and_unknown_tasks_are_refused(big_model, tmp_path, tiny_corp
     trim.kept_ids(bpe, ["the house"])
   with pytest.raises(UserError, match="Unknown task"):
     trim.trim_model_dir(str(big_model), "no_such_task", str(tmp_path / "x"), verbose=False)
-  assert trim.main([f"--checkpoint={big_model}", "--task=no_such_task", f"--output={tmp_path / 'y'}"]) == 2
+  assert trim_cli.main([f"--checkpoint={big_model}", "--task=no_such_task", f"--output={tmp_path / 'y'}"]) == 2
 
 
 def test_normalised_forms_and_import_then_trim(big_model, tmp_path, tiny_corpus):

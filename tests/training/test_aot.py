@@ -18,12 +18,12 @@ import pytest
 
 from flax_xalign.assets import cooc as cooc_asset
 from flax_xalign.assets import induced_dictionary, lang_vocab
-from flax_xalign.assets.synthetic import SyntheticDictionary
+from flax_xalign.assets.dictionary import SyntheticDictionary
 from flax_xalign.data.sources import paths
 from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.training import aot
 from flax_xalign.training import pretrain as pretrain_lib
 from flax_xalign.training.optimizer import OptimizerConfig

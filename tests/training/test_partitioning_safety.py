@@ -35,7 +35,7 @@ def _batch(seed):
 
 def _trainer(devices, num_partitions, **config):
   from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.pretraining import PretrainingModel
+  from flax_xalign.objectives.model import PretrainingModel
   from flax_xalign.training.optimizer import OptimizerConfig
   from flax_xalign.training.partitioning import Partitioner, make_mesh
   from flax_xalign.training.trainer import LoopConfig, Trainer

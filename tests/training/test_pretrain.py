@@ -61,7 +61,7 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path, tiny_corpus, tiny_e
 
 
 def test_checkpoint_with_other_vocabulary_is_refused(tmp_path, tiny_corpus, tiny_encoder):
-  from flax_xalign.data import vocab
+  from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.tasks import user
 
   model_dir = tmp_path / "run"

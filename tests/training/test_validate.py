@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.objectives.pretraining import MaskingConfig
+from flax_xalign.objectives.model import MaskingConfig
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.validate import check_settings

@@ -11,7 +11,7 @@ from flax import traverse_util
 from flax_xalign.errors import UserError
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.dwa import DwaConfig
-from flax_xalign.objectives.pretraining import PretrainingModel
+from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.runs.checkpoints import read_run_spec
 from flax_xalign.training.checkpoints import CheckpointConfig, restore_params, warm_start_params
 from flax_xalign.training.optimizer import OptimizerConfig

@@ -28,7 +28,7 @@ Modules: `counting` (the raw counts C and the `PairCounter` core),
 (sequences of seqio task objects and text files). Counting takes sequences;
 reading a registered task or mixture by name lives with the tasks
 (`flax_xalign.tasks.cooc_input`: `count_task`, `task_batches`,
-`task_sequences`), and the Apache Beam pipeline is `flax_xalign.cooc_beam`.
+`task_sequences`), and the Apache Beam pipeline is `flax_xalign.data.cooc.beam`.
 """
 
 from flax_xalign.data.cooc.counting import (

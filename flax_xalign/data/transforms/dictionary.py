@@ -5,7 +5,7 @@ For a transliterated synthetic language the true translation of natural token
 `i` is `id_map[i]` (= i + V), and the dictionary is a fixed random fraction of
 those pairs (Tang et al.: 25% by default, 50% as an option). Unlike the authors'
 code, which redraws its dictionary from the torch RNG at every start, the draw
-is the run's `dictionary` asset (`flax_xalign.assets.synthetic`): written to
+is the run's `dictionary` asset (`flax_xalign.assets.dictionary`): written to
 `MODEL_DIR/dictionary.tsv` and to every checkpoint before it is trained with,
 so a resumed run trains with the same pairs, and the file tells a reader
 exactly which tokens were supervised (the leak-free alignment score excludes

@@ -1,42 +1,52 @@
 """Lexicon evaluators: BLI (Hit@k of a CSLS / NN dictionary), RSIM per layer, isomorphism measures.
 
-All three are views of `python -m flax_xalign.bli` (one pass builds the
-language-specific vocabularies and representations); options are its flags
-by `dest` name: `src`, `tgt` (required), `gold` (a MUSE file or
-'token_map'), `layer`, `method`, `min_count`, `knn`, `layers`,
-`max_sentences`, `task`, `normalize`, `split`, `quadruples`, `seed`, ...
+All three are views of one `evaluation.lexicon_eval.evaluate_lexicon` pass
+(the language-specific vocabularies and representations are built once);
+options are `LexiconOptions`' fields, the `bli` command's flags by name:
+`src`, `tgt` (required), `gold` (a MUSE file or 'token_map'), `layer`,
+`method`, `min_count`, `knn`, `layers`, `max_sentences`, `task`,
+`normalize`, `split`, `quadruples`, `seed`, ...
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flax_xalign.evaluation.evaluators.cli_args import CommandEvaluator
+from flax_xalign.evaluation.evaluators.adapter import OptionsEvaluator
 
 
-class Bli(CommandEvaluator):
+def _evaluate_lexicon():
+  from flax_xalign.evaluation import lexicon_eval
+
+  return lexicon_eval.evaluate_lexicon
+
+
+def _lexicon_options():
+  from flax_xalign.evaluation import lexicon_eval
+
+  return lexicon_eval.LexiconOptions
+
+
+class Bli(OptionsEvaluator):
   """Hit@1 / Hit@5 of the induced dictionary against `gold` (both methods), and its coverage."""
 
-  command = "bli"
-  required = ("src", "tgt")
+  function = staticmethod(_evaluate_lexicon)
+  options_class = staticmethod(_lexicon_options)
 
 
-class Rsim(CommandEvaluator):
+class Rsim(Bli):
   """Per layer: Hit@1, the mean cosine and the RSIM of the translation pairs (`layers` default 'all')."""
 
-  command = "bli"
-  required = ("src", "tgt")
   defaults = {"layers": "all"}
 
   def finish(self, result: dict[str, Any]) -> dict[str, Any]:
     return {"src": result["src"], "tgt": result["tgt"], "per_layer": result["per_layer"]}
 
 
-class Isomorphism(CommandEvaluator):
+class Isomorphism(Bli):
   """Ai & Fang's MUSE cosine and translation analogies over every pair of `gold` (required)."""
 
-  command = "bli"
-  required = ("src", "tgt", "gold")
+  required = ("gold",)
   defaults = {"isomorphism": True}
 
   def finish(self, result: dict[str, Any]) -> dict[str, Any]:

@@ -4,20 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from flax_xalign.evaluation.evaluators.adapter import FunctionEvaluator
-from flax_xalign.evaluation.evaluators.cli_args import CommandEvaluator
+from flax_xalign.evaluation.evaluators.adapter import FunctionEvaluator, OptionsEvaluator
 
 
-class Retrieval(CommandEvaluator):
-  """Retrieval accuracy per layer and method (cosine, CSLS) of `python -m flax_xalign.retrieval`.
+def _evaluate_retrieval():
+  from flax_xalign.evaluation import retrieval
 
-  Options are its flags: `tsv` (source<TAB>target sentences) or `bible`
-  ('validation' / 'test'), `src_lang`, `tgt_lang`, `layers`, `method`
-  ('cosine,csls'), `csls_k`, `max_pairs`, `normalize`, `max_length`,
-  `batch_size`.
+  return retrieval.evaluate_retrieval
+
+
+def _retrieval_options():
+  from flax_xalign.evaluation import retrieval
+
+  return retrieval.RetrievalOptions
+
+
+class Retrieval(OptionsEvaluator):
+  """Retrieval accuracy per layer and method (cosine, CSLS): `retrieval.evaluate_retrieval`.
+
+  Options are `RetrievalOptions`' fields (the `retrieval` command's flags):
+  `tsv` (source<TAB>target sentences) or `bible` ('validation' / 'test'),
+  `src_lang`, `tgt_lang`, `layers`, `method` ('cosine,csls'), `csls_k`,
+  `max_pairs`, `normalize`, `max_length`, `batch_size`, `output`.
   """
 
-  command = "retrieval"
+  function = staticmethod(_evaluate_retrieval)
+  options_class = staticmethod(_retrieval_options)
 
 
 def _pair_transfer():

@@ -1,0 +1,160 @@
+"""What the miniature-laboratory drivers share: train a run through the real
+entry point (resumable), score it with the BLI/RSIM machinery, read its MLM
+accuracy, and run the POS zero-shot transfer of a synthetic-pair model.
+
+Every function runs what a user would run by hand (`flax_xalign.train`,
+`python -m flax_xalign.bli`, the transfer harness of the ALIGN-MLM grid), so a
+driver's table is reproducible command by command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Sequence
+
+from flax_xalign.run_dir import RunDir
+
+
+def split_choices(text: str, known: Sequence[str], what: str) -> list[str]:
+  """`a,b` -> ['a', 'b'], refusing names outside `known` (UserError naming --what)."""
+  from flax_xalign.errors import UserError
+
+  items = [x.strip() for x in text.split(",") if x.strip()]
+  unknown = [x for x in items if x not in known]
+  if not items or unknown:
+    raise UserError(f"--{what}={text!r}: choose from {', '.join(known)}.")
+  return items
+
+
+def finished(model_dir: str, steps: int) -> bool:
+  from flax_xalign.runs.checkpoints import find_latest_step
+
+  return find_latest_step(model_dir) == steps
+
+
+def train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], steps: int) -> float:
+  """Trains (or resumes) one run through `flax_xalign.train`; seconds spent (0 if already finished)."""
+  from flax_xalign.cli import train as train_main
+  from flax_xalign.errors import UserError
+
+  start = time.time()
+  if finished(model_dir, steps):
+    return 0.0
+  flags = [f"--gin_file={f}" for f in gin_files]
+  flags += [f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={steps}", *[f"--gin.{b}" for b in bindings]]
+  code = train_main.main(flags)
+  if code != 0:
+    raise UserError(f"training {model_dir} failed (exit {code}); see the output above.")
+  return time.time() - start
+
+
+def bli(model_dir: str, **options: Any) -> dict[str, Any]:
+  """`python -m flax_xalign.bli --model_dir=model_dir --key=value ...` (options by flag name), its result dict.
+
+  Prints what the command prints, its JSON line last.
+  """
+  from flax_xalign.evaluation.lexicon_eval import LexiconOptions, evaluate_lexicon
+  from flax_xalign.runs import Run
+
+  options = LexiconOptions(**options).check()
+  result = evaluate_lexicon(Run.open(model_dir), options, log=lambda line: print(line, flush=True))
+  print(json.dumps(result, ensure_ascii=False), flush=True)
+  return result
+
+
+def mlm_accuracy(model_dir: str) -> float | None:
+  """The last `eval_mlm_accuracy` in MODEL_DIR/metrics.jsonl (None without evaluations)."""
+  path = RunDir(model_dir).metrics
+  if not os.path.exists(path):
+    return None
+  last = None
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      row = json.loads(line)
+      if "eval_mlm_accuracy" in row:
+        last = row["eval_mlm_accuracy"]
+  return last
+
+
+def logged_train_seconds(model_dir: str) -> float | None:
+  """Training time from MODEL_DIR/metrics.jsonl's logged step rates (steps between logs / steps_per_sec).
+
+  Excludes compilation, evaluation and checkpoint pauses; for a run trained by an earlier invocation.
+  """
+  path = RunDir(model_dir).metrics
+  if not os.path.exists(path):
+    return None
+  total, previous = 0.0, 0
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      row = json.loads(line)
+      if row.get("steps_per_sec"):
+        total += (row["step"] - previous) / row["steps_per_sec"]
+        previous = row["step"]
+  return total
+
+
+def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[str, Any]:
+  """POS tagging SUP / ZS / Δ of a synthetic-pair model: fine-tune on Greek, test on the derived copy.
+
+  `cache` keeps the gold POS data between calls of one driver.
+  """
+  from flax_xalign.evaluation import transfer, transfer_data
+  from flax_xalign.runs import Run
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+
+  if "pos" not in cache:
+    cache["pos"] = transfer_data.greek_pos("train"), transfer_data.greek_pos("test")
+  handle = Run.open(model_dir)
+  handle.register_tasks()
+  language = synthetic_tasks.language_of(handle.spec.task)
+  vocabulary = handle.vocabulary().base
+  train_data, test_data = cache["pos"]
+  result = transfer.zero_shot_transfer(
+      handle, vocabulary, task_name="pos", train=train_data, test=test_data, language=language,
+      natural_lang=synthetic_tasks.NATURAL, derived_lang=synthetic_tasks.derived_language_code(language),
+      steps=finetune_steps, batch_size=32, learning_rate=1e-3, seed=0, group_by_length=True, log=None)
+  return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}
+
+
+class Results:
+  """A driver's MODEL_DIR/results.json: rows keyed by (setting, objective), rewritten after every row.
+
+  `done` holds the rows of earlier invocations (a rerun skips them); `save(row)`
+  records one row at once, so an interrupted driver loses no finished scoring;
+  `finish` writes the final rows, results.md and the wall time.
+  """
+
+  def __init__(self, model_dir: str, args: Any, *, fresh: bool = False):
+    if fresh and os.path.isdir(model_dir):
+      shutil.rmtree(model_dir)
+    os.makedirs(model_dir, exist_ok=True)
+    self.model_dir = model_dir
+    self.path = os.path.join(model_dir, "results.json")
+    self.args = vars(args)
+    self.done: dict[tuple[str, str], dict] = {}
+    if os.path.exists(self.path):
+      with open(self.path, encoding="utf-8") as f:
+        for row in json.load(f)["rows"]:
+          self.done[(row["setting"], row["objective"])] = row
+    self.kept = dict(self.done)
+    self.start = time.time()
+
+  def save(self, row: dict) -> None:
+    from flax_xalign.fileio import write_atomically
+
+    self.kept[(row["setting"], row["objective"])] = row
+    write_atomically(self.path, json.dumps({"rows": list(self.kept.values()), "args": self.args}, indent=2))
+
+  def finish(self, rows: Sequence[dict], table: str) -> float:
+    """Writes the final rows and results.md (the table + wall time); returns the wall time in seconds."""
+    from flax_xalign.fileio import write_atomically
+
+    seconds = time.time() - self.start
+    write_atomically(self.path, json.dumps({"rows": list(rows), "args": self.args, "seconds": seconds}, indent=2))
+    write_atomically(os.path.join(self.model_dir, "results.md"),
+                     f"{table}\n\nWall time of this invocation: {seconds / 60:.1f} min.\n")
+    return seconds
