@@ -204,7 +204,7 @@ def sentence_embeddings(model: Any, params: Any, vocabulary: Any, sentences: Seq
   Returns:
     {layer: float32 [len(sentences), embed]}.
   """
-  from flax_xalign.evaluation.finetune import encoder_params
+  from flax_xalign.evaluation.transfer.finetune import encoder_params
 
   encoder = getattr(model, "encoder", model)
   config = encoder.config
@@ -382,7 +382,7 @@ def _language_ids(spec: Any, config: Any, src: str, tgt: str) -> tuple[int, int]
 
 def _sides(opts: RetrievalOptions, spec: Any) -> tuple[list[tuple[str, str]], str, str, str]:
   """(pairs, source name, src code, tgt code)."""
-  from flax_xalign.evaluation.word_align import checkpoint_language_pair
+  from flax_xalign.evaluation.word_alignment.word_align import checkpoint_language_pair
 
   if (opts.tsv is None) == (opts.bible is None):
     raise UserError("give exactly one of --tsv=FILE (source<TAB>target lines) and --bible=validation|test.")

@@ -1,7 +1,7 @@
 """Similarity -> word links: the one settings record of XLM-Align's extraction.
 
 DWA's self-labelling (`objectives/dwa.py`) and the word aligner
-(`evaluation/word_align.py`) both turn a similarity matrix between two token
+(`evaluation/word_alignment/word_align.py`) both turn a similarity matrix between two token
 sequences into links with the same machinery: a similarity (dot product, or
 cosine through `ops.l2_normalize`), a few Sinkhorn iterations, Itermax or a
 mutual argmax. `AlignmentSolver` holds those hyperparameters once (gin name

@@ -16,14 +16,12 @@ from flax_xalign.evaluation.evaluators.adapter import OptionsEvaluator
 
 
 def _evaluate_lexicon():
-  from flax_xalign.evaluation import lexicon_eval
-
+  from flax_xalign.evaluation.lexicon import lexicon_eval
   return lexicon_eval.evaluate_lexicon
 
 
 def _lexicon_options():
-  from flax_xalign.evaluation import lexicon_eval
-
+  from flax_xalign.evaluation.lexicon import lexicon_eval
   return lexicon_eval.LexiconOptions
 
 

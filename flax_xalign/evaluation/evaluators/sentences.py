@@ -33,8 +33,7 @@ class Retrieval(OptionsEvaluator):
 
 
 def _pair_transfer():
-  from flax_xalign.evaluation import transfer
-
+  from flax_xalign.evaluation.transfer import transfer
   return transfer.pair_transfer_from_files
 
 

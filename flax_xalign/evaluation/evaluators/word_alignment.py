@@ -69,8 +69,8 @@ class WordAlignment:
     return cls._OWN + _solver_fields()
 
   def _pairs_and_gold(self) -> tuple[list, list, list | None]:
-    from flax_xalign.evaluation import aer, word_align
-
+    from flax_xalign.evaluation.word_alignment import aer
+    from flax_xalign.evaluation.word_alignment import word_align
     if self.bible_gold:
       pairs, sure = word_align.bible_gold(self.bible_gold, max_pairs=self.max_pairs)
       return pairs, sure, None
@@ -83,8 +83,7 @@ class WordAlignment:
     return pairs, [g.sure for g in gold], [g.possible for g in gold]
 
   def __call__(self) -> dict[str, Any]:
-    from flax_xalign.evaluation import word_align
-
+    from flax_xalign.evaluation.word_alignment import word_align
     pairs, sure, possible = self._pairs_and_gold()
     src_lang, tgt_lang = self.languages
     if self.bible_gold:

@@ -2,7 +2,7 @@
 
 What `python -m flax_xalign.bli` and the `bli` / `rsim` / `isomorphism`
 evaluators compute (the command's docstring describes it for users; the
-pieces are `evaluation/bli.py`, `iso.py` and `rsim.py`):
+pieces are `bli.py`, `isomorphism.py` and `rsim.py` beside it):
 
 1. the language-specific vocabularies of `src` and `tgt` (the run's
    `lang_vocab.tsv` when it has one and `min_count` is not given, else
@@ -31,8 +31,9 @@ from collections.abc import Callable
 import numpy as np
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import bli, rsim
-from flax_xalign.evaluation import isomorphism as iso  # (`isomorphism` is also an option's name)
+from flax_xalign.evaluation.lexicon import bli
+from flax_xalign.evaluation.lexicon import rsim
+from flax_xalign.evaluation.lexicon import isomorphism as iso  # (`isomorphism` is also an option's name)
 
 DEFAULT_MAX_SENTENCES = 5000
 TOKEN_MAP_GOLD = "token_map"

@@ -467,8 +467,7 @@ def layer_curves(src_layers: Mapping[int, Any], tgt_layers: Mapping[int, Any], *
   Returns:
     {"layers", "mean_cosine", "rsim"} and, with gold, {"hit@1_nn", "hit@1_csls"}: lists over layers.
   """
-  from flax_xalign.evaluation import rsim
-
+  from flax_xalign.evaluation.lexicon import rsim
   layers = sorted(src_layers)
   out: dict[str, list] = {"layers": layers, "mean_cosine": [], "rsim": []}
   if gold is not None:

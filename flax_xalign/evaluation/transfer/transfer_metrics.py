@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_xalign.evaluation.transfer_data import is_bio
+from flax_xalign.evaluation.transfer.transfer_data import is_bio
 
 
 def weighted_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array

@@ -75,7 +75,7 @@ from flax_xalign import ops
 from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.data.vocab.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import aer
+from flax_xalign.evaluation.word_alignment import aer
 from flax_xalign.run_spec import RunSpec
 
 METHODS = ops.align_solver.METHODS

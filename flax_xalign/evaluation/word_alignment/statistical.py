@@ -35,8 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import aer
-
+from flax_xalign.evaluation.word_alignment import aer
 Link = tuple[int, int]
 Pair = tuple[Sequence[str], Sequence[str]]
 

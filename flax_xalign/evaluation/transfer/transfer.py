@@ -49,16 +49,16 @@ from typing import Any
 
 from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation.featurize import (LENGTH_MULTIPLE, EncodedWords, FeatureSet,
+from flax_xalign.evaluation.transfer.featurize import (LENGTH_MULTIPLE, EncodedWords, FeatureSet,
                                               Featurizer, Transliterate, encode_words,
                                               label_set_of, task_of)
-from flax_xalign.evaluation.finetune import (BUCKET_MULTIPLE, GROUP_BATCHES, FinetunedModel,
+from flax_xalign.evaluation.transfer.finetune import (BUCKET_MULTIPLE, GROUP_BATCHES, FinetunedModel,
                                              Log, batch_order, bucket_length,
                                              encoder_config_of, encoder_params, evaluate,
                                              finetune, injected_adamw)
-from flax_xalign.evaluation.transfer_data import (PAIR_TASKS, LabelledSentence, SentencePair,
+from flax_xalign.evaluation.transfer.transfer_data import (PAIR_TASKS, LabelledSentence, SentencePair,
                                                   TaggedSentence, derive, read_pair_tsv)
-from flax_xalign.evaluation.transfer_metrics import (bio_spans, default_metric, macro_f1,
+from flax_xalign.evaluation.transfer.transfer_metrics import (bio_spans, default_metric, macro_f1,
                                                      span_f1, weighted_cross_entropy)
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.heads import TASKS, ClassificationHead, TaggingHead, make_head

@@ -24,7 +24,7 @@ from typing import Any
 
 from flax_xalign import ops
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import aer
+from flax_xalign.evaluation.word_alignment import aer
 from flax_xalign.fileio import write_atomically
 from flax_xalign.run_spec import RunSpec
 
@@ -151,8 +151,7 @@ def evaluate_alignment(model_dir: str, *, settings: Mapping[str, Any] | None = N
       `layers`, `methods`) together, as a notebook's parameters hold them.
     **kwargs: the rest of evaluate_alignment's arguments (split, max_pairs, output_dir, verbose).
   """
-  from flax_xalign.evaluation import word_align
-
+  from flax_xalign.evaluation.word_alignment import word_align
   settings = dict(settings or {})
   unknown = sorted(set(settings) - set(SOLVER_SETTINGS) - set(ALIGNMENT_SETTINGS))
   if unknown:

@@ -33,10 +33,10 @@ import numpy as np
 import optax
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation.featurize import (Example, FeatureSet, Featurizer, Transliterate, head_task,
+from flax_xalign.evaluation.transfer.featurize import (Example, FeatureSet, Featurizer, Transliterate, head_task,
                                               label_index_of, label_set_of, task_of)
-from flax_xalign.evaluation.transfer_data import is_bio
-from flax_xalign.evaluation.transfer_metrics import macro_f1, span_f1, weighted_cross_entropy
+from flax_xalign.evaluation.transfer.transfer_data import is_bio
+from flax_xalign.evaluation.transfer.transfer_metrics import macro_f1, span_f1, weighted_cross_entropy
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.models.heads import make_head

@@ -30,7 +30,7 @@ import numpy as np
 
 from flax_xalign.data.vocab.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation.transfer_data import LabelledSentence, SentencePair, TaggedSentence
+from flax_xalign.evaluation.transfer.transfer_data import LabelledSentence, SentencePair, TaggedSentence
 
 LENGTH_MULTIPLE = 16  # Rows are padded to a multiple of this (see Featurizer.featurize).
 # Special tokens a pair adds per layout (as `feature_converter.PAIR_SPECIALS`).
@@ -124,7 +124,7 @@ def encode_pair_words(first: Sequence[Sequence[int]], second: Sequence[Sequence[
     EncodedWords with `positions`; `word_index` is -1 everywhere (pairs carry
     one label per row) and `num_words` counts the kept words of both sides.
   """
-  from flax_xalign.evaluation.word_align import (
+  from flax_xalign.evaluation.word_alignment.word_align import (
     layout_pair,  # The aligner's layout, not a copy.
   )
 

@@ -1,0 +1,1 @@
+"""Word alignment: the aligner over encoder states, AER/P/R/F1, the statistical peer (eflomal), reports."""
