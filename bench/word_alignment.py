@@ -85,8 +85,7 @@ def row(system: str, name: str, scores: Any, seconds: float | None, **extra: Any
 
 
 def diagonal_row(pairs: list, sure: list) -> dict[str, Any]:
-  from flax_xalign.evaluation import aer
-
+  from flax_xalign.evaluation.word_alignment import aer
   start = time.perf_counter()
   links = [{(i, min(len(b) - 1, round(i * len(b) / len(a)))) for i in range(len(a))} if a and b else set()
            for a, b in pairs]
@@ -95,8 +94,7 @@ def diagonal_row(pairs: list, sure: list) -> dict[str, Any]:
 
 def eflomal_rows(args: argparse.Namespace, pairs: list, sure: list) -> tuple[list[dict], dict[str, Any]]:
   """Rows of one eflomal run (both directions and three symmetrisations) and its summary."""
-  from flax_xalign.evaluation import statistical
-
+  from flax_xalign.evaluation.word_alignment import statistical
   version = statistical.eflomal_version()
   info: dict[str, Any] = {"available": version is not None, "version": version, "corpus": args.eflomal_corpus,
                           "install": statistical.INSTALL_HINT}
@@ -120,8 +118,7 @@ def eflomal_rows(args: argparse.Namespace, pairs: list, sure: list) -> tuple[lis
 
 
 def ours_rows(args: argparse.Namespace, name: str, model_dir: str, diagonal: dict) -> list[dict]:
-  from flax_xalign.evaluation import word_align
-
+  from flax_xalign.evaluation.word_alignment import word_align
   layers = [int(l) for l in args.layers.split(",")] if args.layers else None
   out = os.path.join(os.path.dirname(args.output), "word_alignment", name.replace(" ", "_").replace("/", "_"))
   print(f"ours ({name}): sweeping {model_dir} ...", flush=True)
@@ -138,8 +135,7 @@ def ours_rows(args: argparse.Namespace, name: str, model_dir: str, diagonal: dic
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-  from flax_xalign.evaluation import word_align
-
+  from flax_xalign.evaluation.word_alignment import word_align
   runs = checkpoints_of(args)
   pairs, sure = word_align.bible_gold(args.split, max_pairs=args.max_pairs)
   rows = [diagonal_row(pairs, sure)]

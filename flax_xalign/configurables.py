@@ -2,7 +2,8 @@
 
 Library modules never import gin. `train.py` and `eval.py` import this module,
 which registers the library's dataclasses and entry functions under short,
-stable names (`EncoderConfig`, `OptimizerConfig`, `train`, `evaluate`, ...).
+stable names (`EncoderConfig`, `OptimizerConfig`, `train` (the `TrainConfig`
+of a run), `train_job`, `evaluate`, ...).
 The registrations live in a library module, not in `__main__`, because gin 0.5
 resolves configurables by module and `python -m` renames the entry module.
 """
@@ -15,7 +16,7 @@ import gin
 
 from flax_xalign.evaluation import mlm_eval
 from flax_xalign.evaluation import registry as evaluation_registry
-from flax_xalign.evaluation import transfer
+from flax_xalign.evaluation.transfer import transfer
 from flax_xalign.models.config import EncoderConfig
 from flax_xalign.objectives.dwa import DwaConfig
 from flax_xalign.ops.align_solver import AlignmentSolver
@@ -28,6 +29,7 @@ from flax_xalign.tasks import tfds as tfds_tasks
 from flax_xalign.tasks import user as user_tasks
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
+from flax_xalign.training.config import TrainConfig
 from flax_xalign.training.pretrain import pretrain
 
 _REGISTERED = False
@@ -45,6 +47,27 @@ def eval_job(job=None, evals=()):
   return job()
 
 
+def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, assets_only=False):
+  """What `python -m flax_xalign.train` and `.assets` run: `pretrain` with the gin-bound `train`
+  settings (a `TrainConfig`) and, with `train_job.evals = %TRAIN_EVALS` non-empty, the registered
+  evaluators run on the checkpoint of every `evals_every` = %TRAIN_EVALS_EVERY-th step (options
+  %TRAIN_EVAL_OPTIONS, as EVAL_OPTIONS), logged as `eval_<evaluator>_<key>` (runs/pretrain.gin).
+
+  `write_config` and `assets_only` come from the command, not from gin; they are handed to `train`
+  only when set, so the operative config (config.gin) lists the same `train.*` lines as ever.
+  """
+  from flax_xalign.cli import train as train_cli
+
+  given = {"write_config": write_config} if write_config is not None else {}
+  if assets_only:
+    given["assets_only"] = True
+  config = gin.get_configurable("flax_xalign.train")(**given)
+  hooks = []
+  if evals and not config.assets_only:
+    hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every))
+  return pretrain(config, hooks=hooks)
+
+
 def register() -> None:
   """Registers the configurables once per process."""
   global _REGISTERED
@@ -55,7 +78,10 @@ def register() -> None:
               synthetic_tasks.SyntheticTasks, bible_tasks.BibleTasks, code_switch_tasks.CodeSwitchedTask,
               tfds_tasks.TfdsTasks, debian_tasks.DebianTasks):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
-  gin.external_configurable(pretrain, name="train", module="flax_xalign")
+  # `train.<field>` bindings fill the fields of the run's TrainConfig; `train_job` runs it.
+  gin.external_configurable(TrainConfig, name="train", module="flax_xalign")
+  gin.external_configurable(train_job, name="train_job", module="flax_xalign",
+                            denylist=["write_config", "assets_only"])
   gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")
   gin.external_configurable(transfer.pair_transfer_from_files, name="pair_transfer", module="flax_xalign")
   gin.external_configurable(eval_job, name="eval_job", module="flax_xalign")

@@ -3,7 +3,7 @@
 import pytest
 
 from flax_xalign import align as align_main
-from flax_xalign.evaluation import aer
+from flax_xalign.evaluation.word_alignment import aer
 from tests.evaluation.test_word_align import DE, EN, init_model, write_checkpoint
 
 PAIRS = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]

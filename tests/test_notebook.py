@@ -32,8 +32,7 @@ def test_committed_notebook_has_no_outputs_and_a_parameters_cell():
 
 def test_report_helpers_refuse_bad_parameters_before_loading_anything(tmp_path, monkeypatch):
   from flax_xalign.errors import UserError
-  from flax_xalign.evaluation import report
-
+  from flax_xalign.evaluation.word_alignment import report
   monkeypatch.setenv("XALIGN_EVAL_X", "[1, 2]")
   monkeypatch.setenv("XALIGN_EVAL_Y", "/tmp/eval")
   assert report.env_override("XALIGN_EVAL_X", None) == [1, 2]
@@ -133,7 +132,7 @@ def _table_rows(text: str, label: str) -> dict[str, list[str]]:
 def test_notebook_runs_on_an_import_and_a_synthetic_run(notebook_tools, imported_dir, synthetic_dir, kernel_env,
                                                         tmp_path, monkeypatch):
   nbformat, nbclient = notebook_tools
-  from flax_xalign.evaluation import report
+  from flax_xalign.evaluation.word_alignment import report
   from flax_xalign.evaluation.alignment_score import run_alignment
   from flax_xalign.runs import Run
 

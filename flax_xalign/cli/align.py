@@ -49,16 +49,14 @@ from flax_xalign.errors import ArgumentParser, UserError
 
 def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
   """(source words, target words) per line of a TSV file; UserError names a bad line."""
-  from flax_xalign.evaluation import aer
-
+  from flax_xalign.evaluation.word_alignment import aer
   return aer.read_pairs(path, setting="--input")
 
 
 def _solver_flags(parser: argparse.ArgumentParser) -> None:
   """One flag per AlignmentSolver field, defaulting to the field's default."""
   from flax_xalign import ops
-  from flax_xalign.evaluation import word_align
-
+  from flax_xalign.evaluation.word_alignment import word_align
   defaults = {f.name: f.default for f in dataclasses.fields(ops.AlignmentSolver)}
   choices = {"similarity": word_align.SIMILARITIES, "sinkhorn_kernel": word_align.SINKHORN_KERNELS,
              "sinkhorn_order": word_align.SINKHORN_ORDERS,
@@ -83,8 +81,8 @@ def solver_from_args(args: argparse.Namespace):
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.vocab import normalize
   from flax_xalign.data.vocab.specials import PAIR_LAYOUTS
-  from flax_xalign.evaluation import aer, word_align
-
+  from flax_xalign.evaluation.word_alignment import aer
+  from flax_xalign.evaluation.word_alignment import word_align
   parser = ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR written by python -m flax_xalign.train")
   parser.add_argument("--input", default=None, help="TSV file: source<TAB>target per line")
@@ -120,8 +118,8 @@ def _scores_line(scores) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-  from flax_xalign.evaluation import aer, word_align
-
+  from flax_xalign.evaluation.word_alignment import aer
+  from flax_xalign.evaluation.word_alignment import word_align
   if args.bible_gold:
     if args.input or args.gold:
       raise UserError("--bible_gold replaces --input and --gold; pass one or the other.")

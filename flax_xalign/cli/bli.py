@@ -58,13 +58,13 @@ from collections.abc import Sequence
 
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser
-from flax_xalign.evaluation.lexicon_eval import DEFAULT_MAX_SENTENCES, TOKEN_MAP_GOLD, LexiconOptions  # noqa: F401
+from flax_xalign.evaluation.lexicon.lexicon_eval import DEFAULT_MAX_SENTENCES, TOKEN_MAP_GOLD, LexiconOptions  # noqa: F401
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.vocab import normalize
-  from flax_xalign.evaluation import bli, isomorphism
-
+  from flax_xalign.evaluation.lexicon import bli
+  from flax_xalign.evaluation.lexicon import isomorphism
   parser = ArgumentParser(prog="python -m flax_xalign.bli", description=__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR with a checkpoint")
   parser.add_argument("--src", required=True, help="source language code (one of the run's languages)")
@@ -102,7 +102,7 @@ def options_of(args: argparse.Namespace) -> LexiconOptions:
 
 def run(args: argparse.Namespace) -> dict:
   """Runs the command on parsed `args`; returns the JSON object it prints last (for drivers and notebooks)."""
-  from flax_xalign.evaluation.lexicon_eval import evaluate_lexicon
+  from flax_xalign.evaluation.lexicon.lexicon_eval import evaluate_lexicon
   from flax_xalign.runs import Run
 
   options = options_of(args).check()  # Bad flags are reported before the run is read.

@@ -82,8 +82,7 @@ def _train(gin_file: str, model_dir: str, steps: int | None, extra: Sequence[str
 
 def aer_comparison(runs: dict, *, split: str = "test", max_pairs: int | None = None) -> dict:
   """Per-layer AER of each run and method on the Bible gold alignments."""
-  from flax_xalign.evaluation import word_align
-
+  from flax_xalign.evaluation.word_alignment import word_align
   return {name: word_align.evaluate_alignment(model_dir, split=split, methods=METHODS, max_pairs=max_pairs,
                                              verbose=False)
           for name, model_dir in runs.items()}
@@ -91,8 +90,7 @@ def aer_comparison(runs: dict, *, split: str = "test", max_pairs: int | None = N
 
 def statistical_peer(split: str = "test") -> dict:
   """eflomal's AER on the same gold, as users run it (every NT pair, unsupervised); {} if not installed."""
-  from flax_xalign.evaluation import statistical
-
+  from flax_xalign.evaluation.word_alignment import statistical
   version = statistical.eflomal_version()
   if version is None:
     print(f"(eflomal is not installed, so its row is left out: {statistical.INSTALL_HINT})", flush=True)
@@ -111,8 +109,9 @@ def e5_demo(model_dir: str, align_steps: int | None) -> int:
   """The paper's setting: import multilingual-e5-small, align zero-shot, continue with XLM-Align, align again."""
   from flax_xalign import ops
   from flax_xalign.cli import e5_small
-  from flax_xalign.evaluation import aer as aer_lib
-  from flax_xalign.evaluation import report, word_align
+  from flax_xalign.evaluation.word_alignment import aer as aer_lib
+  from flax_xalign.evaluation.word_alignment import report
+  from flax_xalign.evaluation.word_alignment import word_align
   from flax_xalign.fileio import write_atomically
 
   start = time.time()
@@ -171,8 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return e5_demo(args.model_dir, args.align_steps)
 
   from flax_xalign import gin_cli
-  from flax_xalign.evaluation import aer as aer_lib
-  from flax_xalign.evaluation import report
+  from flax_xalign.evaluation.word_alignment import aer as aer_lib
+  from flax_xalign.evaluation.word_alignment import report
   from flax_xalign.fileio import write_atomically
 
   start = time.time()

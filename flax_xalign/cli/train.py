@@ -10,7 +10,10 @@ checkpoints under MODEL_DIR/checkpoints/. Rerunning with the same MODEL_DIR
 resumes. On a multi-host TPU pod (see tpu_launch.sh) every worker runs this
 same command and `jax.distributed.initialize()` joins them; several processes
 on one machine join with JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
-JAX_PROCESS_ID (docs/MULTIHOST.md).
+JAX_PROCESS_ID (docs/MULTIHOST.md). With --gin.TRAIN_EVALS="['mlm']" and
+--gin.TRAIN_EVALS_EVERY=N the registered evaluators (those of
+`python -m flax_xalign.eval`) run on every N-th checkpoint and are logged to
+metrics.jsonl as eval_<evaluator>_<key>.
 """
 
 from __future__ import annotations
@@ -81,11 +84,39 @@ def enable_compilation_cache() -> None:
   """
   import jax
 
-  from flax_xalign.data.paths import data_dir
+  from flax_xalign.data.sources.paths import data_dir
 
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update("jax_compilation_cache_dir", str(data_dir() / "jax_cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def evaluator_hook(model_dir: str, evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None,
+                   every: int) -> Any:
+  """The training loop's hook that runs the registered evaluators `evals` every `every` steps.
+
+  `TRAIN_EVALS=['word_align']`, `TRAIN_EVAL_OPTIONS={'word_align': {...}}` (as
+  EVALS / EVAL_OPTIONS of `python -m flax_xalign.eval`) and
+  `TRAIN_EVALS_EVERY=N` (a multiple of CHECKPOINT_EVERY). At each of those
+  steps, once its checkpoint is written, the run is opened at that step and
+  each evaluator's numbers are logged as `eval_<evaluator>_<key>`. Names and
+  options are checked here, before training starts.
+  """
+  from flax_xalign.evaluation import registry
+  from flax_xalign.runs import Run
+  from flax_xalign.training.hooks import CheckpointHook
+
+  registry.plan(evals, options)
+  if not isinstance(every, int) or every <= 0:
+    raise UserError(f"TRAIN_EVALS={list(evals)} needs TRAIN_EVALS_EVERY > 0 (got {every!r}): the steps between "
+                    "evaluations, a multiple of CHECKPOINT_EVERY.")
+
+  def run_evaluators(step: int) -> dict[str, Any]:
+    print(f"  evaluators at step {step}: {', '.join(evals)}", flush=True)
+    return registry.evaluate(Run.open(model_dir, step=step), evals, options, log=None)
+
+  return CheckpointHook(name="evaluators", fn=run_evaluators, every=every, prefix="eval_",
+                        setting="TRAIN_EVALS_EVERY")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except UserError as e:
     return errors.report(e)
   enable_compilation_cache()
-  code, result = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="train",
+  code, result = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="train_job",
                                  write_config=gin_cli.write_operative_config)
   if code == 0 and result.interrupted:
     # Several processes stop together through jax's preemption service (a SIGTERM), not a signal of their own.

@@ -19,7 +19,9 @@ The hooks here are the loop's concerns, one object each: `StopSignals`
 progress line, metrics.jsonl rows), `NanGuard` (refuses to log or save past a
 non-finite loss or update), `CheckpointSaver` (state, iterator, manifest and
 assets' files) and `Evaluation` (held-out metrics). "Monitor X during
-training" is one more `hooks.add`, not a loop edit.
+training" is one more `hooks.add`, not a loop edit; a caller of `pretrain`
+injects its own as a `CheckpointHook` (run on the step's checkpoint, e.g.
+the registered evaluators), without touching the loop.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent import futures
 from typing import Any, Callable, Iterable, Mapping
 
 import jax
@@ -322,3 +325,74 @@ class Evaluation:
       row = self.logger.write(info.step, metrics, prefix="eval_")
       print("  eval: " + "  ".join(f"{k} {row['eval_' + k]:.4f}" for k in ("loss", *self.terms)), flush=True)
     self.clock.reset()
+
+
+# ---------------------------------------------------------------------------- the caller's hooks
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointHook:
+  """A hook the caller of `pretrain` injects: `fn(step)` on the run as checkpointed at `step`.
+
+  It runs after the checkpoint of every `every`-th step and of the last step
+  is written and finished (never at a stop), so `fn` may open MODEL_DIR at
+  that step (the entry point runs the registered evaluators this way: the
+  training layer knows neither them nor the run handle). `fn` returns a
+  (nested) dict or None; its numbers are logged to metrics.jsonl and
+  TensorBoard as `<prefix><key>` (nested keys joined by "_"), anything else
+  is left out. It sees no train state and draws no random numbers, so the
+  run's trajectory is the same with or without it.
+
+  Attributes:
+    name: the hook's name in the loop (and in messages).
+    fn: (step) -> results.
+    every: steps between runs; a multiple of the checkpoint interval.
+    prefix: prepended to every logged key (e.g. "eval_").
+    setting: the user-facing setting of `every`, named when it is refused.
+  """
+
+  name: str
+  fn: Callable[[int], Mapping[str, Any] | None]
+  every: int
+  prefix: str = ""
+  setting: str = "the hook's interval"
+
+
+def scalars_of(results: Any, prefix: str = "") -> dict[str, float | int]:
+  """The numbers of a nested dict, flattened to {'a_b': value}; strings, lists, bools and None are left out."""
+  out: dict[str, float | int] = {}
+  if not isinstance(results, Mapping):
+    return out
+  for key, value in results.items():
+    name = f"{prefix}{key}"
+    if isinstance(value, Mapping):
+      out.update(scalars_of(value, prefix=name + "_"))
+      continue
+    if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
+      value = value.item()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+      out[name] = value
+  return out
+
+
+class AfterCheckpoint:
+  """Runs a `CheckpointHook` at a checkpointed step, once the save is finished, and logs its numbers."""
+
+  def __init__(self, hook: CheckpointHook, saver: CheckpointSaver, checkpointer: Any, logger: Any, clock: Any):
+    self.hook, self.saver, self.checkpointer, self.logger, self.clock = hook, saver, checkpointer, logger, clock
+
+  def __call__(self, info: StepInfo) -> None:
+    if self.saver.last_saved != info.step:
+      return  # `pretrain` schedules these on checkpoint steps only; nothing on disk to read otherwise.
+    self.checkpointer.wait()  # An async save is readable only once it is finished.
+    # In a thread of its own: the loop's mesh and logical axis rules are thread-local and stay out of its
+    # way (an evaluator builds its own mesh, which the train mesh in scope would clash with).
+    with futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.hook.name) as pool:
+      scalars = scalars_of(pool.submit(self.hook.fn, info.step).result())
+    if scalars:
+      row = self.logger.write(info.step, scalars, prefix=self.hook.prefix)
+      if jax.process_index() == 0:
+        shown = list(row.items())[1:9]
+        print(f"  {self.hook.name}: " + "  ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in shown), flush=True)
+    self.clock.reset()  # Keep the hook's time out of tokens/s.

@@ -16,6 +16,7 @@ is a hook (training/hooks.py), run in this order after each step:
   check_update     the state to save and its loss on its own batch are finite
   checkpoint       state, data iterator, manifest, the assets' files
   evaluate         held-out metrics (not at a stop: a slow evaluation never costs the checkpoint)
+  <caller's>       each `CheckpointHook` on its steps: runs on the finished checkpoint, logs its numbers
 
 Determinism: the step RNG is `fold_in(key(seed), step)`, and the data
 iterator's state and the assets are checkpointed with the train state, so a
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -71,6 +72,7 @@ def train(
     restore_iterator: bool = True,
     check_step: Callable[[int], None] | None = None,
     before_training: Callable[[int | None], None] | None = None,
+    checkpoint_hooks: Sequence[hooks_lib.CheckpointHook] = (),
 ) -> TrainResult:
   """Runs (or resumes) training to `trainer.loop.train_steps`.
 
@@ -100,6 +102,8 @@ def train(
     before_training: called with the resumed step (None: a new run) once the
       state is restored or initialised, before the first step (writes the
       run's config: it then describes what the checkpoints hold).
+    checkpoint_hooks: the caller's hooks, run after the checkpoints of their
+      steps (their intervals must be multiples of the checkpoint interval).
   """
   latest, state, train_iterator = _restore_or_init(
       trainer, checkpointer, train_iterator, new_train_iterator, restore_iterator=restore_iterator,
@@ -112,7 +116,7 @@ def train(
   interrupted = False
   with hooks_lib.StopSignals() as stop, trainer.mesh_context():
     hooks, saver, progress = _hooks(trainer, stop, eval_batches, checkpointer, logger, run, flops_per_step,
-                                    step_callback, loop_record, train_iterator, latest)
+                                    step_callback, loop_record, train_iterator, latest, checkpoint_hooks)
     # The fetch runs beside the main thread, so a stop request is heard while the pipeline is busy.
     fetcher = BatchFetcher(train_iterator, should_stop=stop.requested, convert=_to_host)
     for step in range(start + 1, trainer.loop.train_steps + 1):
@@ -141,7 +145,8 @@ def train(
 def _hooks(trainer: Trainer, stop: hooks_lib.StopSignals, eval_batches: Callable[[], Iterable[HostBatch]] | None,
            checkpointer: Checkpointer, logger: MetricsLogger, run: RunSpec, flops_per_step: float,
            step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None,
-           loop_record: Mapping[str, Any] | None, train_iterator: Any, resumed: int | None
+           loop_record: Mapping[str, Any] | None, train_iterator: Any, resumed: int | None,
+           checkpoint_hooks: Sequence[hooks_lib.CheckpointHook] = (),
            ) -> tuple[hooks_lib.Hooks, hooks_lib.CheckpointSaver, hooks_lib.Progress]:
   """The loop's hooks in the order of the module docstring, on the schedules of `trainer.loop`."""
   loop, terms = trainer.loop, tuple(trainer.model.objectives)
@@ -168,6 +173,9 @@ def _hooks(trainer: Trainer, stop: hooks_lib.StopSignals, eval_batches: Callable
   if eval_batches is not None and loop.eval_every > 0:
     evaluation = hooks_lib.Evaluation(trainer, eval_batches, logger, clock, terms)
     hooks.add("evaluate", evaluation, every=loop.eval_every, last_step=loop.train_steps, on_stop=False)
+  for hook in checkpoint_hooks:
+    hooks.add(hook.name, hooks_lib.AfterCheckpoint(hook, saver, checkpointer, logger, clock), every=hook.every,
+              last_step=loop.train_steps, on_stop=False)
   return hooks, saver, progress
 
 

@@ -1,7 +1,8 @@
 """`pretrain()`: assembles data, model, mesh, assets and checkpoints, then trains.
 
-This is the function `python -m flax_xalign.train` configures (gin name
-`train`). Everything is a keyword argument, so notebooks and tests call it
+Its settings are one frozen `TrainConfig` (training/config.py), which
+`python -m flax_xalign.train` fills from gin (`train.<field>`); notebooks and
+tests call `pretrain(TrainConfig(...))` or `pretrain(model_dir=..., ...)`
 directly. It resolves the task (provider, languages, vocabulary), builds the
 objectives and lets them adapt the encoder, writes the run manifest
 (`RunSpec`), gets every asset the objectives require (built, loaded, or
@@ -25,14 +26,14 @@ import jax
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets import registry as asset_registry
 from flax_xalign.assets import vocabulary as vocabulary_asset
-from flax_xalign.data.specials import check_pair_layout
+from flax_xalign.data.vocab.specials import check_pair_layout
 from flax_xalign.errors import UserError
 from flax_xalign.models import flops as flops_lib
 from flax_xalign.models.config import ARCHITECTURE_FIELDS, MODEL_GIN_FILE, EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base as objectives_lib
 from flax_xalign.objectives.masking import max_predictions_for
-from flax_xalign.objectives.pretraining import MaskingConfig, PretrainingModel
+from flax_xalign.objectives.model import MaskingConfig, PretrainingModel
 from flax_xalign.run_dir import RunDir
 from flax_xalign.training import asset_setup
 from flax_xalign.training import checkpoints as checkpoints_lib
@@ -40,9 +41,10 @@ from flax_xalign.training import metrics as metrics_lib
 from flax_xalign.training import model_dir as model_dir_lib
 from flax_xalign.training import partitioning
 from flax_xalign.training import validate
+from flax_xalign.training.config import TrainConfig
 from flax_xalign.training.data import TaskData, resolve_task
+from flax_xalign.training.hooks import CheckpointHook
 from flax_xalign.training.loop import TrainResult, train as train_loop
-from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.run_reader import SourceRun
 from flax_xalign.training.trainer import LoopConfig, Trainer
 
@@ -87,62 +89,47 @@ class Assembly:
     return int(self.task_feature_lengths["tokens"])
 
 
-def assemble(
-    *,
-    mixture_or_task_name: str,
-    task_feature_lengths: Mapping[str, int],
-    encoder: EncoderConfig,
-    objectives: Mapping[str, float],
-    objective_options: Mapping[str, Any] | None = None,
-    monitors: Sequence[str] = (),
-    asset_options: Mapping[str, Mapping[str, Any]] | None = None,
-    languages: Sequence[str] | None = None,
-    init_from_checkpoint: str | None = None,
-    dictionary_rate: float | None = None,
-    masking: MaskingConfig = MaskingConfig(),
-    loss_normalization: str = "per_term",
-    pair_layout: str = "restart",
-    bitext_both_directions: bool = False,
-    optimizer: OptimizerConfig = OptimizerConfig(),
-    seed: int = 0,
-    user_tasks: Sequence[Any] = (),
-) -> Assembly:
-  """Resolves task, objectives, encoder, manifest and model (the arguments are `pretrain`'s).
+def assemble(config: TrainConfig) -> Assembly:
+  """Resolves task, objectives, encoder, manifest and model of the run `config` describes.
 
   Shared by `pretrain` and the ahead-of-time compile check
-  (`flax_xalign.compile_check`), so both see the same model. Reads the task's
-  vocabulary; builds no asset and touches no MODEL_DIR. Raises UserError for
-  settings the objectives or the row length refuse.
+  (`flax_xalign.cli.compile_check`), so both see the same model. Reads the
+  fields that define the run (task, lengths, encoder, objectives and their
+  options, masking, layout, optimizer, seed; not MODEL_DIR, batch size or
+  schedule) and the task's vocabulary; builds no asset and touches no
+  MODEL_DIR. The run manifest (`RunSpec`) is derived from `config` here.
+  Raises UserError for settings the objectives or the row length refuse.
   """
-  for spec in user_tasks:
+  c = config
+  for spec in c.user_tasks:
     spec.register()
-  asset_options = {k: dict(v) for k, v in (asset_options or {}).items()}
-  if dictionary_rate is not None:
-    asset_options.setdefault("dictionary", {})["rate"] = dictionary_rate
-  check_pair_layout(pair_layout, where="train.pair_layout")
-  data = resolve_task(mixture_or_task_name, languages=languages)
-  monitors = tuple(n for n in monitors if n not in objectives)
-  built = objectives_lib.build([*objectives, *monitors], objective_options)
+  asset_options = {k: dict(v) for k, v in (c.asset_options or {}).items()}
+  if c.dictionary_rate is not None:
+    asset_options.setdefault("dictionary", {})["rate"] = c.dictionary_rate
+  check_pair_layout(c.pair_layout, where="train.pair_layout")
+  data = resolve_task(c.mixture_or_task_name, languages=c.languages)
+  monitors = tuple(n for n in c.monitors if n not in c.objectives)
+  built = objectives_lib.build([*c.objectives, *monitors], c.objective_options)
   encoder = objectives_lib.adapt_encoder(
-      resolve_encoder_config(encoder, vocab_size=data.vocabulary_spec.size, num_languages=len(data.languages)),
+      resolve_encoder_config(c.encoder, vocab_size=data.vocabulary_spec.size, num_languages=len(data.languages)),
       built.values())
   run = run_spec_lib.RunSpec(
-      task=mixture_or_task_name, languages=data.languages, language_pairs=data.language_pairs,
-      task_feature_lengths=dict(task_feature_lengths), task_definitions=data.definitions,
-      vocabulary=data.vocabulary_spec, model=encoder, objectives=dict(objectives),
-      objective_options={k: objectives_lib.describe_options(v) for k, v in (objective_options or {}).items()},
-      monitors=monitors, asset_options=asset_options, seed=seed, init_from_checkpoint=init_from_checkpoint,
-      pair_layout=pair_layout, bitext_both_directions=bitext_both_directions,
-      optimizer=dataclasses.asdict(optimizer))
-  _check_row_length(int(task_feature_lengths["tokens"]), encoder)
+      task=c.mixture_or_task_name, languages=data.languages, language_pairs=data.language_pairs,
+      task_feature_lengths=dict(c.task_feature_lengths), task_definitions=data.definitions,
+      vocabulary=data.vocabulary_spec, model=encoder, objectives=dict(c.objectives),
+      objective_options={k: objectives_lib.describe_options(v) for k, v in (c.objective_options or {}).items()},
+      monitors=monitors, asset_options=asset_options, seed=c.seed, init_from_checkpoint=c.init_from_checkpoint,
+      pair_layout=c.pair_layout, bitext_both_directions=c.bitext_both_directions,
+      optimizer=dataclasses.asdict(c.optimizer))
+  _check_row_length(int(c.task_feature_lengths["tokens"]), encoder)
   for obj in built.values():
     getattr(obj, "check", lambda run: None)(run)
-  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(objectives), masking=masking,
-                           objective_options=dict(objective_options or {}), monitor_objectives=monitors,
+  model = PretrainingModel(encoder=Encoder(encoder), objectives=dict(c.objectives), masking=c.masking,
+                           objective_options=dict(c.objective_options or {}), monitor_objectives=monitors,
                            specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
-                           loss_normalization=loss_normalization)
+                           loss_normalization=c.loss_normalization)
   return Assembly(data=data, encoder=encoder, run=run, model=model,
-                  task_feature_lengths=dict(task_feature_lengths), masking=masking)
+                  task_feature_lengths=dict(c.task_feature_lengths), masking=c.masking)
 
 
 def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
@@ -164,124 +151,63 @@ def train_flops(assembly: Assembly, *, batch_size: int) -> float:
       num_predictions=max_predictions_for(assembly.length, assembly.masking.mask_rate))
 
 
-def pretrain(
-    *,
-    model_dir: str,
-    mixture_or_task_name: str,
-    task_feature_lengths: Mapping[str, int],
-    batch_size: int,
-    train_steps: int,
-    encoder: EncoderConfig,
-    objectives: Mapping[str, float],
-    objective_options: Mapping[str, Any] | None = None,
-    monitors: Sequence[str] = (),
-    asset_options: Mapping[str, Mapping[str, Any]] | None = None,
-    languages: Sequence[str] | None = None,
-    init_from_checkpoint: str | None = None,
-    dictionary_rate: float | None = None,
-    masking: MaskingConfig = MaskingConfig(),
-    loss_normalization: str = "per_term",
-    pair_layout: str = "restart",
-    bitext_both_directions: bool = False,
-    optimizer: OptimizerConfig = OptimizerConfig(),
-    num_partitions: int = 1,
-    fsdp: bool = False,
-    axis_rules: Sequence[tuple[str, str | None]] = (),
-    replicate_limit_bytes: int = partitioning.DEFAULT_REPLICATE_LIMIT_BYTES,
-    checkpoint: checkpoints_lib.CheckpointConfig = checkpoints_lib.CheckpointConfig(),
-    log_every: int = 10,
-    eval_every: int = 0,
-    eval_batches: int = 20,
-    eval_split: str = "validation",
-    seed: int = 0,
-    data_shards: int | None = None,
-    peak_flops_per_device: float | None = None,
-    user_tasks: Sequence[Any] = (),
-    write_config: Callable[[str], None] | None = None,
-    step_callback: Callable[[int, Mapping[str, Any]], None] | None = None,
-    assets_only: bool = False,
-    fresh_data_iterator: bool = False,
-) -> TrainResult | run_spec_lib.RunSpec:
+def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[CheckpointHook] = (),
+             **settings: Any) -> TrainResult | run_spec_lib.RunSpec:
   """Pretrains an encoder on a seqio task or mixture; resumes from MODEL_DIR.
+
+  Called as `pretrain(TrainConfig(...))`, `pretrain(config, seed=1)` (the
+  keywords replace fields of `config`) or `pretrain(model_dir=..., ...)` with
+  every setting a keyword; `TrainConfig` documents each of them. `hooks` are
+  the caller's `CheckpointHook`s: each runs after the checkpoint of every
+  `every`-th step (and of the last) and its numbers are logged to
+  metrics.jsonl (e.g. the registered evaluators, built by the entry point).
 
   Returns the TrainResult (state, last step, whether it was interrupted), or
   with `assets_only` the run manifest after writing the run's assets into
-  MODEL_DIR (`python -m flax_xalign.assets`). `objective_options` maps an
-  objective to its options (a config dataclass such as DwaConfig, or keyword
-  arguments); `monitors` names objectives that are not trained but whose
-  evaluation monitors run (the alignment score of an MLM baseline);
-  `asset_options` maps an asset to its options (`{'dictionary': {'rate':
-  0.5}}`; `dictionary_rate` is a shorthand for that one). `languages` sets the
-  language list of a plain seqio task that does not declare one.
-  `loss_normalization` is "per_term" (each term its own mean, then the
-  weighted sum) or "pooled" (one mean over all predicted tokens, as the
-  released XLM-Align code; see `PretrainingModel`). `pair_layout` lays
-  translation pairs out as `<s> a </s> <s> b </s>` with positions restarting
-  ("restart", the paper) or `<s> a </s> b </s>` with positions running on
-  ("continuous", the released XLM-Align code); it is recorded in the run
-  manifest so the aligner lays pairs out the same way.
-  `bitext_both_directions` also trains on every pair swapped, (b, a), as the
-  released code stores its bitext.
-  `init_from_checkpoint` (a MODEL_DIR) warm-starts a new run from another
-  run's latest parameters; parameters it lacks (e.g. the DWA pointer head)
-  keep their initial values, and the optimiser state starts fresh.
-  `replicate_limit_bytes` is the partitioner's (an array its rule cannot
-  shard may be replicated up to this many bytes per device; bigger is an
-  error naming the fix, e.g. EncoderConfig.vocab_pad_multiple).
-  `data_shards` splits the examples into that many shards, each filling its
-  own rows of every global batch, and gives each process its share: the
-  global batch then depends on `data_shards` only, not on the number of
-  processes (None: one shard per process; see `TaskData.dataset`).
-  `user_tasks` are TextTask/TsvBitextTask/AlphaMixture/SyntheticTasks
-  definitions registered first; `write_config(model_dir)` writes the operative
-  config once the run is known to be valid and the checkpoint it resumes is
-  restored; `step_callback(step, metrics)` runs after every step.
-  Each checkpoint records the data loop (BATCH_SIZE, TASK_FEATURE_LENGTHS,
-  task, data_shards, seed): resuming with other values is refused, unless
-  `fresh_data_iterator` resumes the model with a new data iterator (the data
-  order starts over). With `eval_every` > 0 a task without `eval_split` trains
-  without evaluation (a warning says so). A damaged newest checkpoint is moved
-  to MODEL_DIR/checkpoints_damaged/ and the previous complete one resumed
-  (`CheckpointConfig.on_damaged="error"` refuses instead).
+  MODEL_DIR (`python -m flax_xalign.assets`). Each checkpoint records the data
+  loop (BATCH_SIZE, TASK_FEATURE_LENGTHS, task, data_shards, seed): resuming
+  with other values is refused, unless `fresh_data_iterator`. A damaged
+  newest checkpoint is moved to MODEL_DIR/checkpoints_damaged/ and the
+  previous complete one resumed (`CheckpointConfig.on_damaged="error"`
+  refuses instead).
   """
-  model_dir = model_dir_lib.check_model_dir(model_dir)
+  c = TrainConfig(**settings) if config is None else config.replace(**settings)
+  model_dir = model_dir_lib.check_model_dir(c.model_dir)
   validate.check_settings(
-      train_steps=train_steps, batch_size=batch_size, log_every=log_every, eval_every=eval_every,
-      eval_batches=eval_batches, checkpoint=checkpoint, replicate_limit_bytes=replicate_limit_bytes,
-      task_feature_lengths=task_feature_lengths, objectives=objectives, optimizer=optimizer, masking=masking,
-      seed=seed, num_partitions=num_partitions, data_shards=data_shards)
-  checkpoints_lib.check_config(checkpoint)
-  assembly = assemble(
-      mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths, encoder=encoder,
-      objectives=objectives, objective_options=objective_options, monitors=monitors, asset_options=asset_options,
-      languages=languages, init_from_checkpoint=init_from_checkpoint, dictionary_rate=dictionary_rate,
-      masking=masking, loss_normalization=loss_normalization, pair_layout=pair_layout,
-      bitext_both_directions=bitext_both_directions, optimizer=optimizer, seed=seed, user_tasks=user_tasks)
-  data, encoder, run, model = assembly.data, assembly.encoder, assembly.run, assembly.model
+      train_steps=c.train_steps, batch_size=c.batch_size, log_every=c.log_every, eval_every=c.eval_every,
+      eval_batches=c.eval_batches, checkpoint=c.checkpoint, replicate_limit_bytes=c.replicate_limit_bytes,
+      task_feature_lengths=c.task_feature_lengths, objectives=c.objectives, optimizer=c.optimizer,
+      masking=c.masking, seed=c.seed, num_partitions=c.num_partitions, data_shards=c.data_shards)
+  checkpoints_lib.check_config(c.checkpoint)
+  hooks = tuple(hooks)
+  _check_hooks(hooks, c.checkpoint)
+  assembly = assemble(c)
+  data, run, model = assembly.data, assembly.run, assembly.model
   assets, notes = asset_registry.resolve(model.requires(), model.monitor_requires(), run)
   assets["vocabulary"] = vocabulary_asset.VocabularyAsset(data.vocabulary)
   for note in notes:
     print(f"note: {note}", flush=True)
 
   loop_record = checkpoints_lib.loop_record(
-      batch_size=batch_size, task_feature_lengths=task_feature_lengths, task=mixture_or_task_name,
-      data_shards=data_shards, seed=seed, train_steps=train_steps)
+      batch_size=c.batch_size, task_feature_lengths=c.task_feature_lengths, task=c.mixture_or_task_name,
+      data_shards=c.data_shards, seed=c.seed, train_steps=c.train_steps)
   # Damaged newer steps are only listed here; they are moved once the run is known valid.
-  latest, damaged = checkpoints_lib.newest_readable_step(model_dir, on_damaged=checkpoint.on_damaged)
+  latest, damaged = checkpoints_lib.newest_readable_step(model_dir, on_damaged=c.checkpoint.on_damaged)
   resume = None
   if latest is not None:
     saved, step_fingerprints = _check_resumable(model_dir, latest, run, loop_record,
-                                                fresh_data_iterator=fresh_data_iterator)
+                                                fresh_data_iterator=c.fresh_data_iterator)
     resume = (latest, saved, step_fingerprints)
-  elif init_from_checkpoint:
-    _check_warm_start(init_from_checkpoint, run)
-  if eval_every and not _has_split(data.provider, eval_split):
-    print(f"warning: task {mixture_or_task_name} has no {eval_split!r} split; training without evaluation "
+  elif c.init_from_checkpoint:
+    _check_warm_start(c.init_from_checkpoint, run)
+  eval_every = c.eval_every
+  if eval_every and not _has_split(data.provider, c.eval_split):
+    print(f"warning: task {c.mixture_or_task_name} has no {c.eval_split!r} split; training without evaluation "
           f"(add that split to the task, name another with train.eval_split, or set EVAL_EVERY=0)",
           file=sys.stderr, flush=True)
     eval_every = 0
   run, run_assets = asset_setup.prepare(run, assets, model_dir=model_dir, resume=resume)
-  if assets_only:
+  if c.assets_only:
     written = []
     if jax.process_index() == 0:
       with model_dir_lib.lock(model_dir):
@@ -289,18 +215,27 @@ def pretrain(
     print(f"assets of {model_dir}: " + (", ".join(written) + " written" if written else "already present"),
           flush=True)
     return run
+  return _train(c.replace(model_dir=model_dir, eval_every=eval_every), assembly, run, run_assets,
+                loop_record=loop_record, latest=latest, damaged=damaged, hooks=hooks)
 
-  partitioner = make_partitioner(num_partitions=num_partitions, fsdp=fsdp, axis_rules=axis_rules,
-                                 replicate_limit_bytes=replicate_limit_bytes)
-  length = int(task_feature_lengths["tokens"])
+
+def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_assets: Any, *,
+           loop_record: Mapping[str, Any], latest: int | None, damaged: Sequence[Any],
+           hooks: Sequence[CheckpointHook]) -> TrainResult:
+  """Builds the mesh, trainer, data and checkpointer of a valid run, then hands them to the loop."""
+  model_dir, data, encoder = c.model_dir, assembly.data, assembly.encoder
+  partitioner = make_partitioner(num_partitions=c.num_partitions, fsdp=c.fsdp, axis_rules=c.axis_rules,
+                                 replicate_limit_bytes=c.replicate_limit_bytes)
   loop = LoopConfig(
-      train_steps=train_steps, batch_size=batch_size, length=length, seed=seed,
-      log_every=log_every, eval_every=eval_every, checkpoint_every=checkpoint.every_steps,
-      eval_batches=eval_batches,
-      peak_flops_per_device=metrics_lib.peak_flops_per_device(peak_flops_per_device))
-  trainer = Trainer(model=model, optimizer=optimizer, partitioner=partitioner, loop=loop, assets=run_assets)
-  layout = {"pair_layout": pair_layout, "both_directions": bitext_both_directions, "data_shards": data_shards}
-  train_ds = data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed, **layout)
+      train_steps=c.train_steps, batch_size=c.batch_size, length=assembly.length, seed=c.seed,
+      log_every=c.log_every, eval_every=c.eval_every, checkpoint_every=c.checkpoint.every_steps,
+      eval_batches=c.eval_batches,
+      peak_flops_per_device=metrics_lib.peak_flops_per_device(c.peak_flops_per_device))
+  trainer = Trainer(model=assembly.model, optimizer=c.optimizer, partitioner=partitioner, loop=loop,
+                    assets=run_assets)
+  layout = {"pair_layout": c.pair_layout, "both_directions": c.bitext_both_directions,
+            "data_shards": c.data_shards}
+  train_ds = data.dataset(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed, **layout)
 
   # From here on MODEL_DIR is written: one writer at a time (process 0 holds the lock for the job).
   with model_dir_lib.lock(model_dir):
@@ -309,46 +244,47 @@ def pretrain(
       checkpoints_lib.warn_damaged(error, checkpoints_lib.move_damaged_step(error), latest)
     if jax.process_index() == 0:
       asset_setup.write(model_dir, run_assets)
-    checkpointer = checkpoints_lib.Checkpointer(model_dir, checkpoint)
+    checkpointer = checkpoints_lib.Checkpointer(model_dir, c.checkpoint)
     loggers = []
 
     def make_logger(resume_step: int) -> metrics_lib.MetricsLogger:
-      loggers.append(metrics_lib.MetricsLogger(model_dir, resume_step=resume_step, total_steps=train_steps))
+      loggers.append(metrics_lib.MetricsLogger(model_dir, resume_step=resume_step, total_steps=c.train_steps))
       return loggers[-1]
 
     def before_training(resumed: int | None) -> None:
-      if write_config is not None and jax.process_index() == 0:
-        write_config(model_dir)
+      if c.write_config is not None and jax.process_index() == 0:
+        c.write_config(model_dir)
 
     def check_step(step: int) -> None:  # A step reached by falling back from a damaged one.
       if step != latest:
-        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=fresh_data_iterator)
+        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=c.fresh_data_iterator)
 
     def eval_batches_fn():
-      return data.dataset(feature_lengths=task_feature_lengths, batch_size=batch_size, seed=seed,
-                          split=eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
+      return data.dataset(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed,
+                          split=c.eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
 
-    step_flops = train_flops(assembly, batch_size=batch_size)
+    step_flops = train_flops(assembly, batch_size=c.batch_size)
     n_params = flops_lib.count_params(trainer.abstract_state.params)
     print(f"model: {n_params / 1e6:.2f}M parameters, {encoder.num_layers} layers, embed {encoder.embed_dim}; "
           f"mesh {dict(partitioner.mesh.shape)}; languages {list(data.languages)}; "
-          f"objectives {dict(objectives)}", flush=True)
+          f"objectives {dict(c.objectives)}", flush=True)
     try:
       return train_loop(
           trainer=trainer,
           train_iterator=iter(train_ds),
           new_train_iterator=lambda: iter(train_ds),
-          eval_batches=eval_batches_fn if eval_every else None,
+          eval_batches=eval_batches_fn if c.eval_every else None,
           checkpointer=checkpointer,
           logger=make_logger,
           run=run,
           flops_per_step=step_flops,
-          step_callback=step_callback,
-          init_params=_warm_starter(init_from_checkpoint) if init_from_checkpoint else None,
+          step_callback=c.step_callback,
+          init_params=_warm_starter(c.init_from_checkpoint) if c.init_from_checkpoint else None,
           loop_record=loop_record,
-          restore_iterator=not fresh_data_iterator,
+          restore_iterator=not c.fresh_data_iterator,
           check_step=check_step,
           before_training=before_training,
+          checkpoint_hooks=hooks,
       )
     finally:
       try:
@@ -356,6 +292,16 @@ def pretrain(
       finally:
         for logger in loggers:
           logger.close()
+
+
+def _check_hooks(hooks: Sequence[CheckpointHook], checkpoint: checkpoints_lib.CheckpointConfig) -> None:
+  """A hook reads the checkpoint of its step: its steps must be checkpoint steps."""
+  for hook in hooks:
+    if hook.every <= 0 or hook.every % checkpoint.every_steps:
+      raise UserError(
+          f"{hook.name} runs every {hook.every} steps on the checkpoint of that step, but checkpoints are written "
+          f"every {checkpoint.every_steps} steps (CHECKPOINT_EVERY); set {hook.setting} to a positive "
+          f"multiple of {checkpoint.every_steps}.")
 
 
 def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop: Mapping[str, Any], *,
@@ -430,5 +376,5 @@ def _warm_starter(checkpoint_dir: str) -> Callable[[Any], Any]:
   return init_params
 
 
-__all__ = ["Assembly", "TaskData", "assemble", "make_partitioner", "pretrain", "resolve_encoder_config",
-           "train_flops"]
+__all__ = ["Assembly", "CheckpointHook", "TaskData", "TrainConfig", "assemble", "make_partitioner", "pretrain",
+           "resolve_encoder_config", "train_flops"]

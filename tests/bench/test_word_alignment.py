@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from flax_xalign.evaluation import statistical
+from flax_xalign.evaluation.word_alignment import statistical
 from tests.evaluation.test_word_align import init_model, write_checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

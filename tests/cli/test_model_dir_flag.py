@@ -36,7 +36,7 @@ def test_a_missing_directory_is_named_by_the_canonical_flag(tmp_path):
 
 
 def test_the_commands_options_are_their_flags_less_the_run_directory():
-  from flax_xalign.evaluation.lexicon_eval import LexiconOptions
+  from flax_xalign.evaluation.lexicon.lexicon_eval import LexiconOptions
   from flax_xalign.evaluation.retrieval import RetrievalOptions
 
   options = bli.options_of(bli.parse_args(["--checkpoint=d", "--src=de", "--tgt=en", "--layers=all", "--knn=3"]))

@@ -5,9 +5,7 @@ import json
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import aer
-
-
+from flax_xalign.evaluation.word_alignment import aer
 def test_score_with_possible_links_by_hand():
   predicted = [{(0, 0), (1, 1), (2, 2)}, set()]
   sure = [{(0, 0), (1, 2)}, {(0, 1)}]

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from flax_xalign.evaluation import bli
+from flax_xalign.evaluation.lexicon import bli
 from flax_xalign.models.encoder import Encoder
 from tests.evaluation.transfer_testlib import random_params
 from tests.testlib import tiny_encoder_config

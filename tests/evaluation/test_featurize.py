@@ -5,8 +5,8 @@ import pytest
 
 from flax_xalign.data.vocab.specials import PROJECT, SpecialTokens
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import featurize
-from flax_xalign.evaluation.transfer_data import LabelledSentence, TaggedSentence
+from flax_xalign.evaluation.transfer import featurize
+from flax_xalign.evaluation.transfer.transfer_data import LabelledSentence, TaggedSentence
 from tests.evaluation.transfer_testlib import WordVocabulary, vocabulary_pieces
 
 # An XLM-R-like layout: every special id differs from the project's, and the

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import finetune
-from flax_xalign.evaluation.featurize import Featurizer
-from flax_xalign.evaluation.transfer_data import LabelledSentence
+from flax_xalign.evaluation.transfer import finetune
+from flax_xalign.evaluation.transfer.featurize import Featurizer
+from flax_xalign.evaluation.transfer.transfer_data import LabelledSentence
 from flax_xalign.models.heads import make_head
 from flax_xalign.training.optimizer import OptimizerConfig
 from tests.evaluation.transfer_testlib import BATCH, LENGTH, LR, STEPS, tagged

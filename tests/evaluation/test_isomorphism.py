@@ -5,9 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from flax_xalign.evaluation import isomorphism
-
-
+from flax_xalign.evaluation.lexicon import isomorphism
 def _cos(a, b):
   return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 

@@ -15,8 +15,11 @@ import pytest
 
 from flax_xalign.data.vocab.specials import PROJECT
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import featurize, finetune, transfer, transfer_data
-from flax_xalign.evaluation.transfer_data import SentencePair
+from flax_xalign.evaluation.transfer import featurize
+from flax_xalign.evaluation.transfer import finetune
+from flax_xalign.evaluation.transfer import transfer
+from flax_xalign.evaluation.transfer import transfer_data
+from flax_xalign.evaluation.transfer.transfer_data import SentencePair
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain

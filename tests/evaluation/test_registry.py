@@ -11,7 +11,9 @@ import pytest
 
 from flax_xalign import eval as eval_main
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import aer, mlm_eval, registry, word_align
+from flax_xalign.evaluation import mlm_eval, registry
+from flax_xalign.evaluation.word_alignment import aer
+from flax_xalign.evaluation.word_alignment import word_align
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
@@ -188,7 +190,7 @@ def test_command_backed_evaluators_equal_their_commands(model_dir, gold_files, c
 
 
 def test_lexicon_and_retrieval_evaluators_take_their_commands_options():
-  from flax_xalign.evaluation.lexicon_eval import LexiconOptions
+  from flax_xalign.evaluation.lexicon.lexicon_eval import LexiconOptions
   from flax_xalign.evaluation.retrieval import RetrievalOptions
 
   rsim = registry.create("rsim", FakeRun(), src="de", tgt="en", knn=3)

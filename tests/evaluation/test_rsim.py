@@ -4,9 +4,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from flax_xalign.evaluation import rsim
-
-
+from flax_xalign.evaluation.lexicon import rsim
 def _cosines(v):
   """The vector (cos(v_i, v_j))_{i<j} in the paper's order, built pair by pair."""
   out = []

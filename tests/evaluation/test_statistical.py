@@ -12,9 +12,7 @@ import random
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import statistical as st
-
-
+from flax_xalign.evaluation.word_alignment import statistical as st
 def test_intersection_and_union():
   forward, reverse = {(0, 0), (1, 2)}, {(0, 0), (2, 1)}
   assert st.intersection(forward, reverse) == {(0, 0)}
@@ -196,8 +194,7 @@ def test_eflomal_aligns_a_toy_corpus(tmp_path):
 
 
 def test_best_layer_table_lists_peers_under_the_diagonal():
-  from flax_xalign.evaluation import report
-
+  from flax_xalign.evaluation.word_alignment import report
   def scores(aer):
     return {"aer": aer, "precision": 0.5, "recall": 0.25}
 

@@ -11,10 +11,10 @@ import pytest
 
 from flax_xalign.data.vocab.specials import special_tokens_of
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import featurize
-from flax_xalign.evaluation import finetune
-from flax_xalign.evaluation import transfer
-from flax_xalign.evaluation import transfer_metrics
+from flax_xalign.evaluation.transfer import featurize
+from flax_xalign.evaluation.transfer import finetune
+from flax_xalign.evaluation.transfer import transfer
+from flax_xalign.evaluation.transfer import transfer_metrics
 from flax_xalign.models import heads
 from tests.evaluation.transfer_testlib import (BATCH, LENGTH, LR, POS, STEPS, FakeLanguage,
                                                WordVocabulary, tagged)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from flax_xalign.evaluation import transfer_data
-from flax_xalign.evaluation.transfer_data import LabelledSentence, TaggedSentence
+from flax_xalign.evaluation.transfer import transfer_data
+from flax_xalign.evaluation.transfer.transfer_data import LabelledSentence, TaggedSentence
 from tests.evaluation.transfer_testlib import FakeLanguage
 
 

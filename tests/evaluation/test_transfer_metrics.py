@@ -3,10 +3,8 @@
 import numpy as np
 import pytest
 
-from flax_xalign.evaluation import transfer_data
-from flax_xalign.evaluation import transfer_metrics
-
-
+from flax_xalign.evaluation.transfer import transfer_data
+from flax_xalign.evaluation.transfer import transfer_metrics
 def test_bio_span_f1_by_hand():
   assert transfer_metrics.bio_spans(["B-PER", "I-PER", "O", "B-LOC"]) == {
       ("PER", 0, 2), ("LOC", 3, 4)}

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import aer, word_align
+from flax_xalign.evaluation.word_alignment import aer
+from flax_xalign.evaluation.word_alignment import word_align
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.ops import AlignmentSolver

@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from flax_xalign.evaluation.transfer_data import TaggedSentence
+from flax_xalign.evaluation.transfer.transfer_data import TaggedSentence
 from flax_xalign.models.encoder import Encoder
 
 # A part-of-speech-like tag per word of the toy corpus: a function of the word.

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from flax_xalign.evaluation import word_align
+from flax_xalign.evaluation.word_alignment import word_align
 from flax_xalign.cli import export_hf as export_hf_cli
 from flax_xalign.cli import import_hf
 from flax_xalign.interop import export_hf, hf

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation import word_align
+from flax_xalign.evaluation.word_alignment import word_align
 from flax_xalign.interop.model_dir import write_model_dir
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.model import PretrainingModel

@@ -158,8 +158,7 @@ def _decoy_table(params):
 
 def test_bli_and_induced_dictionary_never_return_a_padded_id(params):
   from flax_xalign.assets.induced_dictionary import InducedDictionary
-  from flax_xalign.evaluation import bli
-
+  from flax_xalign.evaluation.lexicon import bli
   decoy = _decoy_table(params)
   table = np.asarray(bli.embedding_table(decoy, PADDED_CONFIG))
   assert table.shape == (VOCAB, CONFIG.embed_dim)

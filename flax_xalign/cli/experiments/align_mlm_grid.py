@@ -85,8 +85,7 @@ def pretrain_run(run_dir: str, transform: str, objective: str, args: argparse.Na
 
 
 def task_data(name: str) -> tuple[list, list]:
-  from flax_xalign.evaluation import transfer_data
-
+  from flax_xalign.evaluation.transfer import transfer_data
   if name == "pos":
     return transfer_data.greek_pos("train"), transfer_data.greek_pos("test")
   return transfer_data.greek_verse_classification("train"), transfer_data.greek_verse_classification("test")
@@ -94,7 +93,7 @@ def task_data(name: str) -> tuple[list, list]:
 
 def evaluate_run(run_dir: str, transform: str, objective: str, tasks: Sequence[str],
                  data: dict, args: argparse.Namespace) -> dict[str, Any]:
-  from flax_xalign.evaluation import transfer
+  from flax_xalign.evaluation.transfer import transfer
   from flax_xalign.evaluation.alignment_score import run_alignment
   from flax_xalign.runs import Run
   from flax_xalign.tasks import synthetic as synthetic_tasks

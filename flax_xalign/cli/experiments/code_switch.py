@@ -193,8 +193,7 @@ def format_table(rows: Sequence[dict]) -> str:
 
 
 def plot(rows: Sequence[dict], setting: str, path: str) -> str | None:
-  from flax_xalign.evaluation import rsim
-
+  from flax_xalign.evaluation.lexicon import rsim
   curves = {r["objective"]: r["per_layer"]["rsim"] for r in rows if r["setting"] == setting}
   if "mlm" not in curves or len(curves) < 2:
     return None

@@ -56,7 +56,7 @@ def bli(model_dir: str, **options: Any) -> dict[str, Any]:
 
   Prints what the command prints, its JSON line last.
   """
-  from flax_xalign.evaluation.lexicon_eval import LexiconOptions, evaluate_lexicon
+  from flax_xalign.evaluation.lexicon.lexicon_eval import LexiconOptions, evaluate_lexicon
   from flax_xalign.runs import Run
 
   options = LexiconOptions(**options).check()
@@ -102,7 +102,8 @@ def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[st
 
   `cache` keeps the gold POS data between calls of one driver.
   """
-  from flax_xalign.evaluation import transfer, transfer_data
+  from flax_xalign.evaluation.transfer import transfer
+  from flax_xalign.evaluation.transfer import transfer_data
   from flax_xalign.runs import Run
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
