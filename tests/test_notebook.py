@@ -45,7 +45,7 @@ def test_report_helpers_refuse_bad_parameters_before_loading_anything(tmp_path, 
   with pytest.raises(UserError, match="unknown aligner setting.*simlarity"):
     report.evaluate_alignment(str(tmp_path), settings={"simlarity": "cosine"})
   assert not list(tmp_path.iterdir())
-  assert report.optional_evaluation("aer") is not None and report.optional_evaluation("no_such_module") is None
+  assert report.optional_evaluation("word_alignment.aer") is not None and report.optional_evaluation("no_such_module") is None
   assert report.slug("XLM-Align (demo)") == "XLM-Align_demo"
 
 
@@ -175,9 +175,9 @@ def test_notebook_runs_on_an_import_and_a_synthetic_run(notebook_tools, imported
   assert score["count_all"] == V - 5
   assert f"{IMPORTED}: no token_map asset" in text["score"]
   # 4. BLI / RSIM: run where they exist, else said to be unavailable.
-  for name in ("bli", "rsim"):
+  for name in ("lexicon.bli", "lexicon.rsim"):
     if report.optional_evaluation(name) is None:
-      assert f"{name.upper()}: not available in this version" in text["bli"]
+      assert f"{name.rpartition('.')[2].upper()}: not available in this version" in text["bli"]
   # 5. Masked-token accuracy of the trained run only.
   assert f"{IMPORTED}: skipped, imported without an MLM head" in text["mlm"]
   assert f"{SYNTHETIC}\nheld-out masked-token accuracy" in text["mlm"]

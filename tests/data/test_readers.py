@@ -49,6 +49,46 @@ def test_conllu_pos_errors_name_the_line(tmp_path, bad_line, message):
     readers.read_conllu_pos(path)
 
 
+def test_conllu_sentences_type_ids_and_keep_columns_as_written(tmp_path):
+  path = write(tmp_path, CONLLU + "\n# note without equals\n"
+               "1\ttwo  spaces\t_\tX\t_\tA=B=C|A=D\t_\t_\t_\tSpaceAfter=No\n", "s.conllu")
+  first, second, third = readers.read_conllu_sentences(path)
+  assert [t["id"] for t in second.tokens] == [(1, "-", 2), 1, 2, (2, ".", 1)]
+  assert [readers.is_syntactic_word(t) for t in second.tokens] == [False, True, True, False]
+  assert second.line_numbers == (7, 8, 9, 10) and (second.first_line, second.last_line) == (7, 10)
+  assert first.comments == ("# sent_id = 1", "# text = Ἐν ἀρχῇ ἦν")
+  assert first.tokens.metadata == {"sent_id": "1", "text": "Ἐν ἀρχῇ ἦν"}
+  assert (first.first_line, first.last_line) == (1, 5)
+  assert first.tokens[1]["xpos"] == "N-DSF" and first.tokens[1]["head"] == "3"
+  # A form with two spaces stays one column (conllu's own line split would cut
+  # it), and FEATS/MISC stay the text written.
+  (word,) = third.tokens
+  assert (word["form"], word["feats"], word["misc"]) == ("two  spaces", "A=B=C|A=D", "SpaceAfter=No")
+  assert third.comments == ("# note without equals",) and third.line_numbers == (13,)
+
+
+@pytest.mark.parametrize("bad_id", ["2-1", "a-b", "1.x", "01", "_"])
+def test_conllu_malformed_ids_name_the_line(bad_id):
+  lines = ["1\ta\t_\tX\t_\t_\t0\troot\t_\t_", f"{bad_id}\tb\t_\tX\t_\t_\t1\tdep\t_\t_"]
+  with pytest.raises(errors.UserError, match=f"<lines>:2: ID '{bad_id}' is not an integer"):
+    list(readers.read_conllu_sentences(lines))
+
+
+def test_conllu_checks_run_in_line_order(tmp_path):
+  # check_word sees each word as its line is read, before a later line fails;
+  # so read_conllu_pos reports a missing tag on line 2 before the short line 3.
+  lines = ["1\ta\t_\tX\t_\t_\t0\troot\t_\t_", "2\tb\t_\t_\t_\t_\t1\tdep\t_\t_",
+           "3\tc\t_\tX"]
+  seen = []
+  with pytest.raises(errors.UserError, match=":3: expected 10"):
+    list(readers.read_conllu_sentences(
+        lines, check_word=lambda t, where, position: seen.append((where, position))))
+  assert seen == [("<lines>:1", 1), ("<lines>:2", 2)]
+  path = write(tmp_path, "\n".join(lines) + "\n", "order.conllu")
+  with pytest.raises(errors.UserError, match=f"{path}:2: no UPOS tag for 'b'"):
+    readers.read_conllu_pos(path)
+
+
 NER = """\
 -DOCSTART- -X- -X- O
 

@@ -155,6 +155,19 @@ def test_read_skips_ranges_and_empty_nodes_and_round_trips(tmp_path):
   assert syntax.read_conllu(str(path)) == [first, second]
 
 
+def test_write_gives_back_the_bytes_read(tmp_path):
+  # Comments without `=` and FEATS/MISC that a dict would rewrite survive a
+  # read and a write unchanged (conllu's serializer would not keep them).
+  text = ("# sent_id = s1\n# a note\n"
+          "1\tde\tde\tADP\tP\tA=B=C|A=D\t2\tcase\t2:case\tSpaceAfter=No\n"
+          "2\tel\tel\tDET\tD\t_\t0\troot\t0:root\tGloss=the|Gloss=a\n\n")
+  source = tmp_path / "in.conllu"
+  source.write_text(text, encoding="utf-8")
+  out = tmp_path / "out.conllu"
+  syntax.write_conllu(syntax.read_conllu(source), out)
+  assert out.read_bytes() == text.encode("utf-8")
+
+
 @pytest.mark.parametrize("bad_line, message", [
     ("3\tx\tx\tNOUN\t_\t_\t1\tobj\t_", "<lines>:4: expected 10"),
     ("3\tx\tx\tNOUN\t_\t_\tone\tobj\t_\t_", "<lines>:4: HEAD 'one'"),
@@ -162,6 +175,9 @@ def test_read_skips_ranges_and_empty_nodes_and_round_trips(tmp_path):
     ("4\tx\tx\tNOUN\t_\t_\t1\tobj\t_\t_", "<lines>:4: ID 4 follows 2"),
     ("3\tx\tx\tNOUN\t_\t\t1\tobj\t_\t_", "<lines>:4: column 6 is empty"),
     ("x\tx\tx\tNOUN\t_\t_\t1\tobj\t_\t_", "<lines>:4: ID 'x'"),
+    ("3\tx\tx\tNOUN\t_\t_\t_\tobj\t_\t_", "<lines>:4: HEAD '_' of 'x'"),
+    ("3\tx\tx\tNOUN\t_\t_\t-1\tobj\t_\t_", "<lines>:4: HEAD '-1' of 'x'"),
+    ("2-1\tx\t_\t_\t_\t_\t_\t_\t_\t_", "<lines>:4: ID '2-1'"),
 ])
 def test_read_errors_name_the_line(bad_line, message):
   lines = ["# sent_id = 1", "1\ta\ta\tDET\t_\t_\t2\tdet\t_\t_",

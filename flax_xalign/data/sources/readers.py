@@ -7,7 +7,10 @@ Each reader returns plain Python lists and raises `errors.UserError` naming
   `#` comments; blank line between sentences). Multiword-token ranges (`1-2`)
   and empty nodes (`1.1`) are skipped, so the words are the syntactic words
   that UD's UPOS/XPOS annotate. HEAD/DEPREL are not read (see
-  `flax_xalign.data.transforms.syntax.read_conllu` for the trees).
+  `flax_xalign.data.transforms.syntax.read_conllu` for the trees). Both read
+  through `read_conllu_sentences`, the one CoNLL-U parser: the `conllu`
+  package types the ID column and the comment metadata, and this module keeps
+  the line numbers, the strict tab split and the columns as written.
 * `read_conll_ner`: CoNLL-2003 style, one token per line with the tag in the
   last whitespace-separated column, a blank line between sentences and
   `-DOCSTART-` lines skipped. Tags must be BIO: `O`, `B-TYPE` or `I-TYPE`
@@ -20,16 +23,23 @@ Files are read as UTF-8; a leading byte-order mark and `\\r\\n` line ends are
 tolerated.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 import os
-from typing import NamedTuple, Union
+from typing import Callable, NamedTuple, Optional, Union
+
+import conllu
+import conllu.exceptions
+import conllu.parser
 
 from flax_xalign import errors
 
 PathLike = Union[str, os.PathLike]
 
-POS_COLUMNS = {"upos": 3, "xpos": 4}
-CONLLU_COLUMNS = 10
+# id form lemma upos xpos feats head deprel deps misc: conllu's names.
+CONLLU_FIELDS = tuple(conllu.parser.DEFAULT_FIELDS)
+CONLLU_COLUMNS = len(CONLLU_FIELDS)
+# Column names `read_conllu_pos` accepts, with their 0-based index.
+POS_COLUMNS = {"upos": CONLLU_FIELDS.index("upos"), "xpos": CONLLU_FIELDS.index("xpos")}
 DOCSTART = "-DOCSTART-"
 
 
@@ -99,6 +109,133 @@ def _first_undecodable_line(path: PathLike) -> int:
   return number
 
 
+class ConlluSentence(NamedTuple):
+  """One blank-line-separated block of a CoNLL-U file, as `conllu` types it.
+
+  Attributes:
+    tokens: every word line in order, multiword ranges and empty nodes
+      included, as `conllu.Token`s keyed by `CONLLU_FIELDS`; `id` is conllu's
+      parse (an int, `(1, "-", 2)` or `(1, ".", 1)`), every other column the
+      string as written. `tokens.metadata` holds conllu's reading of the
+      comments.
+    line_numbers: `tokens[i]` was read from line `line_numbers[i]`.
+    comments: the comment lines as written, `#` included.
+    first_line: the block's first line (a comment or a word).
+    last_line: its last line.
+  """
+  tokens: conllu.TokenList
+  line_numbers: tuple[int, ...]
+  comments: tuple[str, ...]
+  first_line: int
+  last_line: int
+
+
+# check_word(token, "file:line", position of the word in its sentence).
+WordCheck = Callable[[conllu.Token, str, int], None]
+
+
+def is_syntactic_word(token: conllu.Token) -> bool:
+  """False for multiword-token ranges (`1-2`) and empty nodes (`1.1`)."""
+  return isinstance(token["id"], int)
+
+
+def _conllu_token(line: str, where: str, *, allow_empty: bool) -> conllu.Token:
+  # Split on tabs only: conllu's own line parser also splits on runs of two
+  # spaces and accepts short lines, which would read a space-separated file or
+  # a FORM with spaces column-shifted instead of refusing it at its line.
+  values = line.split("\t")
+  if len(values) != CONLLU_COLUMNS:
+    raise errors.UserError(
+        f"{where}: expected {CONLLU_COLUMNS} tab-separated CoNLL-U columns, "
+        f"found {len(values)}. Separate columns with tabs, not spaces.")
+  if not allow_empty and "" in values:
+    raise errors.UserError(
+        f"{where}: column {values.index('') + 1} is empty; write `_` for "
+        "a missing value.")
+  try:
+    word_id = conllu.parser.parse_id_value(values[0])
+  except conllu.exceptions.ParseException:
+    word_id = None
+  if word_id is None:
+    raise errors.UserError(
+        f"{where}: ID {values[0]!r} is not an integer, a range (1-2) or an "
+        "empty node (1.1).")
+  # The other columns stay strings: conllu's FEATS/MISC dicts and DEPS lists
+  # do not always give back the text read (`A=B=C`, repeated keys).
+  token = conllu.Token(zip(CONLLU_FIELDS, values))
+  token["id"] = word_id
+  return token
+
+
+def read_conllu_sentences(path_or_lines: Union[PathLike, Iterable[str]], *,
+                          allow_empty_columns: bool = True,
+                          check_word: Optional[WordCheck] = None
+                          ) -> Iterator[ConlluSentence]:
+  """Parses CoNLL-U into sentences, naming `file:line` in every error.
+
+  The one CoNLL-U parser of the package: `read_conllu_pos` and
+  `data.transforms.syntax.read_conllu` pick their columns from it. Lines
+  starting with `#` are comments; a blank (or all-space) line ends a sentence.
+
+  Args:
+    path_or_lines: a file path, or an iterable of lines (named `<lines>` in
+      error messages).
+    allow_empty_columns: False refuses an empty column (CoNLL-U writes `_`).
+    check_word: called as `check_word(token, where, position)` on each
+      syntactic word (not ranges or empty nodes) as soon as its line is read,
+      with `where` the `file:line` and `position` its 1-based place among
+      the sentence's words; it raises `UserError` for what the caller needs.
+      Checking here, not after the sentence, keeps errors in line order.
+
+  Yields:
+    One `ConlluSentence` per block, in file order; a block of comments only
+    has no tokens.
+
+  Raises:
+    UserError: the file is missing or not UTF-8, or a word line does not have
+      10 tab-separated columns, has an empty column (when refused), or an ID
+      that is not an integer, a range or an empty node.
+  """
+  if isinstance(path_or_lines, (str, os.PathLike)):
+    name = os.fspath(path_or_lines)
+    numbered = numbered_lines(path_or_lines)
+  else:
+    name = "<lines>"
+    numbered = ((number, line.rstrip("\r\n"))
+                for number, line in enumerate(path_or_lines, start=1))
+  tokens, line_numbers, comments, first_line, words = [], [], [], None, 0
+  number = 0
+  for number, line in numbered:
+    if not line.strip():
+      if first_line is not None:
+        yield _conllu_sentence(tokens, line_numbers, comments, first_line, number - 1)
+      tokens, line_numbers, comments, first_line, words = [], [], [], None, 0
+      continue
+    if first_line is None:
+      first_line = number
+    if line.startswith("#"):
+      comments.append(line)
+      continue
+    where = f"{name}:{number}"
+    token = _conllu_token(line, where, allow_empty=allow_empty_columns)
+    if is_syntactic_word(token):
+      words += 1
+      if check_word is not None:
+        check_word(token, where, words)
+    tokens.append(token)
+    line_numbers.append(number)
+  if first_line is not None:
+    yield _conllu_sentence(tokens, line_numbers, comments, first_line, number)
+
+
+def _conllu_sentence(tokens, line_numbers, comments, first_line, last_line
+                     ) -> ConlluSentence:
+  metadata = conllu.Metadata(
+      pair for comment in comments for pair in conllu.parser.parse_comment_line(comment))
+  return ConlluSentence(conllu.TokenList(tokens, metadata, default_fields=CONLLU_FIELDS),
+                        tuple(line_numbers), tuple(comments), first_line, last_line)
+
+
 def read_conllu_pos(path: PathLike, *, column: str = "upos"
                     ) -> list[TaggedSentence]:
   """Reads words and POS tags from a CoNLL-U file.
@@ -109,50 +246,32 @@ def read_conllu_pos(path: PathLike, *, column: str = "upos"
       tags, column 5).
 
   Returns:
-    One `TaggedSentence` per sentence, in file order.
+    One `TaggedSentence` per sentence with words, in file order.
 
   Raises:
     UserError: an unknown column name, or a malformed line (wrong column
-      count, a non-integer ID, an empty tag).
+      count, an ID that is not an integer, a range or an empty node, an empty
+      tag).
   """
   if column not in POS_COLUMNS:
     raise errors.UserError(
         f"read_conllu_pos: unknown column {column!r}; use one of "
         f"{sorted(POS_COLUMNS)}.")
-  tag_index = POS_COLUMNS[column]
-  sentences = []
-  words, tags = [], []
-  for number, line in numbered_lines(path):
-    if not line.strip():
-      if words:
-        sentences.append(TaggedSentence(tuple(words), tuple(tags)))
-      words, tags = [], []
-      continue
-    if line.startswith("#"):
-      continue
-    fields = line.split("\t")
-    where = f"{path}:{number}"
-    if len(fields) != CONLLU_COLUMNS:
+  other = "xpos" if column == "upos" else "upos"
+
+  def check_tag(token, where, position):
+    del position  # Word order is not checked: only the tags are read.
+    if token[column] in ("", "_"):
       raise errors.UserError(
-          f"{where}: expected {CONLLU_COLUMNS} tab-separated CoNLL-U columns, "
-          f"found {len(fields)}. Separate columns with tabs, not spaces.")
-    word_id = fields[0]
-    if "-" in word_id or "." in word_id:
-      continue  # Multiword-token range or empty node: no POS of its own.
-    if not word_id.isdigit():
-      raise errors.UserError(
-          f"{where}: ID {word_id!r} is not an integer, a range (1-2) or an "
-          "empty node (1.1).")
-    tag = fields[tag_index]
-    if not tag or tag == "_":
-      other = "xpos" if column == "upos" else "upos"
-      raise errors.UserError(
-          f"{where}: no {column.upper()} tag for {fields[1]!r}. Tag every "
+          f"{where}: no {column.upper()} tag for {token['form']!r}. Tag every "
           f"word, or read the other column (column={other!r}).")
-    words.append(fields[1])
-    tags.append(tag)
-  if words:
-    sentences.append(TaggedSentence(tuple(words), tuple(tags)))
+
+  sentences = []
+  for sentence in read_conllu_sentences(path, check_word=check_tag):
+    words = [t for t in sentence.tokens if is_syntactic_word(t)]
+    if words:  # Ranges and empty nodes alone make no sentence.
+      sentences.append(TaggedSentence(tuple(t["form"] for t in words),
+                                      tuple(t[column] for t in words)))
   return sentences
 
 

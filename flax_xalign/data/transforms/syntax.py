@@ -48,13 +48,16 @@ import dataclasses
 import os
 from typing import NamedTuple, Union
 
+import conllu
+import conllu.exceptions
+import conllu.parser
 import numpy as np
 
 from flax_xalign import errors
 from flax_xalign.data.sources import readers
 from flax_xalign.fileio import write_atomically
 
-CONLLU_COLUMNS = 10
+CONLLU_COLUMNS = readers.CONLLU_COLUMNS
 SUBJECT_RELATIONS = frozenset({"nsubj", "csubj"})
 OBJECT_RELATIONS = frozenset({"obj", "iobj", "ccomp", "xcomp"})
 ADJECTIVE_RELATIONS = frozenset({"amod"})
@@ -140,23 +143,34 @@ def _check_tree(tokens: Sequence[Token], where: str) -> None:
       reaches_root[node] = True
 
 
-def _parse_token(fields: list[str], where: str) -> Token:
-  word_id, form, lemma, upos, xpos, feats, head, deprel, deps, misc = fields
-  if not word_id.isdigit():
+def _head(token: conllu.Token, where: str) -> int:
+  # conllu reads HEAD `_` as None; the transform needs every head.
+  try:
+    head = conllu.parser.parse_int_value(token["head"])
+  except conllu.exceptions.ParseException:
+    head = None
+  if head is None or head < 0:
     raise errors.UserError(
-        f"{where}: ID {word_id!r} is not an integer, a range (1-2) or an "
-        "empty node (1.1).")
-  if not head.isdigit():
+        f"{where}: HEAD {token['head']!r} of {token['form']!r} is not an "
+        "integer; the syntax transform needs a full dependency parse (HEAD 0 "
+        "for the root).")
+  return head
+
+
+def _check_word(token: conllu.Token, where: str, position: int) -> None:
+  _head(token, where)
+  if token["id"] != position:
     raise errors.UserError(
-        f"{where}: HEAD {head!r} of {form!r} is not an integer; the syntax "
-        "transform needs a full dependency parse (HEAD 0 for the root).")
-  return Token(int(word_id), form, upos, int(head), deprel, feats, misc,
-               lemma, xpos, deps)
+        f"{where}: ID {token['id']} follows {position - 1}; IDs must run "
+        "1, 2, ... within a sentence (is a blank line missing?).")
 
 
 def read_conllu(path_or_lines: Union[str, os.PathLike, Iterable[str]]
                 ) -> list[Sentence]:
   """Reads dependency-parsed sentences from CoNLL-U.
+
+  Parsed by `readers.read_conllu_sentences` (the `conllu` package, with
+  file:line errors); this adds the HEAD column and the tree checks.
 
   Args:
     path_or_lines: a file path, or an iterable of lines (e.g. a list of
@@ -170,58 +184,21 @@ def read_conllu(path_or_lines: Union[str, os.PathLike, Iterable[str]]
       columns, an empty column, a non-integer ID or HEAD, IDs out of order, a
       HEAD out of range or a cycle.
   """
-  if isinstance(path_or_lines, (str, os.PathLike)):
-    name = os.fspath(path_or_lines)
-    numbered = readers.numbered_lines(path_or_lines)
-  else:
-    name = "<lines>"
-    numbered = ((number, line.rstrip("\r\n"))
-                for number, line in enumerate(path_or_lines, start=1))
+  name = (os.fspath(path_or_lines) if isinstance(path_or_lines, (str, os.PathLike))
+          else "<lines>")
   sentences = []
-  comments, tokens, first_line = [], [], None
-
-  def finish():
+  for block in readers.read_conllu_sentences(
+      path_or_lines, allow_empty_columns=False, check_word=_check_word):
+    tokens = tuple(
+        Token(t["id"], t["form"], t["upos"], _head(t, name), t["deprel"], t["feats"],
+              t["misc"], t["lemma"], t["xpos"], t["deps"])
+        for t in block.tokens if readers.is_syntactic_word(t))
     if not tokens:
       raise errors.UserError(
-          f"{name}:{first_line}: comment lines with no words after them; "
+          f"{name}:{block.first_line}: comment lines with no words after them; "
           "every sentence needs at least one word line.")
-    where = f"{name}:{first_line}-{number - 1}"
-    _check_tree(tokens, f"{where} (the sentence)")
-    sentences.append(Sentence(tuple(tokens), tuple(comments)))
-
-  number = 0
-  for number, line in numbered:
-    if not line.strip():
-      if first_line is not None:
-        finish()
-      comments, tokens, first_line = [], [], None
-      continue
-    if first_line is None:
-      first_line = number
-    if line.startswith("#"):
-      comments.append(line)
-      continue
-    where = f"{name}:{number}"
-    fields = line.split("\t")
-    if len(fields) != CONLLU_COLUMNS:
-      raise errors.UserError(
-          f"{where}: expected {CONLLU_COLUMNS} tab-separated CoNLL-U columns, "
-          f"found {len(fields)}. Separate columns with tabs, not spaces.")
-    if "" in fields:
-      raise errors.UserError(
-          f"{where}: column {fields.index('') + 1} is empty; write `_` for "
-          "a missing value.")
-    if "-" in fields[0] or "." in fields[0]:
-      continue  # Multiword-token range or empty node.
-    token = _parse_token(fields, where)
-    if token.index != len(tokens) + 1:
-      raise errors.UserError(
-          f"{where}: ID {token.index} follows {len(tokens)}; IDs must run "
-          "1, 2, ... within a sentence (is a blank line missing?).")
-    tokens.append(token)
-  if first_line is not None:
-    number += 1
-    finish()
+    _check_tree(tokens, f"{name}:{block.first_line}-{block.last_line} (the sentence)")
+    sentences.append(Sentence(tokens, block.comments))
   return sentences
 
 
@@ -236,6 +213,9 @@ def write_conllu(sentences: Iterable[Sentence],
   Raises:
     ValueError: a field contains a tab or a line break, or is empty.
   """
+  # Not conllu's serializer: it rebuilds comments from the parsed metadata as
+  # `# key = value` (dropping comments without `=`), so a file read and written
+  # back would change, and it writes tabs and line breaks inside fields.
   lines = []
   for sentence in sentences:
     lines.extend(sentence.comments)

@@ -1,7 +1,8 @@
 """Fine-tuning loss and transfer scores: weighted cross-entropy, macro F1, BIO entity F1.
 
 The loss is a jittable function of arrays; the scores are host-side NumPy /
-Python over gold and predicted labels (conlleval's exact-span F1 for NER).
+Python over gold and predicted labels. Entity F1 is seqeval's (conlleval's
+exact-span chunking), so NER numbers are comparable with the papers'.
 """
 
 from __future__ import annotations
@@ -52,33 +53,40 @@ def macro_f1(gold: np.ndarray, predicted: np.ndarray) -> float:
 def bio_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
   """Entity spans `(type, start, end)` (end exclusive) of a BIO tag sequence.
 
-  conlleval's chunking: an entity starts at `B-X`, or at `I-X` that does not
-  continue an `X` entity; it ends before `O`, `B-`, or a tag of another type.
+  conlleval's chunking, as seqeval's default (conlleval-compatible) mode reads
+  it: an entity starts at `B-X`, or at `I-X` that does not continue an `X`
+  entity (IOB1); it ends before `O`, `B-`, or a tag of another type.
   """
-  spans, kind, start = set(), None, 0
-  for i, tag in enumerate([*tags, "O"]):
-    prefix, _, entity = tag.partition("-") if tag != "O" else ("O", "", "")
-    if kind is not None and (prefix != "I" or entity != kind):
-      spans.add((kind, start, i))
-      kind = None
-    if prefix in ("B", "I") and kind is None:
-      kind, start = entity, i
-  return spans
+  # Imported here: seqeval pulls in scikit-learn (about a second), which only
+  # NER scoring needs, not every importer of the transfer package.
+  from seqeval.metrics.sequence_labeling import get_entities
+  # seqeval's ends are inclusive.
+  return {(kind, start, end + 1) for kind, start, end in get_entities([str(t) for t in tags])}
 
 
 def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
             ) -> dict[str, float]:
-  """Micro entity precision, recall and F1 over sentences of BIO tags (exact spans)."""
-  tp = num_gold = num_predicted = 0
-  for g, p in zip(gold, predicted, strict=True):
-    gs, ps = bio_spans(g), bio_spans(p)
-    tp += len(gs & ps)
-    num_gold += len(gs)
-    num_predicted += len(ps)
-  precision = tp / num_predicted if num_predicted else 0.0
-  recall = tp / num_gold if num_gold else 0.0
-  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-  return {"precision": precision, "recall": recall, "f1": f1}
+  """Micro entity precision, recall and F1 over sentences of BIO tags (exact spans).
+
+  seqeval's micro scores in its default mode, the conlleval numbers papers
+  report; 0 where a ratio has nothing to divide by (no entity predicted or
+  none in gold).
+
+  Raises:
+    ValueError: `gold` and `predicted` differ in the number of sentences or
+      in the length of a sentence.
+  """
+  from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
+  # seqeval takes lists of str only; callers pass tuples and NumPy arrays.
+  gold = [[str(t) for t in sentence] for sentence in gold]
+  predicted = [[str(t) for t in sentence] for sentence in predicted]
+  if len(gold) != len(predicted):
+    raise ValueError(f"span_f1: {len(gold)} gold sentences but {len(predicted)} predicted.")
+  if not gold:  # seqeval refuses an empty corpus; nothing was found, as with no entities.
+    return {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+  precision, recall, f1, _ = precision_recall_fscore_support(
+      gold, predicted, average="micro", zero_division=0)
+  return {"precision": float(precision), "recall": float(recall), "f1": float(f1)}
 
 
 def default_metric(task: str, label_set: Sequence[str]) -> str:

@@ -240,7 +240,7 @@ def format_alignment(score: Mapping[str, Any]) -> str:
 
 
 def optional_evaluation(name: str) -> Any | None:
-  """`flax_xalign.evaluation.<name>` if this version has it, else None (a broken module still raises)."""
+  """`flax_xalign.evaluation.<name>` (e.g. "lexicon.bli") if this version has it, else None (a broken module still raises)."""
   module = f"flax_xalign.evaluation.{name}"
   try:
     return importlib.import_module(module)
