@@ -1,11 +1,16 @@
 # flax_xalign developer targets.
 #
 #   make demo    create .venv (python3.11) if missing, install '.[test,interop,aot]', run the demo
-#   make test    install if needed, run the default (not slow) tests with xdist
 #   make bench   install '.[bench]' if needed, run bench/train_throughput.py
-#   make lint    shellcheck tpu_launch.sh and .ci/run
-#   make test-beam  create .venv-beam, install '.[beam]' + pytest, run tests/data/test_cooc_beam.py
+#   make lint    shellcheck tpu_launch.sh, .ci/run and tools/*.sh
+#   make test    install if needed, run the unit tier (pytest.ini's default selection) with xdist
+#   make test-contract    the entry points' contracts (in-process smoke runs, one-error-line refusals)
+#   make test-subprocess  the tests that start a fresh Python (multi-process, SIGKILL, quiet start, ...)
+#   make test-slow        full kernel grids, exact-resume and fault integration runs, real-size runs
 #   make test-aot   the ahead-of-time TPU pod compile checks (pytest -m aot; minutes)
+#   make test-t5x   the t5x adapter against real t5x (.venv-t5x over .venv, from ../shared/vendor)
+#   make test-beam  create .venv-beam, install '.[beam]' + pytest, run tests/data/test_cooc_beam.py
+#   make test-all   every tier above, one after the other
 #   make debian-data  download + unpack the Debian packages of the multilingual data (no root)
 #
 # Variables: PYTHON (interpreter for a new venv, default python3.11), VENV,
@@ -45,7 +50,7 @@ BENCH_ARGS ?=
 # (trained vocabularies, compiled steps) are built once per file.
 XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: help demo test test-aot debian-data bench lint install install-bench clean distclean install-beam test-beam
+.PHONY: help demo test test-contract test-subprocess test-slow test-t5x test-all test-aot debian-data bench lint install install-bench clean distclean install-beam test-beam
 
 help:
 	@sed -n '2,21s/^# \{0,1\}//p' Makefile
@@ -72,20 +77,51 @@ install-bench: $(STAMP_BENCH)
 demo: $(STAMP_TEST)
 	$(PY) -m flax_xalign.demo $(DEMO_ARGS)
 
-test: $(STAMP_TEST)
-	@echo "$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)"
-	@rc=0; $(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS) || rc=$$?; \
+# One pytest run of interpreter $(1) on selection $(2); PYTEST_RC_FILE receives pytest's own exit status.
+define run_pytest
+	@echo "$(1) -m pytest -q $(2) $(PYTEST_ARGS)"
+	@rc=0; $(1) -m pytest -q $(2) $(PYTEST_ARGS) || rc=$$?; \
 	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
 	exit "$$rc"
+endef
+
+# The tiers (pytest.ini, tests/tiers.py). Each test runs in exactly one of these selections:
+# slow > subprocess > contract, and aot / t5x only in their own targets.
+MARK_CONTRACT := contract and not slow and not subprocess and not aot and not t5x
+MARK_SUBPROCESS := subprocess and not slow and not aot and not t5x
+MARK_SLOW := slow and not aot and not t5x
+
+test: $(STAMP_TEST)
+	$(call run_pytest,$(PY),$(XDIST))
+
+test-contract: $(STAMP_TEST)
+	$(call run_pytest,$(PY),$(XDIST) -m '$(MARK_CONTRACT)')
+
+test-subprocess: $(STAMP_TEST)
+	$(call run_pytest,$(PY),$(XDIST) -m '$(MARK_SUBPROCESS)')
+
+test-slow: $(STAMP_TEST)
+	$(call run_pytest,$(PY),$(XDIST) -m '$(MARK_SLOW)')
 
 # The AOT compile checks of XLM-R base/large for TPU v4 slices (README "Scale"):
-# three compiles of 4-7 min each, one per xdist worker (~9 min on 2 cores).
+# three compiles of 4-7 min each, one per xdist worker.
 AOT_XDIST ?= -n 3 --dist load
 test-aot: $(STAMP_TEST)
-	@echo "$(PY) -m pytest -q -m aot $(AOT_XDIST) $(PYTEST_ARGS)"
-	@rc=0; $(PY) -m pytest -q -m aot $(AOT_XDIST) $(PYTEST_ARGS) || rc=$$?; \
-	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
-	exit "$$rc"
+	$(call run_pytest,$(PY),-m aot $(AOT_XDIST))
+
+# Real t5x, airio and jestimator are not on PyPI: their source snapshots live in ../shared/vendor
+# (VENDOR). .venv-t5x layers them over .venv without touching it (tools/make_t5x_venv.sh); without
+# the snapshots the target says so and exits 0. Users install t5x from its repository instead.
+VENDOR ?= ../shared/vendor
+VENV_T5X ?= .venv-t5x
+test-t5x: $(STAMP_TEST)
+	@if [ ! -f "$(VENDOR)/install_t5x.sh" ]; then \
+	  echo "NOTICE: $(VENDOR)/install_t5x.sh not found: the real-t5x tests are skipped (users install t5x from its repository, then run pytest -m t5x)"; \
+	  if [ -n "$(PYTEST_RC_FILE)" ]; then echo skipped > "$(PYTEST_RC_FILE)"; fi; exit 0; fi
+	bash tools/make_t5x_venv.sh $(VENV) $(VENV_T5X) $(VENDOR)
+	$(call run_pytest,$(VENV_T5X)/bin/python,-m t5x tests/interop/test_t5x_real.py)
+
+test-all: test test-contract test-subprocess test-slow test-aot test-t5x test-beam
 
 bench: $(STAMP_BENCH)
 	$(PY) bench/train_throughput.py $(BENCH_ARGS)
@@ -109,10 +145,7 @@ $(STAMP_BEAM): | $(PY_BEAM)
 install-beam: $(STAMP_BEAM)
 
 test-beam: $(STAMP_BEAM)
-	@echo "$(PY_BEAM) -m pytest -q tests/data/test_cooc_beam.py"
-	@rc=0; $(PY_BEAM) -m pytest -q tests/data/test_cooc_beam.py || rc=$$?; \
-	if [ -n "$(PYTEST_RC_FILE)" ]; then echo "$$rc" > "$(PYTEST_RC_FILE)"; fi; \
-	exit "$$rc"
+	$(call run_pytest,$(PY_BEAM),tests/data/test_cooc_beam.py)
 
 # The Debian packages flax_xalign.debian_data reads (LibreOffice help and UI
 # catalogues, dictionaries), fetched with `apt-get download` and unpacked with
@@ -133,10 +166,10 @@ debian-data:
 	@echo "unpacked into $(DEBIAN_ROOT): export FLAX_XALIGN_DEBIAN_ROOT=$(DEBIAN_ROOT)"
 
 lint:
-	shellcheck tpu_launch.sh .ci/run
+	shellcheck tpu_launch.sh .ci/run $(wildcard tools/*.sh)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
 
 distclean: clean
-	rm -rf $(VENV) $(VENV_BEAM)
+	rm -rf $(VENV) $(VENV_BEAM) $(VENV_T5X)

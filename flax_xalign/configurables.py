@@ -1,11 +1,14 @@
 """The gin edge: every name a gin file may bind, registered in one place.
 
-Library modules never import gin. `train.py` and `eval.py` import this module,
+Library modules never import gin. `train.py` and `eval.py` call `register()`,
 which registers the library's dataclasses and entry functions under short,
 stable names (`EncoderConfig`, `OptimizerConfig`, `train` (the `TrainConfig`
 of a run), `train_job`, `evaluate`, ...).
 The registrations live in a library module, not in `__main__`, because gin 0.5
 resolves configurables by module and `python -m` renames the entry module.
+Importing this module is cheap: the library (the task registries bring in
+seqio and TensorFlow) is imported by `register()`, after a command has checked
+its flags (`gin_cli.check_flags`).
 """
 
 from __future__ import annotations
@@ -13,24 +16,6 @@ from __future__ import annotations
 import importlib.util  # noqa: F401  (gin 0.5 needs importlib.util loaded before --gin_file)
 
 import gin
-
-from flax_xalign.evaluation import mlm_eval
-from flax_xalign.evaluation import registry as evaluation_registry
-from flax_xalign.evaluation.transfer import transfer
-from flax_xalign.models.config import EncoderConfig
-from flax_xalign.objectives.dwa import DwaConfig
-from flax_xalign.ops.align_solver import AlignmentSolver
-from flax_xalign.objectives.model import MaskingConfig
-from flax_xalign.tasks import bible as bible_tasks
-from flax_xalign.tasks import code_switch as code_switch_tasks
-from flax_xalign.tasks import debian as debian_tasks
-from flax_xalign.tasks import synthetic as synthetic_tasks
-from flax_xalign.tasks import tfds as tfds_tasks
-from flax_xalign.tasks import user as user_tasks
-from flax_xalign.training.checkpoints import CheckpointConfig
-from flax_xalign.training.optimizer import OptimizerConfig
-from flax_xalign.training.config import TrainConfig
-from flax_xalign.training.pretrain import pretrain
 
 _REGISTERED = False
 
@@ -61,6 +46,8 @@ def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, 
   given = {"write_config": write_config} if write_config is not None else {}
   if assets_only:
     given["assets_only"] = True
+  from flax_xalign.training.pretrain import pretrain
+
   config = gin.get_configurable("flax_xalign.train")(**given)
   hooks = []
   if evals and not config.assets_only:
@@ -73,6 +60,23 @@ def register() -> None:
   global _REGISTERED
   if _REGISTERED:
     return
+  from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.evaluation import registry as evaluation_registry
+  from flax_xalign.evaluation.transfer import transfer
+  from flax_xalign.models.config import EncoderConfig
+  from flax_xalign.objectives.dwa import DwaConfig
+  from flax_xalign.objectives.model import MaskingConfig
+  from flax_xalign.ops.align_solver import AlignmentSolver
+  from flax_xalign.tasks import bible as bible_tasks
+  from flax_xalign.tasks import code_switch as code_switch_tasks
+  from flax_xalign.tasks import debian as debian_tasks
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+  from flax_xalign.tasks import tfds as tfds_tasks
+  from flax_xalign.tasks import user as user_tasks
+  from flax_xalign.training.checkpoints import CheckpointConfig
+  from flax_xalign.training.config import TrainConfig
+  from flax_xalign.training.optimizer import OptimizerConfig
+
   for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, AlignmentSolver,
               user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture,
               synthetic_tasks.SyntheticTasks, bible_tasks.BibleTasks, code_switch_tasks.CodeSwitchedTask,

@@ -106,6 +106,27 @@ def _harden_gin_file_lookup(paths: Sequence[str]) -> None:
       readers[i] = (reader, safe_exists)
 
 
+def gin_files(args: argparse.Namespace) -> list[str]:
+  """The paths of `args.gin_file` as found on the search paths; UserError for one that is not there."""
+  paths = search_paths(args.gin_search_paths)
+  return [_resolve(f, paths) for f in args.gin_file]
+
+
+def check_flags(argv: Sequence[str], *, description: str,
+                default_gin_files: Sequence[str] = ()) -> argparse.Namespace:
+  """The parsed flags, checked before anything heavy loads (the configurables bring in seqio and TensorFlow).
+
+  `--help` and an unknown or malformed flag end here (argparse: exit status 2,
+  one `error:` line), a gin file that is not there raises a UserError; so
+  usage errors answer in a fraction of a second, not after the imports.
+  """
+  args = parse_args(argv, description=description)
+  if not args.gin_file:
+    args.gin_file = list(default_gin_files)
+  gin_files(args)
+  return args
+
+
 def parse_gin(args: argparse.Namespace) -> None:
   gin.clear_config()  # One configuration per call (notebooks and tests call main twice).
   paths = search_paths(args.gin_search_paths)
@@ -329,16 +350,15 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
   """
   import sys
 
-  from flax_xalign import configurables
   from flax_xalign.cli import _process
 
   _process.setup_process()  # Idempotent: a command's main has usually set the process up already.
   noise = _process.known_noise()
   noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
   try:
-    args = parse_args(argv, description=description)
-    if not args.gin_file:
-      args.gin_file = list(default_gin_files)
+    args = check_flags(argv, description=description, default_gin_files=default_gin_files)
+    from flax_xalign import configurables  # After the flags: it imports the library (seqio, TensorFlow, JAX).
+
     configurables.register()
     parse_gin(args)
     fn = gin.get_configurable(f"flax_xalign.{configurable}")

@@ -21,6 +21,8 @@ import pytest
 
 from tests import testlib
 
+pytest_plugins = ["tests.tiers", "tests.shared_run", "pytester"]
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # Many tests compile the same small train step; a per-run persistent XLA cache
@@ -31,6 +33,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # TPU topologies); without this every JAX start would probe for a TPU and print
 # libtpu's warnings into the outputs the CLI tests read.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests compile hundreds of tiny programs whose run time is negligible: XLA's backend optimisations cost
+# more than they save (the flax lm1b tests do the same). Set through the environment, so subprocesses
+# get it too; the `aot` tier turns it back off (its memory figures are those of optimised programs).
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   import tempfile
 
@@ -43,6 +49,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 from flax_xalign.cli import setup_process  # pylint: disable=g-import-not-at-top
 
 setup_process()
+import jax  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+# In case a plugin imported JAX before the environment above was set.
+jax.config.update("jax_disable_most_optimizations",
+                  os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].lower() not in ("0", "false", ""))
 TASKS_DIR = REPO / "tasks"
 
 

@@ -1,21 +1,22 @@
-"""`python -m flax_xalign.align` in-process, on a tiny randomly initialised checkpoint."""
+"""`python -m flax_xalign.align` in-process (the contract tier), on the session's shared MODEL_DIR
+(tests/shared_run.py) and, for --bible_gold, a random tiny encoder over the Bible vocabulary."""
 
 import pytest
 
 from flax_xalign import align as align_main
 from flax_xalign.evaluation.word_alignment import aer
-from tests.evaluation.test_word_align import DE, EN, init_model, write_checkpoint
+from tests.evaluation.test_word_align import DE, EN
+from tests.hardening.harness import tree_digest
+
+pytestmark = pytest.mark.contract
 
 PAIRS = [(DE[5:9], EN[6:8]), (DE[:6], EN[:6]), (DE[9:12], EN[10:13])]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tiny_corpus):
-  from flax_xalign.data.vocab import sentencepiece as vocab
-  _, params = init_model()
-  model_dir = tmp_path_factory.mktemp("align_cli") / "model"
-  return write_checkpoint(model_dir, params, vocab.load_vocabulary(tiny_corpus["vocab"]), task="tiny_mix",
-                          languages=["de", "en"], language_pairs=[("de", "en")])
+def checkpoint(shared_run):
+  """The session's shared MODEL_DIR (tests/shared_run.py): 4 steps on the tiny de/en corpus, 2 layers."""
+  return shared_run["dir"]
 
 
 @pytest.fixture
@@ -94,18 +95,13 @@ def test_other_bad_input(tmp_path, checkpoint, pairs_file, capsys):
   assert not (tmp_path / "out.txt").exists()
 
 
-@pytest.mark.slow
-def test_align_a_checkpoint_made_by_train(tmp_path, tiny_corpus, pairs_file, capsys):
-  from flax_xalign import train as train_main
-  from tests.test_entry_points import _gin_file
-
-  model_dir = tmp_path / "model"
-  assert train_main.main([f"--gin_file={_gin_file(tmp_path, tiny_corpus)}", f"--gin.MODEL_DIR='{model_dir}'",
-                          "--gin.TRAIN_STEPS=2"]) == 0
+def test_align_a_checkpoint_made_by_train(checkpoint, tmp_path, pairs_file, capsys):
+  before = tree_digest(checkpoint)
   out = tmp_path / "links.txt"
-  assert align_main.main([f"--checkpoint={model_dir}", f"--input={pairs_file}", f"--output={out}"]) == 0
+  assert align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}", f"--output={out}"]) == 0
   assert "(de -> en)" in capsys.readouterr().out
   assert len(aer.read_pharaoh(str(out))) == len(PAIRS)
+  assert tree_digest(checkpoint) == before  # The command only reads the run.
 
 
 def test_normalize_flag_strips_marks_from_every_word(tmp_path, checkpoint, pairs_file, capsys):
@@ -131,6 +127,7 @@ def test_normalize_flag_strips_marks_from_every_word(tmp_path, checkpoint, pairs
   assert "invalid choice: 'nfd'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # Its own model over the Bible vocabulary; every layer and method on all 884 test verses.
 def test_bible_gold_option_writes_inputs_and_scores(tmp_path, bible_data_dir, capsys):
   """--bible_gold=test writes the embedded verses and gold beside --output and sweeps against them."""
   import flax.linen as nn

@@ -1,4 +1,5 @@
-"""`python -m flax_xalign.bli` in-process, on a tiny checkpoint trained a few steps on the toy de/en corpus."""
+"""`python -m flax_xalign.bli` in-process (the contract tier), on the session's shared MODEL_DIR: a few steps on the
+tiny de/en corpus (tests/shared_run.py)."""
 
 import json
 
@@ -10,7 +11,10 @@ from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
+from tests.hardening.harness import tree_digest
 from tests.testlib import register_synthetic_afresh, tiny_encoder_config
+
+pytestmark = pytest.mark.contract
 
 # German -> English toy gold (tests/testlib.py's aligned word lists). Under the toy 83-piece BPE model "hund"
 # (▁h un d) and "xyzzy" are several pieces, and "neu" is one piece but its translation "new" (▁ne w) is not:
@@ -20,14 +24,9 @@ GOLD = ("haus house\nsieht sees\nläuft runs\ngrün green\nfluss river\ndas the\
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tiny_corpus):
-  del tiny_corpus  # Registers tiny_mix (de, en).
-  model_dir = tmp_path_factory.mktemp("bli_cli") / "model"
-  pretrain(model_dir=str(model_dir), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
-           batch_size=6, train_steps=3, encoder=tiny_encoder_config(), objectives={"mlm": 1.0},
-           optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
-           checkpoint=CheckpointConfig(every_steps=3, keep=1, async_save=False), log_every=1, seed=0)
-  return model_dir
+def checkpoint(shared_run):
+  """The session's shared MODEL_DIR (tests/shared_run.py): 4 steps of MLM + TLM on the tiny de/en corpus."""
+  return shared_run["dir"]
 
 
 @pytest.fixture
@@ -51,8 +50,10 @@ def _expect_error(capsys, code, *needles):
 
 def test_layer0_dictionary_and_gold_scores(checkpoint, gold_file, tmp_path, capsys):
   out = tmp_path / "dict.tsv"
+  before = tree_digest(checkpoint)
   code = bli_main.main([f"--checkpoint={checkpoint}", "--src=de", "--tgt=en", f"--output={out}",
                         f"--gold={gold_file}", "--min_count=5", "--knn=3"])
+  assert tree_digest(checkpoint) == before  # The command only reads the run.
   text = capsys.readouterr().out
   assert code == 0, text
   result = _last_json(text)
@@ -131,14 +132,11 @@ def test_zero_coverage_and_no_checkpoint(checkpoint, tmp_path, capsys):
   _expect_error(capsys, code, "is not a directory")
 
 
-def test_reads_the_model_dirs_lang_vocab_file_with_sides_swapped(checkpoint, gold_file, tmp_path, capsys):
-  import shutil
-
+def test_reads_the_model_dirs_lang_vocab_file_with_sides_swapped(shared_run_copy, gold_file, capsys):
   from flax_xalign.assets import lang_vocab
   from flax_xalign.runs.checkpoints import read_run_spec
 
-  model_dir = tmp_path / "model"
-  shutil.copytree(checkpoint, model_dir)
+  model_dir = shared_run_copy
   _, run, _ = read_run_spec(str(model_dir))
   # Written for (en, de) with min_count 20: the command asks for de -> en and must flip the sides.
   value = lang_vocab.lang_vocab_for(run, languages=("en", "de"), min_count=20, log=None)
@@ -221,6 +219,7 @@ def synthetic_checkpoint(tmp_path_factory, bible_data_dir):
   return model_dir
 
 
+@pytest.mark.slow  # Its own run: a synthetic language derived from the Greek NT, trained 2 steps.
 def test_isomorphism_on_the_token_map(synthetic_checkpoint, capsys):
   from flax_xalign.runs import Run
 

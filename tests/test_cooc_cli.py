@@ -1,4 +1,5 @@
-"""`python -m flax_xalign.cooc`: counting a task and text files, --inspect, and one error per bad input."""
+"""`python -m flax_xalign.cooc` in-process (the contract tier): counting a task and text files, --inspect,
+and one error per bad input."""
 
 import json
 
@@ -8,6 +9,8 @@ import sentencepiece as spm
 
 from flax_xalign import cooc as command
 from flax_xalign.data import cooc
+
+pytestmark = pytest.mark.contract
 
 
 @pytest.fixture(scope="module")

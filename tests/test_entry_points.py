@@ -1,7 +1,8 @@
-"""The real entry points, in-process: a smoke run, resume, eval and bad input.
+"""`python -m flax_xalign.train` in-process (the contract tier): the smoke run, resume and bad input.
 
-Each bad input must end with exit status 2, one `error:` line naming the
-problem, and an untouched (or never created) MODEL_DIR.
+The smoke run is the session's shared MODEL_DIR (tests/shared_run.py); resuming takes a copy. Each bad
+input must end with exit status 2, one `error:` line naming the problem, and an untouched (or never
+created) MODEL_DIR. The full refusal matrix is tests/hardening/test_train_inputs.py.
 """
 
 import json
@@ -10,10 +11,11 @@ import os
 import pytest
 
 
-from flax_xalign import eval as eval_main
 from flax_xalign import train as train_main
 
 from tests.testlib import tiny_encoder_gin, tree_snapshot, user_mixture_gin
+
+pytestmark = pytest.mark.contract
 
 TINY_MODEL = tiny_encoder_gin()
 
@@ -49,11 +51,10 @@ def _train(gin_file, model_dir, *extra):
   return train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", *extra])
 
 
-def test_train_then_eval_smoke(tmp_path, tiny_corpus, capsys):
-  gin_file = _gin_file(tmp_path, tiny_corpus)
-  model_dir = tmp_path / "model"
-  assert _train(gin_file, model_dir, "--gin.TRAIN_STEPS=4") == 0
-  out = capsys.readouterr().out
+def test_train_smoke_on_the_shared_run(shared_run):
+  """The session's shared MODEL_DIR is `flax_xalign.train` run 4 steps (tests/shared_run.py): what it wrote."""
+  model_dir = shared_run["dir"]
+  out = shared_run["stdout"]
   assert "step 4/4" in out and "tok/s" in out
   for name in ("config.gin", "metrics.jsonl", "tensorboard", "checkpoints"):
     assert (model_dir / name).exists(), name
@@ -66,23 +67,18 @@ def test_train_then_eval_smoke(tmp_path, tiny_corpus, capsys):
   assert "TRAIN_STEPS = 4" in config and "EncoderConfig.embed_dim = 24" in config
   rows = [json.loads(l) for l in open(model_dir / "metrics.jsonl")]
   train_rows = [r for r in rows if "loss" in r]
-  assert [r["step"] for r in train_rows] == [2, 4]
+  assert [r["step"] for r in train_rows] == [1, 2, 3, 4]  # LOG_EVERY = 1
   for key in ("loss", "mlm", "tlm", "learning_rate", "tokens_per_sec", "mlm_accuracy"):
     assert key in train_rows[-1], key
-  assert any("eval_loss" in r for r in rows)
+  assert [r["step"] for r in rows if "eval_loss" in r] == [4]  # EVAL_EVERY = 4
 
-  # Same command, more steps: resumes from step 4.
-  assert _train(gin_file, model_dir, "--gin.TRAIN_STEPS=6") == 0
+
+def test_same_command_with_more_steps_resumes(shared_run, shared_run_copy, capsys):
+  assert _train(shared_run["gin"], shared_run_copy, "--gin.TRAIN_STEPS=6") == 0
   assert "resumed from" in capsys.readouterr().out
-  assert sorted(os.listdir(model_dir / "checkpoints"))[-1] == "6"
-
-  assert eval_main.main([f"--gin.MODEL_DIR='{model_dir}'", "--gin.SPLIT='validation'",
-                         "--gin.BATCH_SIZE=6", "--gin.evaluate.baseline_batches=5"]) == 0
-  results = json.loads((model_dir / "eval.json").read_text())
-  assert results["step"] == 6 and set(results["languages"]) == {"de", "en"}
-  for stats in results["languages"].values():
-    assert 0.0 <= stats["accuracy"] <= 1.0 and stats["predictions"] > 0
-  assert "held-out masked-token accuracy" in capsys.readouterr().out
+  assert sorted(os.listdir(shared_run_copy / "checkpoints"))[-1] == "6"
+  rows = [json.loads(l) for l in open(shared_run_copy / "metrics.jsonl")]
+  assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
 
 
 def _expect_error(capsys, code, *needles):
@@ -181,22 +177,11 @@ def test_malformed_tsv_row_names_the_line(tmp_path, tiny_corpus, capsys):
   _expect_error(capsys, _train(gin_file, tmp_path / "m"), "bad.tsv:2")
 
 
-def test_existing_dir_with_other_model_size_is_untouched(tmp_path, tiny_corpus, capsys):
-  gin_file = _gin_file(tmp_path, tiny_corpus)
-  model_dir = tmp_path / "model"
-  assert _train(gin_file, model_dir, "--gin.TRAIN_STEPS=2") == 0
-  before = tree_snapshot(model_dir)
-  capsys.readouterr()
-  code = _train(gin_file, model_dir, "--gin.TRAIN_STEPS=4", "--gin.EncoderConfig.mlp_dim=48")
+def test_existing_dir_with_other_model_size_is_untouched(shared_run, shared_run_copy, capsys):
+  before = tree_snapshot(shared_run_copy)
+  code = _train(shared_run["gin"], shared_run_copy, "--gin.TRAIN_STEPS=4", "--gin.EncoderConfig.mlp_dim=48")
   _expect_error(capsys, code, "different model", "mlp_dim")
-  assert tree_snapshot(model_dir) == before
-
-
-def test_eval_of_missing_model_dir_creates_nothing(tmp_path, capsys):
-  missing = tmp_path / "typo"
-  _expect_error(capsys, eval_main.main([f"--gin.MODEL_DIR='{missing}'"]), "no checkpoint")
-  assert not missing.exists()
-
+  assert tree_snapshot(shared_run_copy) == before
 
 
 @pytest.mark.parametrize("binding, needle", [

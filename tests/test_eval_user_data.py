@@ -11,8 +11,13 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from flax_xalign import train as train_main
 from tests.testlib import tiny_encoder_gin, user_mixture_gin
+
+# The fresh process is the point: it has not parsed the training gin file nor imported the user's module.
+pytestmark = pytest.mark.subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

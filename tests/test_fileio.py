@@ -1,5 +1,6 @@
 """`write_atomically` under faults: a full disk or a file-size limit is one UserError and leaves no temporary file."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ _LIMITED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess  # The limit is per process: set it in a child, never in the test process.
 def test_file_size_limit_is_one_error_and_leaves_the_old_file(tmp_path):
   target = tmp_path / "config.gin"
   target.write_text("old\n")
@@ -29,6 +31,42 @@ def test_file_size_limit_is_one_error_and_leaves_the_old_file(tmp_path):
   assert done.stderr.startswith(f"error: no space left writing {target} (File too large); free space or choose "
                                 "another MODEL_DIR"), done.stderr
   assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+  assert sorted(os.listdir(tmp_path)) == ["config.gin"] and target.read_text() == "old\n"
+
+
+class _TooLargeFile:
+  """An open file whose writes fail as they do past RLIMIT_FSIZE (EFBIG)."""
+
+  def __init__(self, f):
+    self._f = f
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self._f.close()
+
+  def fileno(self):
+    return self._f.fileno()
+
+  def write(self, data):
+    raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+
+def test_file_too_large_is_one_error_and_leaves_the_old_file_in_process(tmp_path, monkeypatch, capsys):
+  """The same mapping as under a real file-size limit (above, in a child), with the write failing here."""
+  from flax_xalign import errors
+
+  target = tmp_path / "config.gin"
+  target.write_text("old\n")
+  real_fdopen = os.fdopen
+  monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: _TooLargeFile(real_fdopen(fd, *a, **k)))
+  assert errors.run_command(lambda: write_atomically(target, "x" * 10000)) == 2
+  monkeypatch.undo()
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: no space left writing {target} (File too large); free space or choose "
+                        "another MODEL_DIR"), err
+  assert err.count("\n") == 1 and "Traceback" not in err
   assert sorted(os.listdir(tmp_path)) == ["config.gin"] and target.read_text() == "old\n"
 
 

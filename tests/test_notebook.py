@@ -129,6 +129,7 @@ def _table_rows(text: str, label: str) -> dict[str, list[str]]:
   return {row[2]: row for row in rows}
 
 
+@pytest.mark.slow  # nbclient starts a kernel (a fresh Python) that evaluates two models: ~1.5 min of CPU.
 def test_notebook_runs_on_an_import_and_a_synthetic_run(notebook_tools, imported_dir, synthetic_dir, kernel_env,
                                                         tmp_path, monkeypatch):
   nbformat, nbclient = notebook_tools

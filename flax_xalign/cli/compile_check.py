@@ -65,17 +65,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-  from flax_xalign.training import aot
-
-  sizes = aot.AssetSizes()
+  """Our own flags. The asset sizes default to None, read as `aot.AssetSizes()`'s defaults after parsing
+  (`_asset_sizes`), so that a usage error answers before JAX and TensorFlow load."""
   parser = _Parser(description=__doc__.splitlines()[0], add_help=False)
   parser.add_argument("--topology", required=True, help="libtpu topology, e.g. v4:2x2x1 (v4-8), v4:4x4x4 (v4-128)")
   parser.add_argument("--num_slices", type=int, default=1, help="slices joined over DCN (data parallel)")
   parser.add_argument("--objectives", default="", help="comma list (weight 1.0 each); overrides train.objectives")
-  parser.add_argument("--dictionary_pairs", type=int, default=sizes.dictionary_pairs)
-  parser.add_argument("--cooc_nnz", type=int, default=sizes.cooc_nnz,
+  parser.add_argument("--dictionary_pairs", type=int, default=None)
+  parser.add_argument("--cooc_nnz", type=int, default=None,
                       help="nonzeros of the cooc table (replicated on every chip: size it to the pod's corpus)")
-  parser.add_argument("--lang_vocab_capacity", type=int, default=sizes.lang_vocab_capacity)
+  parser.add_argument("--lang_vocab_capacity", type=int, default=None)
   parser.add_argument("--hbm_gib", type=float, default=None, help="override the chip's HBM (GiB)")
   parser.add_argument("--require_fit", action="store_true", help="exit 1 when the step does not fit in HBM")
   parser.add_argument("--output", default="", help="also write the JSON record to this file")
@@ -114,29 +113,37 @@ def _train_kwargs(objectives: str) -> dict[str, Any]:
   return kwargs
 
 
+def _asset_sizes(own: argparse.Namespace) -> Any:
+  """The `aot.AssetSizes` of the flags; the dataclass's defaults for those not given."""
+  from flax_xalign.training import aot
+
+  given = {name: getattr(own, name) for name in ("dictionary_pairs", "cooc_nnz", "lang_vocab_capacity")}
+  return aot.AssetSizes(**{name: value for name, value in given.items() if value is not None})
+
+
 def check(argv: Sequence[str]) -> dict[str, Any]:
   """Runs the compile check; returns the JSON record (see the module docstring)."""
-  import gin
-
-  from flax_xalign import configurables, gin_cli
-  from flax_xalign.training import aot, pretrain as pretrain_lib
-
   own, rest = _parser().parse_known_args(argv)
   unknown = [a for a in rest if not a.startswith("--gin")]
   if unknown:
     raise UserError(f"unknown flag {unknown[0]!r}; the flags are --topology, --num_slices, --objectives, "
                     "--dictionary_pairs, --cooc_nnz, --lang_vocab_capacity, --hbm_gib, --require_fit, --output "
                     "and gin's (--gin_file, --gin.NAME=VALUE, --gin_bindings, --gin_search_paths).")
+  import gin  # The flags are well formed: now the library (JAX; the configurables bring in seqio and TF).
+
+  from flax_xalign import configurables, gin_cli
+  from flax_xalign.training import aot, pretrain as pretrain_lib
+
   topology = aot.parse_topology(own.topology, own.num_slices)
   aot.check_libtpu()
-  sizes = aot.AssetSizes(dictionary_pairs=own.dictionary_pairs, cooc_nnz=own.cooc_nnz,
-                         lang_vocab_capacity=own.lang_vocab_capacity)
+  sizes = _asset_sizes(own)
   args = gin_cli.parse_args(rest, description=__doc__.splitlines()[0])
   configurables.register()
-  try:
-    gin.external_configurable(xlmr_vocabulary, name="xlmr_vocabulary", module="flax_xalign")
-  except ValueError:
-    pass  # Registered by an earlier call in this process.
+  with gin.unlock_config():  # An earlier command in this process locked the config; new names need it open.
+    try:
+      gin.external_configurable(xlmr_vocabulary, name="xlmr_vocabulary", module="flax_xalign")
+    except ValueError:
+      pass  # Registered by an earlier call in this process.
   _parse_gin(args)
   kw = _train_kwargs(own.objectives)
 

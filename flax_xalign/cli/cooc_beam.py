@@ -47,12 +47,30 @@ def _path(path: str) -> str:
   return os.path.abspath(path)
 
 
+PIPELINE_MODULE = "flax_xalign.data.cooc.beam"
+# Flags whose default is the pipeline module's: None when not given, filled in by `_check` (the module brings
+# in TensorFlow, so it is imported once the cheap checks have passed).
+_PIPELINE_DEFAULTS = {"shards": "DEFAULT_SHARDS", "lines_per_shard": "DEFAULT_LINES_PER_SHARD",
+                      "buckets": "DEFAULT_BUCKETS"}
+
+
+def _pipeline_summary() -> str:
+  """The first line of the pipeline module's docstring, read from its source without importing it."""
+  import ast
+  import importlib.util
+
+  with open(importlib.util.find_spec(PIPELINE_MODULE).origin, encoding="utf-8") as f:
+    return (ast.get_docstring(ast.parse(f.read())) or "").split("\n")[0]
+
+
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  """(our flags, the rest: Beam pipeline options such as --runner, passed through)."""
+  """(our flags, the rest: Beam pipeline options such as --runner, passed through).
+
+  --shards, --lines_per_shard and --buckets are None when not given (`_check` fills in the defaults).
+  """
   from flax_xalign.data import cooc
-  from flax_xalign.data.cooc import beam as cooc_beam
   parser = ArgumentParser(prog="python -m flax_xalign.data.cooc_beam", allow_abbrev=False,
-                          description=cooc_beam.__doc__.split("\n")[0])
+                          description=_pipeline_summary())
   parser.add_argument("--task", help="a registered seqio task or mixture to count")
   parser.add_argument("--text", action="append", default=[], metavar="FILE:LANG",
                       help="a text file (one sentence per line) and its language code; repeatable")
@@ -64,22 +82,24 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   parser.add_argument("--reference_language", default=cooc.DEFAULT_REFERENCE_LANGUAGE)
   parser.add_argument("--drop_diagonal", action="store_true", help="leave out X[a, a]")
   parser.add_argument("--output", help="directory for cooc.npz and cooc.json (local or gs://, s3://, ...)")
-  parser.add_argument("--shards", type=int, default=cooc_beam.DEFAULT_SHARDS, help="shards per member task")
-  parser.add_argument("--lines_per_shard", type=int, default=cooc_beam.DEFAULT_LINES_PER_SHARD,
-                      help="text lines per shard")
-  parser.add_argument("--buckets", type=int, default=cooc_beam.DEFAULT_BUCKETS,
-                      help="merge keys: row token a mod buckets")
+  parser.add_argument("--shards", type=int, default=None, help="shards per member task")
+  parser.add_argument("--lines_per_shard", type=int, default=None, help="text lines per shard")
+  parser.add_argument("--buckets", type=int, default=None, help="merge keys: row token a mod buckets")
   return parser.parse_known_args(argv)
 
 
 def _check(args: argparse.Namespace) -> None:
-  from flax_xalign.data.cooc import beam as cooc_beam
+  """UserError for a bad combination or value of the flags; fills in the pipeline's defaults."""
   if bool(args.task) == bool(args.text):
     raise UserError("count either a task (--task=NAME) or text files (--text=FILE:LANG --vocabulary=MODEL).")
   if not args.output:
     raise UserError("--output=DIR is missing: the directory to write cooc.npz and cooc.json into.")
   if args.window < 1:
     raise UserError(f"--window must be an integer >= 1 (n of the ±n window; the paper: 2), got {args.window}.")
+  from flax_xalign.data.cooc import beam as cooc_beam
+  for name, default in _PIPELINE_DEFAULTS.items():
+    if getattr(args, name) is None:
+      setattr(args, name, getattr(cooc_beam, default))
   for flag, value, limit in (("--shards", args.shards, None), ("--lines_per_shard", args.lines_per_shard, None),
                              ("--buckets", args.buckets, cooc_beam._MAX_BUCKETS)):
     if value < 1 or (limit is not None and value > limit):
@@ -90,10 +110,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(argv: Sequence[str] | None = None) -> Any:
   """Builds and runs the pipeline of a command line; returns the finished `PipelineResult`."""
-  from flax_xalign.data import cooc
-  from flax_xalign.data.cooc import beam as cooc_beam
   args, beam_args = parse_args(argv)
   _check(args)
+  from flax_xalign.data import cooc
+  from flax_xalign.data.cooc import beam as cooc_beam
+
   cooc_beam.require_beam()
   from apache_beam.options.pipeline_options import PipelineOptions
 

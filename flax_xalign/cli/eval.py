@@ -27,11 +27,11 @@ from flax_xalign.cli import common
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  from flax_xalign.evaluation import mlm_eval
-
   code, results = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="eval_job",
                                   default_gin_files=("runs/eval.gin",))
   if code == 0 and "overall" in results:  # evaluate's masked-token accuracy
+    from flax_xalign.evaluation import mlm_eval
+
     print(mlm_eval.format_table(results))
   elif code == 0 and "zs" not in results:  # pair_transfer prints its own summary line
     from flax_xalign.evaluation import registry

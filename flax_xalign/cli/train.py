@@ -70,10 +70,10 @@ def maybe_initialize_distributed(environ: Mapping[str, str] | None = None) -> No
   On CPU the processes exchange arrays with jax's gloo collectives (the
   default of `jax_cpu_collectives_implementation` in jax 0.10.2).
   """
-  import jax
-
   settings = distributed_settings(os.environ if environ is None else environ)
   if settings is not None:
+    import jax
+
     jax.distributed.initialize(**settings)
 
 
@@ -123,12 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign import gin_cli
 
   setup_process()
+  description = __doc__.splitlines()[0]
   try:
+    gin_cli.check_flags(common.argv_of(argv), description=description)  # Usage errors before JAX and TF load.
     maybe_initialize_distributed()
   except UserError as e:
     return errors.report(e)
   enable_compilation_cache()
-  code, result = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="train_job",
+  code, result = common.gin_main(argv, description=description, configurable="train_job",
                                  write_config=gin_cli.write_operative_config)
   if code == 0 and result.interrupted:
     # Several processes stop together through jax's preemption service (a SIGTERM), not a signal of their own.

@@ -19,7 +19,7 @@ from flax_xalign.errors import ArgumentParser, UserError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  from flax_xalign.data.vocab import sentencepiece as vocab
+  # The library module imports seqio (and TensorFlow): `run` imports it, so flag errors answer at once.
   parser = ArgumentParser(
       prog="python -m flax_xalign.data.vocab",
       description="Train a SentencePiece model with flax_xalign's special ids.")
@@ -32,7 +32,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       choices=("unigram", "bpe", "char", "word"))
   parser.add_argument("--character_coverage", type=float, default=0.9995)
   parser.add_argument("--input_sentence_size", type=int, default=1_000_000)
-  parser.add_argument("--seed", type=int, default=vocab.DEFAULT_SEED)
+  parser.add_argument("--seed", type=int, default=None)  # None: the library's DEFAULT_SEED (`run`).
   return parser.parse_args(argv)
 
 
@@ -49,11 +49,14 @@ def _read_lines(files: Sequence[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> str:
+  lines = _read_lines(args.input)
   from flax_xalign.data.vocab import sentencepiece as vocab
+
   path = vocab.train_sentencepiece(
-      _read_lines(args.input), vocab_size=args.vocab_size,
+      lines, vocab_size=args.vocab_size,
       model_path=args.output + ".model", model_type=args.model_type,
-      character_coverage=args.character_coverage, seed=args.seed,
+      character_coverage=args.character_coverage,
+      seed=vocab.DEFAULT_SEED if args.seed is None else args.seed,
       input_sentence_size=args.input_sentence_size)
   print(f"wrote {path}")
   return path

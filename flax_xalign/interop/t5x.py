@@ -46,8 +46,14 @@ Limits, compared with flax_xalign's own trainer (`python -m flax_xalign.train`):
   arguments and whose loop refreshes and checkpoints them.
 * No run manifest, asset files or asset fingerprints in t5x checkpoints, and
   objectives' `check(run)` does not run (t5x has no run manifest to check).
-* t5x *sums* gradients over `Trainer.num_microbatches`, and our loss is a
-  per-batch mean: with k microbatches, divide the learning rate by k.
+* t5x *sums* the gradients of `Trainer.num_microbatches` = k microbatches,
+  each of our loss (a mean over that microbatch), and its loop hands every
+  microbatch of a step the same `dropout_rng`, so their masking and dropout
+  draws repeat. For the mean gradient put `optax.scale(1 / k)` first in the
+  optimiser chain (before the clip). Dividing the learning rate by k instead
+  is not the same: AdamW's step does not depend on the gradient's scale, so
+  that would shrink every step, and the weight decay, k-fold. Use
+  microbatches only when a batch does not fit.
 * Parameter dimensions must divide the mesh axes they are sharded over (our
   partitioner replicates small ones and refuses big ones; t5x's pjit refuses
   them all): pad the vocabulary to a multiple of the `model` axis

@@ -8,6 +8,7 @@ between), and files that do not belong to the run are refused.
 import os
 
 import numpy as np
+import pytest
 
 from flax_xalign import train as train_main
 from flax_xalign.cli import assets as assets_main
@@ -23,6 +24,21 @@ def _flags(model_dir, *extra):
           "--gin.TASK_FEATURE_LENGTHS={'tokens': 32}", *extra]
 
 
+def test_build_writes_the_run_assets_and_nothing_else(tmp_path, bible_data_dir, capsys):
+  """The build half of the test below (which trains as well, in the `slow` tier)."""
+  model_dir = tmp_path / "run"
+  assert assets_main.main(_flags(model_dir)) == 0
+  out = capsys.readouterr().out
+  assert "dictionary:" in out and "token_map:" in out and "vocabulary:" in out
+  assert sorted(os.listdir(model_dir)) == [".lock", "dictionary.tsv", "token_map.npz", "vocabulary.model"]
+  assert len(dictionary_lib.load(str(model_dir / "dictionary.tsv"))) == round(0.25 * (V - 5))
+  before = {name: (model_dir / name).read_bytes() for name in os.listdir(model_dir) if name != ".lock"}
+  assert assets_main.main(_flags(model_dir)) == 0  # Building again changes nothing.
+  assert {name: (model_dir / name).read_bytes() for name in os.listdir(model_dir) if name != ".lock"} == before
+  assert "already present" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # Builds, then trains through the entry point (~30 s of CPU).
 def test_build_then_train_uses_the_built_files(tmp_path, bible_data_dir, capsys):
   model_dir = tmp_path / "run"
   assert assets_main.main(_flags(model_dir)) == 0

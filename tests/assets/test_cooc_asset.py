@@ -282,6 +282,7 @@ def _rows(model_dir):
   return {r["step"]: r for r in rows if "loss" in r}
 
 
+@pytest.mark.slow  # Four tiny-encoder runs; tests/training/test_loop.py resumes a checkpointed asset.
 def test_exact_resume_with_the_table(tiny_corpus, tmp_path, monkeypatch):
   full = tmp_path / "full"
   _pretrain(full)

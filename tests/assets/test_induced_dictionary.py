@@ -3,9 +3,9 @@
 A tiny model trained for 3 steps on `tiny_mix` (en, de) is the source; the
 dictionary between the de and en language-specific vocabularies is compared
 with CSLS written here from the paper's Eq. 1-2 (r_K = mean of the K highest
-cosines into the other set). The resume test trains with a small objective
-that reads the dictionary and logs a checksum of it, so every logged step
-says which dictionary it trained with.
+cosines into the other set). The resume tests (`slow` tier: three runs each)
+train with a small objective that reads the dictionary and logs a checksum
+of it, so every logged step says which dictionary it trained with.
 """
 
 import dataclasses
@@ -28,6 +28,7 @@ from flax_xalign.runs import Run
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
+from tests.runs.tiny_run import tiny_mix_run
 from tests.testlib import tiny_encoder_config
 
 MIN_COUNT = 20
@@ -65,9 +66,8 @@ def _pretrain(model_dir, *, steps, objectives, asset_options=None, init=None, ev
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, tiny_corpus):
-  """A MODEL_DIR with a 3-step MLM checkpoint, and its input embedding table."""
-  model_dir = tmp_path_factory.mktemp("induce_source") / "src"
-  _pretrain(model_dir, steps=3, objectives={"mlm": 1.0})
+  """A MODEL_DIR with a 3-step MLM checkpoint (the shared tiny run), and its input embedding table."""
+  model_dir = tiny_mix_run(tmp_path_factory, tiny_corpus, "induce_source")
   params = Run.open(str(model_dir)).params()
   return str(model_dir), np.asarray(jax.device_get(params["token_embed"]["embedding"]), np.float32)
 
@@ -275,6 +275,7 @@ def _resume_matches(tmp_path, source, objectives, keys):
   return a
 
 
+@pytest.mark.slow  # Three tiny-encoder runs; tests/training/test_loop.py resumes a refreshed asset.
 def test_exact_resume_with_a_refreshed_dictionary(tmp_path, source):
   rows = _resume_matches(tmp_path, source, {"mlm": 1.0, "test_induced_loss": 0.1},
                          ("loss", "mlm", "test_induced_loss", "test_induced_loss_checksum"))
@@ -284,6 +285,7 @@ def test_exact_resume_with_a_refreshed_dictionary(tmp_path, source):
   assert len({checksums[0], checksums[2], checksums[4]}) == 3
 
 
+@pytest.mark.slow  # Three tiny-encoder runs; tests/training/test_loop.py resumes a refreshed asset.
 def test_exact_resume_with_tcs(tmp_path, source):
   from flax_xalign.objectives import base
 

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from flax_xalign import assets as assets_lib
+from flax_xalign.assets.runtime import RunAssets
 from flax_xalign.objectives import base as objectives_base
+from flax_xalign.training import partitioning
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
@@ -73,6 +75,7 @@ def _rows(model_dir):
   return {r["step"]: r for r in rows if "loss" in r}
 
 
+@pytest.mark.slow  # Three tiny-encoder runs; tests/training/test_loop.py is its fake-model twin.
 def test_refresh_does_not_recompile_and_resume_restores_the_checkpointed_asset(tmp_path, tiny_corpus):
   full = tmp_path / "full"
   result = _run(full, steps=8)
@@ -106,23 +109,19 @@ def test_refresh_does_not_recompile_and_resume_restores_the_checkpointed_asset(t
       np.testing.assert_allclose(b[step][key], a[step][key], rtol=1e-6, err_msg=f"{key} at step {step}")
 
 
-def test_refresh_that_changes_shapes_is_refused(tmp_path, tiny_corpus):
+def test_refresh_that_changes_shapes_is_refused():
+  """Checked where every refresh runs (`RunAssets.refresh`, called by the train loop after a due step)."""
+
   class Growing(CounterAsset):
     name = "test_growing"
 
     def refresh(self, params, value, run):
       return {"count": jnp.concatenate([value["count"], value["count"][:1]])}
 
-  assets_lib.register("test_growing")(lambda run: Growing())
-
-  @objectives_base.register("test_growing_loss")
-  class GrowingLoss(CounterLoss):
-    requires = ("test_growing",)
-
-    def __call__(self, ctx):
-      return objectives_base.LossTerm(loss=jnp.mean(ctx.hidden) * 0.0, metrics={})
-
-  with pytest.raises(ValueError, match="changed its shapes"):
-    pretrain(model_dir=str(tmp_path / "g"), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
-             batch_size=6, train_steps=4, encoder=tiny_encoder_config(),
-             objectives={"mlm": 1.0, "test_growing_loss": 1.0}, log_every=1, seed=7)
+  growing = Growing()
+  run_assets = RunAssets({"test_growing": growing}, {"test_growing": growing.build(None)}, run=None)
+  run_assets.place(partitioning.Partitioner(mesh=partitioning.make_mesh(1)).logical_sharding)
+  assert run_assets.refresh({}, run_assets.device, step=REFRESH_EVERY - 1) is run_assets.device  # Not due yet.
+  with pytest.raises(ValueError, match=r"refreshing asset 'test_growing' changed its shapes/dtypes from .*\(7,\).* "
+                                       r"to .*\(8,\).*pad tables to a fixed capacity"):
+    run_assets.refresh({}, run_assets.device, step=REFRESH_EVERY)

@@ -18,6 +18,7 @@ def _have_faiss() -> bool:
   return True
 
 
+@pytest.mark.subprocess
 def test_quick_run_prints_the_table_and_ends_with_the_json_summary(tmp_path: pathlib.Path):
   output = tmp_path / "csls.json"
   proc = subprocess.run(

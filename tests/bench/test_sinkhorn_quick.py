@@ -10,6 +10,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.subprocess
 def test_tiny_run_prints_the_table_and_ends_with_the_json_summary(tmp_path: pathlib.Path):
   pytest.importorskip("ot")
   output = tmp_path / "sinkhorn.json"

@@ -137,13 +137,20 @@ def test_switches_by_hand_at_rate_one():
 # ------------------------------------------------- tf map vs the reference
 
 
+def _switcher(tables, **options):
+  """`switch_text_tf` traced once (as the preprocessor's map runs it): eager, each text would run op by op."""
+  switch = tf.function(lambda text: cs.switch_text_tf(text, tables, **options))
+  return lambda text: switch(tf.constant(text)).numpy().decode("utf-8")
+
+
 def _tf_and_reference(texts, dictionary, *, rate, seed, lowercase=True, normalize=""):
   tables = cs.build_tables(dictionary, lowercase=lowercase, normalize=normalize)
+  switch = _switcher(tables, rate=rate, seed=seed, lowercase=lowercase, normalize=normalize)
+  uniforms = tf.function(lambda text, n: cs.example_uniforms(text, seed, n))
   for text in texts:
-    out = cs.switch_text_tf(tf.constant(text), tables, rate=rate, seed=seed, lowercase=lowercase,
-                            normalize=normalize).numpy().decode("utf-8")
+    out = switch(text)
     words = cs.split_words(text)
-    draws = cs.example_uniforms(tf.constant(text), seed, len(words)).numpy()
+    draws = uniforms(tf.constant(text), tf.constant(len(words))).numpy()
     assert draws.shape == (len(words), 2)
     expected = cs.switch_words(words, dictionary, rate, Replay(draws), lowercase=lowercase,
                                normalize=normalize)
@@ -189,8 +196,9 @@ def test_rates_choices_and_untouched_words_with_the_real_draws():
   sieht = {"sees": 0, "watches": 0, "spots": 0}
   for rate in (0.15, 0.6):
     translatable = switched = 0
+    switch = _switcher(tables, rate=rate, seed=11)
     for text in texts:
-      out = cs.switch_text_tf(tf.constant(text), tables, rate=rate, seed=11).numpy().decode("utf-8")
+      out = switch(text)
       for before, after in zip(text.split(" "), out.split(" ")):
         options = _translations_of(before, DICTIONARY)
         translatable += bool(options)
@@ -211,9 +219,13 @@ def test_rate_zero_is_identity_and_rate_one_switches_every_translatable_word():
   rng = random.Random(3)
   texts = [_sentence(rng) for _ in range(100)]
   tables = cs.build_tables(DICTIONARY)
+  never, always = _switcher(tables, rate=0.0, seed=1), _switcher(tables, rate=1.0, seed=1)
+  # Eagerly once: the function itself, outside any trace.
+  eager = cs.switch_text_tf(tf.constant(texts[0]), tables, rate=1.0, seed=1)
+  assert eager.numpy().decode("utf-8") == always(texts[0])
   for text in texts:
-    assert cs.switch_text_tf(tf.constant(text), tables, rate=0.0, seed=1).numpy().decode("utf-8") == text
-    out = cs.switch_text_tf(tf.constant(text), tables, rate=1.0, seed=1).numpy().decode("utf-8")
+    assert never(text) == text
+    out = always(text)
     words = cs.split_words(text)
     if any(_translations_of(w, DICTIONARY) for w in words):
       for before, after in zip(words, out.split(" ")):

@@ -247,6 +247,7 @@ def _real_root():
               " (`make debian-data` unpacks them without root).")
 
 
+@pytest.mark.slow  # Parses the real Debian packages (~1 min); the tests above build from small fake packages.
 def test_real_build_counts(tmp_path):
   root = _real_root()
   manifest = debian.build(root, tmp_path, languages=("de", "hi", "ar"))

@@ -273,6 +273,8 @@ def test_xlmr_padding_unpacked_and_packed():
   np.testing.assert_array_equal(rows[1]["tokens"], [0, 40, 2] + [1] * 12)
 
 
+# Packing is what the test is about; the unpacked layout with XLM-R ids is test_xlmr_padding_unpacked_and_packed's.
+@pytest.mark.fast("True")
 @pytest.mark.parametrize("pack", [True, False])
 def test_xlmr_batches_are_project_batches_with_specials_moved(pack):
   """Packing decisions do not depend on where the special ids are."""
@@ -333,6 +335,7 @@ class _UnshiftedTokensConverter(fc.XAlignFeatureConverter):
     return ds.map(lambda ex: fc._set_shapes(ex, length))
 
 
+@pytest.mark.fast("6-True", "40-False")  # Rows shorter than most examples, packed; long rows, unpacked.
 @pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("length", [6, 17, 40])
 def test_project_layout_is_bit_identical_to_the_unshifted_converter(pack,
@@ -349,8 +352,10 @@ def test_project_layout_is_bit_identical_to_the_unshifted_converter(pack,
       np.testing.assert_array_equal(row[key], value, err_msg=key)
 
 
+@pytest.mark.fast("True-0", "False-1")  # Packed and unpacked; another seed of packed rows in the slow tier.
+@pytest.mark.parametrize("pack,seed", [(True, 0), (True, 5), (False, 1)])
 def test_project_task_batches_are_bit_identical_to_the_unshifted_converter(
-    toy_corpus, monkeypatch):
+    toy_corpus, monkeypatch, pack, seed):
   """Same tasks, same seeds, through the pipeline: the same batches."""
   from flax_xalign import tasks
   from flax_xalign.data import pipeline
@@ -371,12 +376,11 @@ def test_project_task_batches_are_bit_identical_to_the_unshifted_converter(
                               seed=seed, pack=pack)
     return list(itertools.islice(ds.as_numpy_iterator(), 8))
 
-  for pack, seed in ((True, 0), (True, 5), (False, 1)):
-    got = batches(pack, seed)
-    with monkeypatch.context() as patch:
-      patch.setattr(fc, "XAlignFeatureConverter", _UnshiftedTokensConverter)
-      expected = batches(pack, seed)
-    assert len(got) == len(expected) == 8
-    for want, batch in zip(expected, got):
-      for key, value in want.items():
-        np.testing.assert_array_equal(batch[key], value, err_msg=key)
+  got = batches(pack, seed)
+  with monkeypatch.context() as patch:
+    patch.setattr(fc, "XAlignFeatureConverter", _UnshiftedTokensConverter)
+    expected = batches(pack, seed)
+  assert len(got) == len(expected) == 8
+  for want, batch in zip(expected, got):
+    for key, value in want.items():
+      np.testing.assert_array_equal(batch[key], value, err_msg=key)

@@ -20,10 +20,8 @@ from flax_xalign.evaluation.transfer import finetune
 from flax_xalign.evaluation.transfer import transfer
 from flax_xalign.evaluation.transfer import transfer_data
 from flax_xalign.evaluation.transfer.transfer_data import SentencePair
-from flax_xalign.training.checkpoints import CheckpointConfig
-from flax_xalign.training.optimizer import OptimizerConfig
-from flax_xalign.training.pretrain import pretrain
 from tests import testlib
+from tests.runs.tiny_run import tiny_mix_run
 from tests.evaluation.transfer_testlib import FakeLanguage, WordVocabulary
 
 # PROJECT ids: pad 0, eos 1, unk 2, bos 3, mask 4; regular pieces from 5.
@@ -129,6 +127,7 @@ def identity_pairs(n, seed):
   return out
 
 
+@pytest.mark.slow  # 300 fine-tuning steps (~20 s of CPU); the rows hold both sides: the featurizer tests above.
 def test_a_pair_task_that_needs_both_sides_is_learnt(transfer_model, spm_vocabulary):
   encoder, params = transfer_model
   train, test = identity_pairs(256, seed=1), identity_pairs(64, seed=2)
@@ -177,13 +176,8 @@ def test_cross_lingual_transfer_scores_the_right_sets(monkeypatch):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tiny_corpus):
-  del tiny_corpus  # Registers tiny_mix (de, en).
-  model_dir = tmp_path_factory.mktemp("pairs") / "model"
-  pretrain(model_dir=str(model_dir), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
-           batch_size=6, train_steps=3, encoder=testlib.tiny_encoder_config(), objectives={"mlm": 1.0},
-           optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
-           checkpoint=CheckpointConfig(every_steps=3, keep=1, async_save=False), log_every=1, seed=0)
-  return model_dir
+  """A copy of the shared 3-step MLM run on tiny_mix (de, en)."""
+  return tiny_mix_run(tmp_path_factory, tiny_corpus, "pairs")
 
 
 def _write_paws(path, n, seed, side):
@@ -223,6 +217,7 @@ def test_pair_transfer_from_files_end_to_end(checkpoint, tmp_path):
                                       test=files["test"], steps=1, log=None)
 
 
+@pytest.mark.contract  # The eval command's smoke run on a trained MODEL_DIR.
 def test_eval_entry_point_runs_pair_transfer(checkpoint, tmp_path, capsys):
   from flax_xalign import eval as eval_main
 

@@ -14,10 +14,8 @@ from flax_xalign.errors import UserError
 from flax_xalign.evaluation import mlm_eval, registry
 from flax_xalign.evaluation.word_alignment import aer
 from flax_xalign.evaluation.word_alignment import word_align
-from flax_xalign.training.checkpoints import CheckpointConfig
-from flax_xalign.training.optimizer import OptimizerConfig
-from flax_xalign.training.pretrain import pretrain
 from tests import testlib
+from tests.runs.tiny_run import tiny_mix_run
 
 
 class FakeRun:
@@ -85,13 +83,8 @@ def test_every_evaluator_lists_its_options():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, tiny_corpus):
-  del tiny_corpus  # Registers tiny_mix (de, en).
-  path = tmp_path_factory.mktemp("registry") / "model"
-  pretrain(model_dir=str(path), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
-           batch_size=6, train_steps=3, encoder=testlib.tiny_encoder_config(), objectives={"mlm": 1.0},
-           optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
-           checkpoint=CheckpointConfig(every_steps=3, keep=1, async_save=False), log_every=1, seed=0)
-  return path
+  """A copy of the shared 3-step MLM run on tiny_mix (de, en)."""
+  return tiny_mix_run(tmp_path_factory, tiny_corpus, "registry")
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +107,7 @@ def _expect_one_error(capsys, code, *needles):
     assert needle in err, (needle, err[-2000:])
 
 
+@pytest.mark.contract  # The eval command's smoke run; registry.evaluate vs the commands stays in the unit tier.
 def test_eval_runs_two_evaluators_into_one_eval_json(model_dir, gold_files, capsys):
   pairs_file, gold_file = gold_files
   mlm_options = {"split": "validation", "batch_size": 6, "baseline_batches": 5}
@@ -145,6 +139,7 @@ def test_eval_runs_two_evaluators_into_one_eval_json(model_dir, gold_files, caps
   assert set(result["best"]) == {"argmax", "sinkhorn_itermax"}
 
 
+@pytest.mark.contract  # The eval command's smoke run without EVALS.
 def test_eval_without_evals_writes_the_masked_token_accuracy_as_before(model_dir, capsys):
   code = eval_main.main([f"--gin.MODEL_DIR='{model_dir}'", "--gin.SPLIT='validation'", "--gin.BATCH_SIZE=6",
                          "--gin.evaluate.baseline_batches=5"])

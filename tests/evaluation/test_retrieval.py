@@ -12,10 +12,8 @@ from flax_xalign.data.vocab.specials import PROJECT
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import retrieval
 from flax_xalign.models.encoder import Encoder
-from flax_xalign.training.checkpoints import CheckpointConfig
-from flax_xalign.training.optimizer import OptimizerConfig
-from flax_xalign.training.pretrain import pretrain
 from tests import testlib
+from tests.runs.tiny_run import tiny_mix_run
 from tests.evaluation.transfer_testlib import random_params
 
 # ------------------------------------------------------------ brute-force references
@@ -154,13 +152,16 @@ class IdVocabulary:
 
 def hand_means(encoder, params, ids, layer, language):
   """Each sentence encoded alone, unpadded: mean of the states between <s> and </s>."""
+  # Jitted (one compile per sentence length) rather than run op by op: the same function of one unpadded row.
+  apply = jax.jit(lambda p, tokens, lang_ids, positions, segment_ids: encoder.apply(
+      {"params": p}, tokens, lang_ids=lang_ids, positions=positions, segment_ids=segment_ids, deterministic=True,
+      return_all_hidden=True).all_hidden)
   out = []
   for sentence in ids:
     tokens = np.asarray([[PROJECT.bos, *sentence, PROJECT.eos]], np.int32)
     n = tokens.shape[1]
-    hidden = encoder.apply({"params": params}, tokens, lang_ids=np.full((1, n), language, np.int32),
-                           positions=np.arange(n, dtype=np.int32)[None], segment_ids=np.ones((1, n), np.int32),
-                           deterministic=True, return_all_hidden=True).all_hidden[layer]
+    hidden = apply(params, tokens, np.full((1, n), language, np.int32), np.arange(n, dtype=np.int32)[None],
+                   np.ones((1, n), np.int32))[layer]
     body = np.asarray(hidden, np.float64)[0, 1:n - 1]
     out.append(body.mean(axis=0) if len(body) else np.zeros(hidden.shape[-1]))
   return np.asarray(out)
@@ -204,13 +205,8 @@ def test_sentence_embeddings_are_padding_free_means():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, tiny_corpus):
-  del tiny_corpus  # Registers tiny_mix (de, en).
-  model_dir = tmp_path_factory.mktemp("retrieval_cli") / "model"
-  pretrain(model_dir=str(model_dir), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
-           batch_size=6, train_steps=3, encoder=testlib.tiny_encoder_config(), objectives={"mlm": 1.0},
-           optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
-           checkpoint=CheckpointConfig(every_steps=3, keep=1, async_save=False), log_every=1, seed=0)
-  return model_dir
+  """A copy of the shared 3-step MLM run on tiny_mix (de, en)."""
+  return tiny_mix_run(tmp_path_factory, tiny_corpus, "retrieval_cli")
 
 
 @pytest.fixture

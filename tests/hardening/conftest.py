@@ -1,29 +1,19 @@
-"""Fixtures of the hardening suite: one tiny trained MODEL_DIR per session, copied per test."""
-
-import shutil
+"""Fixtures of the hardening suite: the session's shared trained MODEL_DIR (tests/shared_run.py), copied per test."""
 
 import pytest
 
-from tests.hardening import harness
+from tests.shared_run import SHARED_TAG
 
-TRAINED_TAG = "hz"
+TRAINED_TAG = SHARED_TAG
 
 
 @pytest.fixture(scope="session")
-def trained(tmp_path_factory, tiny_corpus):
-  """A MODEL_DIR trained 4 steps in-process (checkpoints 2 and 4) and the gin file that made it."""
-  root = tmp_path_factory.mktemp("hardening_trained")
-  gin_file = harness.write_run_gin(root / "run.gin", tiny_corpus, tag=TRAINED_TAG)
-  model_dir = root / "model"
-  code = harness.call_main("train", harness.train_argv(gin_file, model_dir, "--gin.TRAIN_STEPS=4"))
-  if code != 0:
-    pytest.fail(f"the tiny training run of the hardening suite failed (exit {code})")
-  return {"gin": gin_file, "dir": model_dir, "tag": TRAINED_TAG}
+def trained(shared_run):
+  """The shared MODEL_DIR (4 steps, checkpoints 2 and 4): {dir, gin, tag, corpus, ...}; read-only."""
+  return shared_run
 
 
 @pytest.fixture
-def trained_copy(trained, tmp_path):
+def trained_copy(shared_run_copy):
   """A private copy of the trained MODEL_DIR (a test may resume or damage it)."""
-  target = tmp_path / "model"
-  shutil.copytree(trained["dir"], target, symlinks=True)
-  return target
+  return shared_run_copy

@@ -34,6 +34,9 @@ ENTRY_POINTS = {
     "eval": "flax_xalign.eval",
     "align": "flax_xalign.align",
     "assets": "flax_xalign.cli.assets",
+    "retrieval": "flax_xalign.retrieval",
+    "trim": "flax_xalign.cli.trim",
+    "demo": "flax_xalign.demo",
 }
 
 # Marks of output a user must never see after a refused run (C1).

@@ -8,6 +8,8 @@ import pytest
 
 from tests.hardening import harness
 
+pytestmark = pytest.mark.contract  # C1 checks, in-process and cheap per case.
+
 # --- eval ----------------------------------------------------------------------
 
 def _on_dir(*flags, split="validation"):
@@ -67,6 +69,7 @@ def test_eval_refuses_bad_input(case_id, flags, keywords, watched, eval_context,
     harness.assert_user_error(outcome, *keywords)
 
 
+@pytest.mark.subprocess
 def test_eval_in_a_new_process_knows_the_users_tasks(trained_copy):
   """Item 6: the tasks of a model trained on the user's own files come from the run manifest."""
   outcome = harness.run_child("eval", [f"--gin.MODEL_DIR='{trained_copy}'", "--gin.SPLIT='validation'",

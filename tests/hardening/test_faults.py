@@ -2,7 +2,9 @@
 while the input pipeline is busy, and a quiet start (contracts C3, C4, C5, C10, C11, C12).
 
 Runs that need a signal, a second process or a resource limit run as child processes
-(`python -m flax_xalign.train`); the rest run in-process on copies of the session's trained MODEL_DIR.
+(`python -m flax_xalign.train`: the subprocess tier, or slow where they train several times); the rest run
+in-process on copies of the session's shared MODEL_DIR (the contract tier, one representative case each,
+the full grids in the slow tier).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 import pytest
 
 from tests.hardening import harness
+
+pytestmark = pytest.mark.contract
 
 STEPS = 6
 TAG = "fz"
@@ -40,7 +44,7 @@ def reference(tmp_path_factory, tiny_corpus):
   assert outcome.code == 0, outcome.out[-3000:]
   losses = harness.metrics_losses(model_dir)
   assert sorted(losses) == list(range(1, STEPS + 1)), losses
-  return {"gin": gin_file, "losses": {step: values[0] for step, values in losses.items()}, "output": outcome.out}
+  return {"gin": gin_file, "losses": {step: values[0] for step, values in losses.items()}}
 
 
 def _assert_same_losses(model_dir, reference_losses):
@@ -54,8 +58,8 @@ def _assert_same_losses(model_dir, reference_losses):
 # --- SIGKILL at random moments (async saves at every step) ----------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow),
-                                  pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow  # Three training runs in child processes per seed.
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_sigkill_then_rerun_reproduces_the_uninterrupted_losses(seed, reference, tmp_path):
   rng = random.Random(seed)
   kill_after_step, delay = rng.randint(1, STEPS - 2), rng.uniform(0.0, 0.5)
@@ -106,6 +110,7 @@ DAMAGES = {
 }
 
 
+@pytest.mark.fast("state_truncated")  # Each case trains again; the other damages run in the slow tier.
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 def test_damaged_newest_checkpoint_falls_back_by_default(damage, trained, trained_copy, capfd):
   original = harness.metrics_losses(trained_copy)
@@ -149,6 +154,7 @@ def test_no_complete_checkpoint_left_is_one_error_and_deletes_nothing(trained, t
 # --- a non-finite update on a checkpoint step (C3) ------------------------------------------------------
 
 
+@pytest.mark.fast("lr_overflows_to_inf")  # Two training runs per case.
 @pytest.mark.parametrize("learning_rate", ["1e39", "1e30"], ids=["lr_overflows_to_inf", "lr_1e30_issue_example"])
 def test_non_finite_update_is_not_checkpointed_and_a_sane_rerun_finishes(learning_rate, trained, trained_copy, capfd):
   argv = harness.train_argv(trained["gin"], trained_copy, "--gin.TRAIN_STEPS=6", "--gin.CHECKPOINT_EVERY=1")
@@ -167,6 +173,7 @@ def test_non_finite_update_is_not_checkpointed_and_a_sane_rerun_finishes(learnin
 # --- two writers (C5) ------------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_second_writer_on_one_model_dir_is_refused(tmp_path, tiny_corpus, capfd):
   gin_file = _fault_gin(tmp_path, tiny_corpus)
   model_dir = tmp_path / "model"
@@ -208,6 +215,7 @@ def _file_size_limit_works(tmp_path) -> bool:
   return done.returncode == 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("limit", [pytest.param(8 * 1024, id="tiny_limit_early_writes"),
                                    pytest.param(96 * 1024, id="limit_hits_the_checkpoint", marks=pytest.mark.slow)])
 def test_file_too_big_is_one_error_and_leaves_no_temporary_files(limit, tmp_path, tiny_corpus):
@@ -234,8 +242,14 @@ def test_file_too_big_is_one_error_and_leaves_no_temporary_files(limit, tmp_path
 # --- quiet start (C11) ----------------------------------------------------------------------------------
 
 
-def test_first_lines_of_a_cpu_run_are_ours(reference):
-  lines = [l for l in reference["output"].replace("\r", "\n").splitlines() if l.strip()]
+@pytest.mark.subprocess
+def test_first_lines_of_a_cpu_run_are_ours(tmp_path, tiny_corpus):
+  """A one-step run in a child process, TF's own log level left to the package."""
+  gin_file = _fault_gin(tmp_path, tiny_corpus)
+  outcome = harness.run_child("train", harness.train_argv(gin_file, tmp_path / "model", "--gin.TRAIN_STEPS=1"),
+                              timeout=300, env=harness.child_env(TF_CPP_MIN_LOG_LEVEL=None))
+  assert outcome.code == 0, outcome.out[-3000:]
+  lines = [l for l in outcome.out.replace("\r", "\n").splitlines() if l.strip()]
   assert lines, "no output"
   noise = [l for l in lines if "cuInit" in l or "cuda" in l.lower() or l.startswith(("I0000", "W0000", "E0000"))
            or "absl::InitializeLog" in l or "oneDNN" in l]

@@ -15,15 +15,17 @@ from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from tests import testlib
 from tests.hardening import harness
 from tests.hardening.conftest import TRAINED_TAG
+from tests.shared_run import write_shared_run_gin
+
+pytestmark = pytest.mark.contract  # C1 checks, in-process and cheap per case.
 
 T = TRAINED_TAG
 SECOND_MIXTURE = f"""
 h_mix2/AlphaMixture.name = '{T}_mix2'
 h_mix2/AlphaMixture.tasks = ['{T}_en', '{T}_de_en']
-train.user_tasks = [@h_en/TextTask(), @h_pairs/TsvBitextTask(), @h_mix/AlphaMixture(), @h_mix2/AlphaMixture()]
 """
 
-# (id, extra flags, gin `extra`, keywords of the error)
+# (id, extra flags, gin `extra`, keywords of the error); a gin `extra` adds the mixture `hz_mix2`.
 CASES = [
     ("other_model_size_mlp_dim", ["--gin.EncoderConfig.mlp_dim=48"], "", ("mlp_dim",)),
     ("other_model_depth", ["--gin.EncoderConfig.num_layers=3"], "", ("num_layers",)),
@@ -43,10 +45,11 @@ CASES = [
 
 
 @pytest.mark.parametrize("case_id, flags, extra, keywords", CASES, ids=[c[0] for c in CASES])
-def test_mismatched_resume_is_refused(case_id, flags, extra, keywords, trained, trained_copy, tiny_corpus,
-                                      tmp_path, capfd):
+def test_mismatched_resume_is_refused(case_id, flags, extra, keywords, trained, trained_copy, tmp_path, capfd):
   del case_id
-  gin_file = harness.write_run_gin(tmp_path / "run.gin", tiny_corpus, tag=T, extra=extra)
+  # The run's own gin, over its own corpus copy: the tasks `hz_*` are registered with those files.
+  gin_file = write_shared_run_gin(tmp_path / "run.gin", trained["corpus"], extra=extra,
+                                  more_user_tasks=", @h_mix2/AlphaMixture()" if extra else "")
   before = harness.tree_digest(trained_copy)
   outcome = harness.run_main(capfd, "train", harness.train_argv(gin_file, trained_copy, "--gin.TRAIN_STEPS=6",
                                                                 *flags))

@@ -18,6 +18,8 @@ import pytest
 
 from tests.hardening import harness
 
+pytestmark = pytest.mark.contract  # C1 checks, in-process and cheap per case.
+
 
 @dataclasses.dataclass
 class Ctx:
@@ -205,6 +207,7 @@ def test_train_refuses_bad_input(case, tmp_path, tiny_corpus, capfd, monkeypatch
   assert os.path.exists("checkpoints") == cwd_checkpoints, "a ./checkpoints folder appeared in the cwd"
 
 
+@pytest.mark.subprocess
 def test_corpus_of_control_characters_only_is_refused_up_front(tmp_path, tiny_corpus):
   """C9: lines that all tokenise to nothing used to loop forever; a child process bounds the wait."""
   tag = "ctrl_only"

@@ -318,6 +318,7 @@ def test_write_e5s1_makes_a_model_dir(synthetic, tmp_path):
     e5_small.write_e5s1(file, str(tmp_path / "model"), log=lines.append)
 
 
+@pytest.mark.contract  # The e5_small command's refusals; its smoke run needs the real wheel (slow, below).
 @pytest.mark.parametrize("languages", ["", "grc,grc", "Greek,en", "grc,,en"])
 def test_cli_refuses_bad_languages(languages, tmp_path, capsys):
   assert e5_small_cli.main([f"--output={tmp_path / 'm'}", f"--languages={languages}"]) == 2
@@ -414,6 +415,7 @@ def test_real_vocabulary_ids_and_tokenisation(real_file, real_vocabulary):
   assert not mismatched
 
 
+@pytest.mark.slow  # The real 12-layer model, 250,002 rows: converted, then run (and again in numpy).
 def test_real_hidden_states_match_numpy_reference(real_imported, real_vocabulary):
   sp = real_vocabulary.tokenizer
   batch = [[0, *sp.encode(f"query: {SENTENCES[k]}"), 2] for k in ("en", "grc", "el2")]
@@ -422,6 +424,7 @@ def test_real_hidden_states_match_numpy_reference(real_imported, real_vocabulary
   assert difference < 1e-4
 
 
+@pytest.mark.slow  # The real model, as above.
 def test_real_sentence_embeddings_are_cross_lingual(real_imported, real_vocabulary):
   sp = real_vocabulary.tokenizer
   names = list(SENTENCES)

@@ -1,5 +1,6 @@
-"""`python -m flax_xalign.interop.import_hf` and `export_hf`: MODEL_DIRs that evaluation and the
-aligner accept, and exports that transformers loads (model and tokenizer)."""
+"""`python -m flax_xalign.interop.import_hf` and `export_hf` in-process (the contract tier): MODEL_DIRs that
+evaluation and the aligner accept, exports that transformers loads (model and tokenizer), and bad input as
+one `error:` line; one test starts the real command line (subprocess tier)."""
 
 import json
 import os
@@ -20,6 +21,8 @@ from tests.interop.test_hf import TOLERANCE, batch_of, layer_diffs, max_diff, ou
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.contract
 
 PAIR = ("der große Hund sieht das Haus".split(), "the big dog sees the house".split())
 
@@ -149,19 +152,11 @@ def test_our_own_vocabulary_exports_in_fairseq_order(tmp_path, capsys):
   assert max(diffs) < TOLERANCE and logit_diff < TOLERANCE
 
 
-def test_export_refuses_language_embeddings(tiny_xlmr_dir, tmp_path, capsys):
-  from flax_xalign.interop.model_dir import write_model_dir
-  from flax_xalign.models.encoder import Encoder
-
-  hf_config, _, _ = hf.load_hf_directory(tiny_xlmr_dir)
-  config = hf.encoder_config_from_hf(hf_config).replace(num_languages=2)
-  params = jax.device_get(_unboxed(Encoder(config).init_variables(jax.random.key(0))))
-  vocabulary = hf.load_hf_vocabulary(tiny_xlmr_dir, scratch_dir=str(tmp_path))
-  write_model_dir(str(tmp_path / "model"), config=config, params=params, vocabulary=vocabulary,
-                  languages=["de", "en"])
+def test_export_refuses_language_embeddings(shared_run, tmp_path, capsys):
+  # The shared run (tests/shared_run.py) has language embeddings (num_languages = 3), which neither layout has.
   for layout in ("bert", "xlmr"):
-    rc, out, err = run_main(export_hf_cli, ["--model_dir", tmp_path / "model", "--output", tmp_path / layout,
-                                        f"--layout={layout}"], capsys)
+    rc, out, err = run_main(export_hf_cli, ["--model_dir", shared_run["dir"], "--output", tmp_path / layout,
+                                            f"--layout={layout}"], capsys)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error: ") and "language embeddings" in err, err
     assert not os.path.exists(tmp_path / layout)
 
@@ -175,12 +170,17 @@ def test_bad_source_gives_one_error_line(tmp_path, capsys):
   rc, _, err = run_main(import_hf, ["--source", tmp_path / "no_config", "--output", tmp_path / "out"], capsys)
   assert rc == 2 and "model_type 'gpt2' is not supported" in err
   assert not os.path.exists(tmp_path / "out")
-  # The real entry point, in a fresh process.
+
+
+@pytest.mark.subprocess
+def test_the_import_command_line_refuses_a_missing_source(tmp_path):
+  """The real entry point, in a fresh process: the alias module, the exit status and one error line."""
   result = subprocess.run([sys.executable, "-m", "flax_xalign.interop.import_hf", f"--source={tmp_path}/missing",
                            f"--output={tmp_path}/out"], capture_output=True, text=True, check=False,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
   errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
   assert result.returncode == 2 and len(errors) == 1 and "is not a directory" in errors[0], result.stderr
+  assert not os.path.exists(tmp_path / "out")
 
 
 def _unboxed(variables):

@@ -1,7 +1,8 @@
 """The t5x adapter, driven the way t5x's trainer drives a `BaseModel`.
 
-t5x cannot be installed here, so `fake_t5x_train` below does, in a few lines,
-what t5x's `train.py` + `Trainer` do with a model: `get_initial_variables` under
+These run without t5x (the unit tier; real t5x is tests/interop/test_t5x_real.py,
+`make test-t5x`): `fake_t5x_train` below does, in a few lines, what t5x's
+`train.py` + `Trainer` do with a model: `get_initial_variables` under
 `eval_shape`, logical names from `params_axes` (`get_axis_names`), mesh axes
 from the rules table (`logical_to_mesh`), a jitted step of
 `jax.value_and_grad(model.loss_fn, has_aux=True)` inside the mesh and the
@@ -403,6 +404,7 @@ print(json.dumps({
 '''
 
 
+@pytest.mark.subprocess
 def test_gin_file_parses_with_t5x_stand_ins():
   text = GIN_FILE.read_text()
   assert "python -m t5x.train" in text.split("from __gin__")[0]  # the README block comes first

@@ -1,4 +1,7 @@
-"""Vocabulary trimming: segmentation of the corpus, hidden states and logits are unchanged."""
+"""Vocabulary trimming: segmentation of the corpus, hidden states and logits are unchanged; the command
+`python -m flax_xalign.interop.trim` (the contract tier: a smoke run and bad input as one `error:` line)."""
+
+import json
 
 import flax.linen as nn
 import jax
@@ -15,6 +18,7 @@ from flax_xalign.runs import Run
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.model import PretrainingModel
 from tests import testlib
+from tests.hardening import harness
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +44,27 @@ def big_model(tmp_path_factory, tiny_corpus):
   return model_dir
 
 
-def _encode(model, params, ids):
-  ids = np.asarray([ids], np.int32)
-  n = ids.shape[1]
-  out = model.encoder.apply({"params": params}, ids, lang_ids=None, positions=np.arange(n)[None],
-                            segment_ids=np.ones_like(ids), deterministic=True)
-  logits = model.encoder.apply({"params": params}, out.hidden, method=Encoder.mlm_logits)
-  return np.asarray(out.hidden[0]), np.asarray(logits[0])
+def _encode_all(model, params, rows):
+  """Hidden states [n, length, embed] and MLM logits of `rows` (id lists), in one padded batch.
+
+  One jitted call per model: applying the encoder op by op to each row of its own length compiled every
+  op again per length (the test took ~100 s). Padding is segment 0, which attention never reads, so the
+  real positions are what each row gives on its own.
+  """
+  length = max(map(len, rows))
+  ids, segments = np.zeros((len(rows), length), np.int32), np.zeros((len(rows), length), np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)], segments[i, :len(row)] = row, 1
+  positions = np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape)
+
+  @jax.jit
+  def encode(params, ids, segments):
+    out = model.encoder.apply({"params": params}, ids, lang_ids=None, positions=positions, segment_ids=segments,
+                              deterministic=True)
+    return out.hidden, model.encoder.apply({"params": params}, out.hidden, method=Encoder.mlm_logits)
+
+  hidden, logits = encode(params, ids, segments)
+  return np.asarray(hidden), np.asarray(logits)
 
 
 def test_trim_keeps_segmentation_states_and_logits(big_model, tmp_path, tiny_corpus):
@@ -63,13 +81,16 @@ def test_trim_keeps_segmentation_states_and_logits(big_model, tmp_path, tiny_cor
   old_vocab, new_vocab = old.vocabulary(), new.vocabulary()
   old_sp = spm.SentencePieceProcessor(model_proto=old_vocab.sp_model)
   keep = np.asarray([old_sp.piece_to_id(new_vocab.tokenizer.id_to_piece(i)) for i in range(new_vocab.vocab_size)])
-  for text in list(trim.corpus_texts("tiny_en"))[:20]:
-    old_ids, new_ids = old_vocab.encode(text), new_vocab.encode(text)
+  texts = list(trim.corpus_texts("tiny_en"))[:20]
+  old_rows, new_rows = [old_vocab.encode(t) for t in texts], [new_vocab.encode(t) for t in texts]
+  for old_ids, new_ids in zip(old_rows, new_rows):
     np.testing.assert_array_equal(keep[new_ids], old_ids)
-    old_hidden, old_logits = _encode(old_model, old_params, old_ids)
-    new_hidden, new_logits = _encode(new_model, new_params, new_ids)
-    np.testing.assert_array_equal(new_hidden, old_hidden)
-    np.testing.assert_allclose(new_logits, old_logits[:, keep], rtol=1e-6, atol=1e-6)
+  old_hidden, old_logits = _encode_all(old_model, old_params, old_rows)
+  new_hidden, new_logits = _encode_all(new_model, new_params, new_rows)
+  for i, ids in enumerate(old_rows):
+    n = len(ids)
+    np.testing.assert_array_equal(new_hidden[i, :n], old_hidden[i, :n])
+    np.testing.assert_allclose(new_logits[i, :n], old_logits[i, :n][:, keep], rtol=1e-6, atol=1e-6)
   # Text the corpus never used is absent.
   pieces = [new_vocab.tokenizer.id_to_piece(i) for i in range(new_vocab.vocab_size)]
   corpus_letters = set(open(tiny_corpus["files"][("en", "train")], encoding="utf-8").read())
@@ -104,3 +125,30 @@ def test_normalised_forms_and_import_then_trim(big_model, tmp_path, tiny_corpus)
   assert summary["pieces_after"] < 120 and sorted(p.name for p in out.parent.iterdir()) == ["trimmed"]
   with pytest.raises(UserError, match="Unknown task"):
     trim.import_trimmed(lambda scratch: pytest.fail("imported before the task was checked"), str(out), "nope")
+
+
+# ------------------------------------------------------------ the command (contract tier)
+
+
+@pytest.mark.contract
+def test_trim_command_writes_the_trimmed_model_dir_and_prints_the_summary(big_model, tmp_path, capsys):
+  output = tmp_path / "trimmed"
+  assert trim_cli.main([f"--model_dir={big_model}", "--task=tiny_en", f"--output={output}", "--splits=train"]) == 0
+  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert summary["pieces_before"] == 120 and 5 < summary["pieces_after"] < 120
+  assert Run.open(str(output)).spec.model.vocab_size == summary["pieces_after"]
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("case", ["bpe_vocabulary", "unknown_task", "missing_model_dir", "unknown_normaliser"])
+def test_trim_command_refuses_bad_input(case, big_model, shared_run, tmp_path, capfd):
+  output = tmp_path / "out"
+  argv, keywords = {
+      # The shared run's vocabulary is BPE (tests/shared_run.py): trimming keeps only unigram models exact.
+      "bpe_vocabulary": ([f"--model_dir={shared_run['dir']}", "--task=tiny_en"], ("only unigram",)),
+      "unknown_task": ([f"--model_dir={big_model}", "--task=no_such_task"], ("no_such_task",)),
+      "missing_model_dir": ([f"--model_dir={tmp_path / 'typo'}", "--task=tiny_en"], ("typo",)),
+      "unknown_normaliser": ([f"--model_dir={big_model}", "--task=tiny_en", "--normalize=nope"], ("nope",)),
+  }[case]
+  outcome = harness.run_main(capfd, "trim", [*argv, f"--output={output}"])
+  harness.assert_user_error(outcome, *keywords, model_dir=output, before=None)

@@ -24,6 +24,7 @@ def _primitives(jaxpr):
       yield from _primitives(sub)
 
 
+@pytest.mark.fast("overrides0", "overrides3")  # Scanned post-LN, unscanned pre-LN: each option once.
 @pytest.mark.parametrize("overrides", [{}, {"scan_layers": False}, {"pre_layer_norm": True},
                                        {"pre_layer_norm": True, "scan_layers": False}])
 def test_states_equal_the_full_pass_at_every_layer(config, batch, overrides):

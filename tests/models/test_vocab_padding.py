@@ -25,7 +25,9 @@ B, L = 4, 13
 
 
 def _init(config):
-  return jax.tree.map(np.asarray, nn.unbox(Encoder(config).init_variables(jax.random.key(0), (2, 5)))["params"])
+  # Jitted: an eager init runs (and compiles) every initialiser op by op, several times the cost of one compile.
+  init = jax.jit(lambda key: nn.unbox(Encoder(config).init_variables(key, (2, 5)))["params"])
+  return jax.tree.map(np.asarray, init(jax.random.key(0)))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,7 @@ def test_padded_vocab_size_and_validation():
 
 def test_fresh_padded_model_has_zero_rows_and_the_unpadded_real_rows(params):
   padded = _init(PADDED_CONFIG)
-  plain = _init(CONFIG)
+  plain = params  # _init(CONFIG), only its output bias replaced.
   table = padded["token_embed"]["embedding"]
   assert table.shape == (PADDED, CONFIG.embed_dim)
   assert padded["mlm_head"]["output_bias"].shape == (PADDED,)
@@ -87,13 +89,16 @@ def test_mlm_loss_and_predictions_equal_the_unpadded_model(params):
   plain = PretrainingModel(encoder=Encoder(CONFIG), objectives={"mlm": 1.0})
   padded = PretrainingModel(encoder=Encoder(PADDED_CONFIG), objectives={"mlm": 1.0})
   rng = jax.random.key(3)
+  # Jitted once per model (both seeds reuse the program); eager calls would run op by op.
+  # One program per model (both seeds reuse it): eager calls would run op by op.
+  run_a, run_b = (jax.jit(lambda p, b, m=m: (*m.loss_fn(p, b, rng, train=False),
+                                              m.masked_predictions(p, b, rng)["predicted"]))
+                  for m in (plain, padded))
   for seed in range(2):
-    loss_a, metrics_a = plain.loss_fn(params, _batch(seed), rng, train=False)
-    loss_b, metrics_b = padded.loss_fn(_junk_padded(params), _batch(seed), rng, train=False)
+    loss_a, metrics_a, pred_a = run_a(params, _batch(seed))
+    loss_b, metrics_b, pred_b = run_b(_junk_padded(params), _batch(seed))
     np.testing.assert_allclose(loss_b, loss_a, rtol=1e-6)
     np.testing.assert_allclose(metrics_b["mlm_accuracy"], metrics_a["mlm_accuracy"])
-    pred_a = plain.masked_predictions(params, _batch(seed), rng)["predicted"]
-    pred_b = padded.masked_predictions(_junk_padded(params), _batch(seed), rng)["predicted"]
     np.testing.assert_array_equal(pred_b, pred_a)
 
 
@@ -101,7 +106,8 @@ def test_padded_logits_are_masked_never_predicted_and_get_no_gradient(params):
   encoder = Encoder(PADDED_CONFIG)
   junk = _junk_padded(params)
   hidden = jax.random.normal(jax.random.key(4), (2, 7, CONFIG.embed_dim))
-  logits = np.asarray(encoder.apply({"params": junk}, hidden, method=Encoder.mlm_logits))
+  mlm_logits = jax.jit(lambda p: encoder.apply({"params": p}, hidden, method=Encoder.mlm_logits))
+  logits = np.asarray(mlm_logits(junk))
   assert logits.shape == (2, 7, PADDED)
   assert np.all(logits[..., VOCAB:] <= -1e8)
   assert np.all(logits.argmax(-1) < VOCAB)
@@ -110,13 +116,13 @@ def test_padded_logits_are_masked_never_predicted_and_get_no_gradient(params):
   top = np.asarray(jax.lax.top_k(logits, VOCAB)[1])
   assert top.max() < VOCAB
   # Reference: the unpadded model's logits are the real columns.
-  plain = np.asarray(Encoder(CONFIG).apply({"params": params}, hidden, method=Encoder.mlm_logits))
+  plain = np.asarray(jax.jit(lambda p: Encoder(CONFIG).apply({"params": p}, hidden, method=Encoder.mlm_logits))(params))
   np.testing.assert_allclose(logits[..., :VOCAB], plain, rtol=1e-5, atol=1e-5)
 
   def total(p):
     return jnp.sum(jax.nn.log_softmax(encoder.apply({"params": p}, hidden, method=Encoder.mlm_logits))[..., 3])
 
-  grads = jax.grad(total)(junk)
+  grads = jax.jit(jax.grad(total))(junk)
   np.testing.assert_array_equal(np.asarray(grads["token_embed"]["embedding"])[VOCAB:], 0.0)
   np.testing.assert_array_equal(np.asarray(grads["mlm_head"]["output_bias"])[VOCAB:], 0.0)
 

@@ -114,7 +114,8 @@ def context_reference(batch, masked):
 
 
 def init(model, length=LENGTH):
-  return nn.meta.unbox(model.init(jax.random.key(1), batch=2, length=length))
+  # Jitted: one compile (kept by the persistent cache) instead of every initialiser run eagerly, op by op.
+  return jax.jit(lambda key: nn.meta.unbox(model.init(key, batch=2, length=length)))(jax.random.key(1))
 
 
 def switched(model, name, batch, assets, seeds=(0,), params=None):
@@ -355,8 +356,8 @@ def test_semantic_switch_with_fewer_candidates_than_k():
   logits = jnp.asarray(rng.normal(size=(2, 13)), jnp.float32)
   cand_ids = jnp.asarray([[5, 6, 0, 0], [9, 0, 0, 0]], jnp.int32)
   cand_valid = jnp.asarray([[1, 1, 0, 0], [1, 0, 0, 0]], bool)
-  got = cs.semantic_switch(table, logits, jnp.asarray([0, 1]), cand_ids, cand_valid, top_k=3,
-                           translation_top_k=3, knn=10)
+  got = jax.jit(lambda *a: cs.semantic_switch(*a, top_k=3, translation_top_k=3, knn=10))(
+      table, logits, jnp.asarray([0, 1]), cand_ids, cand_valid)
   np.testing.assert_allclose(np.asarray(got.q[0]), [1.0, 0.0, 0.0])  # side 0 -> the one side-1 candidate
   assert int(got.target_ids[0, 0]) == 9
   np.testing.assert_allclose(np.asarray(got.q[1]).sum(), 1.0, rtol=1e-6)
@@ -369,12 +370,12 @@ def test_batch_candidates_are_the_vocabulary_tokens_present_and_not_padding():
   tokens = np.asarray([[3, 5, 7, 33, 25, 1, 40, 41],   # 40, 41 sit in padding
                        [3, 9, 9, 36, 1, 0, 0, 0]], np.int32)
   segments = np.asarray([[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]], np.int32)
-  ids, valid = cs.batch_candidates(vocab_value, jnp.asarray(tokens), jnp.asarray(segments > 0), vocab_size=V,
-                                   size=16)
+  candidates = jax.jit(lambda v, t, s, size: cs.batch_candidates(v, t, s, vocab_size=V, size=size),
+                       static_argnums=3)
+  ids, valid = candidates(vocab_value, jnp.asarray(tokens), jnp.asarray(segments > 0), 16)
   assert np.asarray(ids)[0][np.asarray(valid)[0]].tolist() == [5, 7, 9]
   assert np.asarray(ids)[1][np.asarray(valid)[1]].tolist() == [33, 36]
-  small_ids, small_valid = cs.batch_candidates(vocab_value, jnp.asarray(tokens), jnp.asarray(segments > 0),
-                                               vocab_size=V, size=2)
+  small_ids, small_valid = candidates(vocab_value, jnp.asarray(tokens), jnp.asarray(segments > 0), 2)
   assert small_ids.shape == (2, 2) and np.asarray(small_valid).all()
 
 

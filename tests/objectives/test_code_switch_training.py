@@ -10,6 +10,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from flax_xalign import train as train_main
 
@@ -51,6 +52,33 @@ def _metrics(model_dir):
   return [r for r in rows if "loss" in r]
 
 
+def test_the_gin_files_configure_each_objective_its_assets_and_the_warm_start(tmp_path, tiny_corpus):
+  """The unit-tier part of the runs below: what objectives/{tcs,scs}.gin make of the run's settings."""
+  import gin
+
+  from flax_xalign import configurables
+  from flax_xalign import gin_cli
+
+  gin_file = _gin_file(tmp_path, tiny_corpus)
+  configurables.register()
+  for name in ("tcs", "scs"):
+    args = gin_cli.parse_args([f"--gin_file={gin_file}", f"--gin_file=objectives/{name}.gin", "--gin.MODEL_DIR='m'",
+                               "--gin.INIT_FROM_CHECKPOINT='base'", "--gin.LANG_VOCAB_MIN_COUNT=3"], description="")
+    try:
+      gin_cli.parse_gin(args)
+      config = gin.get_configurable("flax_xalign.train")()
+    finally:
+      gin.clear_config()
+    assert dict(config.objectives) == {"mlm": 1.0, name: 1.0}, name
+    assert config.init_from_checkpoint == "base" and config.task_feature_lengths == {"tokens": 19}
+    assert config.asset_options["lang_vocab"] == {"min_count": 3}
+    options = config.objective_options[name]
+    assert (options["min_rate"], options["max_rate"], options["switch_language_ids"]) == (0.10, 0.15, True)
+  assert config.objective_options["scs"]["top_k"] == 8
+  assert "induced_dictionary" not in config.asset_options  # TCS's alone.
+
+
+@pytest.mark.slow  # Three training runs through the entry point (~25 s); the test above parses the same files.
 def test_mlm_base_then_tcs_and_scs_continue_from_it(tmp_path, tiny_corpus):
   gin_file = _gin_file(tmp_path, tiny_corpus)
   base = tmp_path / "mlm"

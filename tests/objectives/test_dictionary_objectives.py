@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from flax_xalign.assets.base import check_fingerprint
 from flax_xalign.assets.dictionary import SyntheticDictionary
 from flax_xalign.data.transforms import dictionary as dictionary_lib
 from flax_xalign.data.vocab.specials import PROJECT
@@ -64,6 +65,25 @@ def test_dictionary_asset_saves_loads_and_refuses_other_languages(tmp_path):
   (tmp_path / "bad.tsv").write_text("natural_id\tderived_id\tpiece\n5\tx\n")
   with pytest.raises(UserError, match="bad.tsv:2"):
     dictionary_lib.load(str(tmp_path / "bad.tsv"))
+
+
+def test_a_hand_edited_dictionary_is_refused_by_its_fingerprint(tmp_path):
+  # What a resumed run does with MODEL_DIR's and the step directory's copies (the slow
+  # tests/tasks/test_synthetic_tasks.py::test_dict_mlm_killed_hard_... does it through real runs).
+  language = SyntheticLanguage(transforms="trans", vocab_size=V, seed=0)
+  asset = SyntheticDictionary(language, rate=0.5, lang_ids=(1, 2), piece=lambda i: f"p{i}")
+  value = asset.build(type("Run", (), {"seed": 1})())
+  asset.save(str(tmp_path), value)
+  recorded = asset.fingerprint(value)
+  check_fingerprint(asset, asset.load(str(tmp_path)), recorded, where=str(tmp_path))  # Untouched: accepted.
+  path = tmp_path / "dictionary.tsv"
+  header, first, *rest = path.read_text().splitlines()
+  natural, derived, piece = first.split("\t")
+  for edited in ([header, f"{natural}\t{int(derived) + 1}\t{piece}", *rest], [header, first, *rest[:-1]]):
+    path.write_text("\n".join(edited) + "\n")
+    with pytest.raises(UserError, match="was changed after the run wrote it") as info:
+      check_fingerprint(asset, asset.load(str(tmp_path)), recorded, where=str(tmp_path))
+    assert "dictionary.tsv" in str(info.value) and str(tmp_path) in str(info.value)
 
 
 def test_align_loss_is_minus_mean_cosine():
@@ -167,8 +187,9 @@ def test_shared_masking_draws_random_ids_from_the_tokens_copy(tiny_encoder):
     model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0}, masking=masking,
                              vocab_copies=copies)
     drawn = [set(), set()]
+    mask = jax.jit(model.mask)  # One program for the 30 draws (eager, each would run op by op).
     for seed in range(30):
-      masked = model.mask({"tokens": jnp.asarray(tokens)}, jax.random.key(seed))
+      masked = mask({"tokens": jnp.asarray(tokens)}, jax.random.key(seed))
       inputs, pos, w = map(np.asarray, (masked.inputs, masked.positions, masked.weights))
       for r in range(2):
         drawn[r] |= set(inputs[r, pos[r][w[r] > 0]].tolist())
@@ -182,19 +203,26 @@ def test_align_mlm_model_trains_embeddings_toward_dictionary(tiny_encoder):
   pairs = np.array([[5, 18], [6, 19]])
   model = PretrainingModel(encoder=Encoder(encoder), objectives={"mlm": 1.0, "align": 10.0})
   assets = {"dictionary": _dictionary(pairs)}
-  params = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
-                        model.init(jax.random.key(0), batch=1, length=7), is_leaf=lambda x: hasattr(x, "unbox"))
+  # Init and the whole update jitted: eager, op by op, they cost several times the compile.
+  params = jax.jit(lambda key: jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
+                                            model.init(key, batch=1, length=7),
+                                            is_leaf=lambda x: hasattr(x, "unbox")))(jax.random.key(0))
   batch = {k: jnp.asarray(np.tile(v, (2, 1)), jnp.int32) for k, v in {
       "tokens": [3, 5, 6, 7, 8, 1, 0], "lang_ids": [1, 1, 1, 1, 1, 1, 0], "segment_ids": [1] * 6 + [0],
       "positions": list(range(6)) + [0], "pair_side": [0] * 7}.items()}
-  loss_grad = jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch, jax.random.key(1), assets)[0]))
-  (_, metrics) = model.loss_fn(params, batch, jax.random.key(1), assets)
-  before = float(metrics["align"])
   tx = optax.adam(3e-3)
+
+  @jax.jit
+  def step(params, state):
+    loss_fn = lambda p: model.loss_fn(p, batch, jax.random.key(1), assets)
+    (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    updates, state = tx.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, metrics["align"]
+
   state = tx.init(params)
-  for _ in range(10):
-    _, g = loss_grad(params)
-    updates, state = tx.update(g, state)
-    params = optax.apply_updates(params, updates)
-  after = float(model.loss_fn(params, batch, jax.random.key(1), assets)[1]["align"])
+  aligns = []
+  for _ in range(11):
+    params, state, align_term = step(params, state)
+    aligns.append(float(align_term))  # The term at the parameters before this update.
+  before, after = aligns[0], aligns[-1]  # Before any update, after ten.
   assert after < before - 0.1

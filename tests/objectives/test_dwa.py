@@ -209,9 +209,9 @@ def test_dwa_term_trains_the_pointer_head(tiny_encoder):
   model = PretrainingModel(encoder=Encoder(encoder), objectives={"tlm": 1.0, "dwa": 1.0},
                            objective_options={"dwa": dwa.DwaConfig(self_label_layer=1)})
   batch = _batch(rows=3)
-  params = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
-                        model.init(jax.random.key(0), batch=1, length=LENGTH),
-                        is_leaf=lambda x: hasattr(x, "unbox"))
+  params = jax.jit(lambda key: jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
+                                            model.init(key, batch=1, length=LENGTH),
+                                            is_leaf=lambda x: hasattr(x, "unbox")))(jax.random.key(0))
   assert "pointer_query" in params and "pointer_key" in params
   grads = jax.jit(jax.grad(lambda p: model.loss_fn(p, batch, jax.random.key(3))[0]))(params)
   # Only the DWA term reads the pointer projections: a gradient there means the term is wired in.
@@ -242,18 +242,19 @@ def test_separate_encoding_equals_each_side_encoded_alone(tiny_encoder):
   """The self-label states of a side, encoded separately, are those of the side run on its own."""
   encoder = Encoder(tiny_encoder.replace(vocab_size=31, dropout_rate=0.0, attention_dropout_rate=0.0))
   batch = _batch()
-  params = encoder.init(jax.random.key(0), batch["tokens"], lang_ids=batch["lang_ids"],
-                        positions=batch["positions"], segment_ids=batch["segment_ids"], deterministic=True)
+  # Jitted (one program per shape): eager, every op would run and compile on its own.
+  params = jax.jit(lambda key: encoder.init(key, batch["tokens"], lang_ids=batch["lang_ids"],
+                                            positions=batch["positions"], segment_ids=batch["segment_ids"],
+                                            deterministic=True))(jax.random.key(0))
+  hidden = jax.jit(lambda p, tokens, lang_ids, positions, segment_ids: encoder.apply(
+      p, tokens, lang_ids=lang_ids, positions=positions, segment_ids=segment_ids, deterministic=True).hidden)
   segments, positions = dwa.separate_sides(batch)
-  together = encoder.apply(params, batch["tokens"], lang_ids=batch["lang_ids"], positions=positions,
-                           segment_ids=segments, deterministic=True).hidden
+  together = hidden(params, batch["tokens"], batch["lang_ids"], positions, segments)
   side_b = slice(4, 9)  # <s> b b b </s> of the first pair.
-  alone = encoder.apply(params, batch["tokens"][:, side_b], lang_ids=batch["lang_ids"][:, side_b],
-                        positions=batch["positions"][:, side_b],
-                        segment_ids=jnp.ones_like(batch["tokens"][:, side_b]), deterministic=True).hidden
+  alone = hidden(params, batch["tokens"][:, side_b], batch["lang_ids"][:, side_b], batch["positions"][:, side_b],
+                 jnp.ones_like(batch["tokens"][:, side_b]))
   np.testing.assert_allclose(together[:, side_b], alone, atol=1e-5)
-  joint = encoder.apply(params, batch["tokens"], lang_ids=batch["lang_ids"], positions=batch["positions"],
-                        segment_ids=batch["segment_ids"], deterministic=True).hidden
+  joint = hidden(params, batch["tokens"], batch["lang_ids"], batch["positions"], batch["segment_ids"])
   assert not np.allclose(joint[:, side_b], alone, atol=1e-3)  # Joint encoding does see side a.
 
 

@@ -136,26 +136,26 @@ def test_paper_default_does_not_saturate_on_a_many_to_one_pair():
   # The old default: unscaled exp(S / 1) saturates; every column's mass sits
   # on its best row, row 2 holds three bit-identical entries and the index
   # tie-break links the leftmost column.
-  old = sinkhorn(sim, mask, kernel="entropic", relative_mu=False).plan
+  old = jax.jit(lambda s, m: sinkhorn(s, m, kernel="entropic", relative_mu=False).plan)(sim, mask)
   row = np.asarray(old)[2]
   assert row[3] == row[4] == row[5] == 1 / 8
-  assert as_set(argmax_intersection(old, mask)) == expected - {(2, 5)} | {(2, 3)}
+  assert as_set(jax.jit(argmax_intersection)(old, mask)) == expected - {(2, 5)} | {(2, 3)}
 
   # The paper's kernel (Eq. 1 + 5 + 6): row 2's plan entries keep their order
   # (independently: float64 NumPy of Eq. 6), and the default links are right.
   plan, _ = _paper_pi_xi(sim)[2]
   assert plan[:, 5].argmax() == 2 and plan[2].argmax() == 5
   assert as_set(_links(AlignmentSolver(), sim, mask, "sinkhorn")) == expected
-  assert as_set(argmax_intersection(sim, mask)) == expected
+  assert as_set(jax.jit(argmax_intersection)(sim, mask)) == expected
   # So do the relatively scaled entropic kernel, and the saturated one once
   # ties are broken by the similarity instead of the index.
   for solver in (AlignmentSolver(sinkhorn_kernel="entropic"),
                  AlignmentSolver(sinkhorn_kernel="entropic", relative_mu=False)):
     assert as_set(_links(solver, sim, mask, "sinkhorn")) == expected
   # Self-labelling (Itermax on the plan) gets the same link.
-  labels, _ = AlignmentSolver().self_labels(sim, mask)
+  labels, _ = jax.jit(AlignmentSolver().self_labels)(sim, mask)
   assert (2, 5) in as_set(labels) and (2, 3) not in as_set(labels)
-  old_labels = itermax(old, mask)
+  old_labels = jax.jit(itermax)(old, mask)
   assert (2, 3) in as_set(old_labels) and (2, 5) not in as_set(old_labels)
 
 
@@ -246,7 +246,8 @@ def test_self_labels_on_packed_pairs_equal_each_pair_alone():
     links = np.asarray(links)
     assert not np.any(links[~mask])
     for rows, cols in [(slice(0, 5), slice(0, 4)), (slice(5, 8), slice(4, 10))]:
-      alone, alone_plan = solver.self_labels(sim[rows, cols], np.ones_like(sim[rows, cols], bool))
+      # Jitted: one compile per block shape instead of one per primitive and shape (eager).
+      alone, alone_plan = jax.jit(solver.self_labels)(sim[rows, cols], np.ones_like(sim[rows, cols], bool))
       np.testing.assert_array_equal(links[rows, cols], alone)
       np.testing.assert_allclose(np.asarray(result.plan)[rows, cols], alone_plan.plan, rtol=1e-5)
 

@@ -186,6 +186,7 @@ print(json.dumps({"devices": len(jax.devices()), "sharded": str(out.log_x.shardi
 """
 
 
+@pytest.mark.subprocess  # 8 fake devices need a fresh JAX (the device count is fixed when JAX starts).
 def test_sharded_queries_on_8_fake_devices():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
              TF_CPP_MIN_LOG_LEVEL="3")

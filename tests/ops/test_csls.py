@@ -90,6 +90,12 @@ SIZES = [
 ]
 
 
+# Every size runs in one of the two tests below in the unit tier, both tests on every size in the slow tier.
+_COSINE_FAST = {(13, 11), (1, 9), (1, 1), (6, 1500)}  # blocks not dividing q, length-1 sides, chunked top-k
+_CSLS_FAST = {(7, 5), (9, 1), (29, 700)}  # k > t and block > q, one target, chunked top-k
+
+
+@pytest.mark.fast(lambda p: (p["q"], p["t"]) in _COSINE_FAST)
 @pytest.mark.parametrize("q,t,e,k,knn,block", SIZES)
 def test_cosine_topk_and_radius_match_brute_force(q, t, e, k, knn, block):
   x, y = _data(q * 1000 + t, (q, e), (t, e))
@@ -100,6 +106,7 @@ def test_cosine_topk_and_radius_match_brute_force(q, t, e, k, knn, block):
   np.testing.assert_allclose(radius, ref_radius(cos, knn), atol=ATOL)
 
 
+@pytest.mark.fast(lambda p: (p["q"], p["t"]) in _CSLS_FAST)
 @pytest.mark.parametrize("q,t,e,k,knn,block", SIZES)
 def test_csls_topk_matches_brute_force(q, t, e, k, knn, block):
   x, y = _data(q * 7 + t, (q, e), (t, e))
@@ -185,6 +192,7 @@ def test_zero_vectors_stay_zero():
   assert_topk(ops.csls_topk(x, y, k=5, knn=2), ref_csls(x, y, 2), 5, atol=4 * ATOL)
 
 
+@pytest.mark.fast(lambda p: p["dtype"] != jnp.float32)  # float32 inputs: every other test.
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 def test_low_precision_inputs(dtype):
   x, y = _data(7, (10, 16), (300, 16))

@@ -49,6 +49,7 @@ def _random_padded(rng, count, low=0.0):
   return scores, masks, sizes
 
 
+@pytest.mark.fast(lambda p: p["max_count"] <= 2)  # No extra round, and the default one extra round.
 @pytest.mark.parametrize("max_count", [1, 2, 3, 4])
 def test_matches_reference_on_random_ragged_problems(max_count):
   rng = np.random.default_rng(max_count)
@@ -124,6 +125,7 @@ def _packed(rng, count):
   return scores, masks, row_seg, col_seg, blocks
 
 
+@pytest.mark.fast("2")
 @pytest.mark.parametrize("max_count", [2, 3])
 def test_block_diagonal_packing_equals_per_block_itermax(max_count):
   rng = np.random.default_rng(20 + max_count)

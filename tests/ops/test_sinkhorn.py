@@ -91,6 +91,7 @@ def _numpy_paper(sim, iters, mu=1.0, eps=1e-6):
   return u[:, None] * k * v[None, :], u[:, None] * k * v_prev[None, :]
 
 
+@pytest.mark.fast("sinkhorn")
 @pytest.mark.parametrize("solver", [ot.sinkhorn, ot.bregman.sinkhorn_log],
                          ids=["sinkhorn", "sinkhorn_log"])
 def test_entropic_converges_to_pot_including_ragged_masks(solver):
@@ -161,6 +162,7 @@ def test_two_clamped_iterations_follow_the_released_code():
   assert np.all(np.asarray(result.col_plan)[~mask] == 0)
 
 
+@pytest.mark.fast("log-1.0", "auto-0.5")  # Each domain and each mu once.
 @pytest.mark.parametrize("mu", [1.0, 0.5])
 @pytest.mark.parametrize("domain", ["log", "auto"])
 def test_default_is_the_paper_kernel_and_eq6(mu, domain):
@@ -211,6 +213,7 @@ def test_small_mu_recovers_the_optimal_assignment():
     np.testing.assert_allclose(plan[rows, cols], 1 / size, rtol=1e-3)
 
 
+@pytest.mark.fast("entropic-rows_first", "clamped-columns_first")  # Each kernel and each order once.
 @pytest.mark.parametrize("order", ["rows_first", "columns_first"])
 @pytest.mark.parametrize("kernel", ["entropic", "clamped"])
 def test_padding_is_exactly_zero_and_log_plan_finite(kernel, order):
@@ -258,6 +261,7 @@ def test_length_one_sides():
     np.testing.assert_allclose(uniform[k].sum(), 1.0, rtol=1e-6)
 
 
+@pytest.mark.fast("0.01")  # The small temperature: the largest exponents.
 @pytest.mark.parametrize("mu", [1.0, 0.01])
 def test_large_similarities_stay_finite(mu):
   rng = np.random.default_rng(5)
@@ -376,6 +380,9 @@ def _assert_same_result(result, expected, masks, log_atol=1e-5):
                              np.where(masks, expected.log_plan, 0.0), rtol=1e-5, atol=log_atol)
 
 
+# Each iteration count, kernel/order pair and domain once (the entropic "auto" case at mu = 0.02 is the one
+# that may fall back to the log domain); the full grid runs in the slow tier.
+@pytest.mark.fast("7-entropic-rows_first-auto", "1-clamped-columns_first-scaling", "2-clamped-rows_first-scaling")
 @pytest.mark.parametrize("domain", ["scaling", "auto"])
 @pytest.mark.parametrize("kernel,order", [("entropic", "rows_first"), ("clamped", "columns_first"),
                                           ("clamped", "rows_first")])
@@ -416,6 +423,7 @@ def test_scaling_domain_with_given_marginals_and_many_iterations():
                                  err_msg=f"{domain}, problem {k}")
 
 
+@pytest.mark.fast("0.01")
 @pytest.mark.parametrize("mu", [1.0, 0.01])
 def test_auto_falls_back_to_log_domain_on_large_similarities(mu):
   rng = np.random.default_rng(5)

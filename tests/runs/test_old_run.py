@@ -75,8 +75,8 @@ def test_old_run_tasks_reregister_from_moved_data(old_run):
   assert any(r[:len(ids)] == ids or r[1:1 + len(ids)] == ids for r in rows), (first, ids, rows)
 
 
-def test_old_run_resumes_with_the_new_trainer(old_run):
-  model_dir, data, _ = old_run
+def _old_tasks(data):
+  """The old run's tasks, registered from the moved data folder."""
   files = {(lang, split): str(data / f"{lang}.{split}.{'tsv' if lang == 'de_en' else 'txt'}")
            for lang in ("en", "de", "de_en") for split in ("train", "validation")}
   vocab = str(data / "spm.model")
@@ -89,12 +89,50 @@ def test_old_run_resumes_with_the_new_trainer(old_run):
                          lang_a="de", lang_b="en", vocabulary_path=vocab),
       user.AlphaMixture(name="old_mix", tasks=("old_en", "old_de", "old_de_en")),
   ]
-  result = pretrain(model_dir=str(model_dir), mixture_or_task_name="old_mix", task_feature_lengths={"tokens": 19},
-                    batch_size=4, train_steps=3, encoder=tiny_encoder_config(),
-                    objectives={"mlm": 1.0, "tlm": 1.0},
-                    optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
-                    checkpoint=CheckpointConfig(every_steps=2, keep=2, async_save=False), log_every=1, seed=5,
-                    user_tasks=tasks)
+  return tasks
+
+
+def _resume(model_dir, data):
+  """`pretrain` with the old run's settings, one step more."""
+  return pretrain(model_dir=str(model_dir), mixture_or_task_name="old_mix", task_feature_lengths={"tokens": 19},
+                  batch_size=4, train_steps=3, encoder=tiny_encoder_config(),
+                  objectives={"mlm": 1.0, "tlm": 1.0},
+                  optimizer=OptimizerConfig(learning_rate=3e-3, warmup_steps=1),
+                  checkpoint=CheckpointConfig(every_steps=2, keep=2, async_save=False), log_every=1, seed=5,
+                  user_tasks=_old_tasks(data))
+
+
+def test_old_run_restores_into_the_new_trainer(old_run, tmp_path, monkeypatch):
+  """All of a resume but the step: `pretrain` accepts the run, the new loop restores state and iterator."""
+  from flax_xalign.training import loop as loop_lib
+  from flax_xalign.training import pretrain as pretrain_lib
+
+  model_dir = tmp_path / "run"
+  shutil.copytree(old_run[0], model_dir)  # The module's copy stays untouched for the resume test.
+  restored = {}
+
+  def restore_only(**kw):
+    restored["step"], restored["state"], iterator = loop_lib._restore_or_init(
+        kw["trainer"], kw["checkpointer"], kw["train_iterator"], kw["new_train_iterator"], restore_iterator=True,
+        check_step=kw["check_step"], init_params=None, on_resume=None)
+    restored["batch"] = next(iterator)
+    return "not trained"
+
+  monkeypatch.setattr(pretrain_lib, "train_loop", restore_only)
+  assert _resume(model_dir, old_run[1]) == "not trained"
+  assert restored["step"] == 2 and int(restored["state"].step) == 2
+  saved = np.load(FIXTURE / "params_step2.npz")
+  params = traverse_util.flatten_dict(restored["state"].params)
+  assert {"/".join(k) for k in params} == set(saved.files)
+  for key, value in params.items():
+    np.testing.assert_array_equal(np.asarray(value), saved["/".join(key)], err_msg="/".join(key))
+  assert np.asarray(restored["batch"]["tokens"]).shape == (4, 19)  # The restored iterator reads on.
+
+
+@pytest.mark.slow  # Trains a step; the restore itself is checked without training above.
+def test_old_run_resumes_with_the_new_trainer(old_run):
+  model_dir, data, _ = old_run
+  result = _resume(model_dir, data)
   rows = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in rows] == [1, 2, 3]  # the old rows kept, one new step appended
   assert np.isfinite(rows[-1]["loss"])

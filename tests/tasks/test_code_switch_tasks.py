@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import seqio
 
@@ -191,6 +192,54 @@ train.eval_batches = 1
   return str(path), tag
 
 
+def test_the_iterator_checkpoint_restores_the_code_switched_stream(tiny_corpus, de_en_dictionary, tmp_path):
+  """What a resumed run relies on (the slow gin run below resumes for real): the data iterator, whose map
+  holds the dictionary's lookup table, is checkpointed and restored mid-stream."""
+  import tensorflow as tf
+
+  from flax_xalign.data import pipeline
+
+  code_switch.CodeSwitchedTask(name="cs_de_iter", source="tiny_de", dictionary=de_en_dictionary, rate=0.5,
+                               seed=1).register()
+  user.AlphaMixture(name="cs_iter_mix", tasks=("cs_de_iter", "tiny_de_en")).register()
+  provider, languages, _ = tasks.resolve("cs_iter_mix")
+  ds = pipeline.get_dataset(provider, languages=languages, split="train", feature_lengths={"tokens": 19},
+                            batch_size=6, seed=2)
+  it = iter(ds)
+  for _ in range(3):
+    next(it)
+  path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "it"))
+  expected = [next(it) for _ in range(2)]
+  restored = iter(ds)
+  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
+  for want, got in zip(expected, [next(restored) for _ in range(2)]):
+    assert set(want) == set(got)
+    for key in want:
+      np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+
+
+@pytest.mark.subprocess  # A fresh interpreter is the point: nothing registered but what the definitions say.
+def test_a_fresh_process_re_registers_the_described_tasks_and_switches_the_same_words(
+    tiny_corpus, de_en_dictionary):
+  code_switch.CodeSwitchedTask(name="cs_de_fresh", source="tiny_de", dictionary=de_en_dictionary, rate=0.5,
+                               seed=1).register()
+  user.AlphaMixture(name="cs_fresh_mix", tasks=("cs_de_fresh", "tiny_de", "tiny_de_en")).register()
+  definitions = json.loads(json.dumps(tasks.describe("cs_fresh_mix")))  # As the run manifest keeps them.
+  expected = [ex["tokens"].tolist() for ex in _examples("cs_de_fresh")[:40]]
+  assert expected != [ex["tokens"].tolist() for ex in _examples("tiny_de")[:40]]
+  result = subprocess.run(
+      [sys.executable, "-c", _FRESH_PROCESS], input=json.dumps([definitions, "cs_de_fresh"]), cwd="/",
+      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, check=False, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  fresh = json.loads(result.stdout.strip().splitlines()[-1])
+  assert fresh["languages"] == ["de"]
+  assert fresh["described"] == definitions[:2]
+  assert fresh["tokens"] == expected  # Same switches in another process.
+
+
+# Two training runs through the entry point and a fresh process (~50 s); the two tests above check the
+# iterator checkpoint and the re-registration without training.
+@pytest.mark.slow
 def test_gin_training_run_and_manifest_reregistration(tmp_path, tiny_corpus, de_en_dictionary, capsys):
   dictionary = tmp_path / "de-en.txt"  # A file of its own: read (and reported) in this run.
   dictionary.write_text(open_text(de_en_dictionary), encoding="utf-8")

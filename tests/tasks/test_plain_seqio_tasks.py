@@ -226,6 +226,7 @@ def test_file_task_counts_its_non_empty_lines_without_loading(tmp_path, tiny_cor
     registry._TASKS["plain_count_empty"].loader.num_examples("train")  # pylint: disable=protected-access
 
 
+@pytest.mark.subprocess  # Only a fresh interpreter shows what importing the pipeline pulls in.
 def test_pipeline_does_not_import_the_task_families():
   code = ("import sys, json; import flax_xalign.data.pipeline; "
           "print(json.dumps(sorted(m for m in sys.modules "
@@ -237,16 +238,8 @@ def test_pipeline_does_not_import_the_task_families():
   assert json.loads(result.stdout.strip().splitlines()[-1]) == []
 
 
-def test_pretrain_on_a_plain_seqio_task_with_languages_given(tmp_path, tiny_corpus):
-  """A task registered with seqio directly trains when the run names its language."""
-  import json
-
-  import seqio
-
-  from flax_xalign.data.vocab import sentencepiece as vocab_lib
-  from flax_xalign.errors import UserError
-  from flax_xalign.runs.checkpoints import read_run_spec
-  from flax_xalign.training.pretrain import pretrain
+def _pretrain_task(tiny_corpus):
+  """A task registered with seqio directly (not through our task families), and the pretrain settings."""
   from tests.testlib import tiny_encoder_config
 
   name = "plain_seqio_for_pretrain"
@@ -263,8 +256,33 @@ def test_pretrain_on_a_plain_seqio_task_with_languages_given(tmp_path, tiny_corp
         preprocessors=[functools.partial(seqio.preprocessors.rekey, key_map={"tokens": "text"}),
                        seqio.preprocessors.tokenize],
         output_features={"tokens": seqio.Feature(vocabulary, add_eos=False)})
-  kwargs = dict(mixture_or_task_name=name, task_feature_lengths={"tokens": 19}, batch_size=6, train_steps=2,
-                encoder=tiny_encoder_config(), objectives={"mlm": 1.0}, log_every=1, seed=1)
+  return dict(mixture_or_task_name=name, task_feature_lengths={"tokens": 19}, batch_size=6, train_steps=2,
+              encoder=tiny_encoder_config(), objectives={"mlm": 1.0}, log_every=1, seed=1)
+
+
+def test_a_run_on_a_plain_seqio_task_needs_its_languages_and_records_its_module(tmp_path, tiny_corpus):
+  """The run's manifest without training (`assets_only`, the assets command's path); the slow test below trains."""
+  from flax_xalign.training.pretrain import pretrain
+
+  kwargs = _pretrain_task(tiny_corpus)
+  with pytest.raises(errors.UserError, match="train.languages"):
+    pretrain(model_dir=str(tmp_path / "refused"), **kwargs)
+  assert not (tmp_path / "refused").exists()
+  run = pretrain(model_dir=str(tmp_path / "run"), languages=["en"], assets_only=True, **kwargs)
+  assert run.languages == ("en",) and run.language_pairs == ()
+  assert tuple(run.task_definitions) == ({"kind": "PythonModule", "args": {"module": __name__}},)
+
+
+@pytest.mark.slow  # A training run (~10 s); the test above checks the refusal and the manifest without one.
+def test_pretrain_on_a_plain_seqio_task_with_languages_given(tmp_path, tiny_corpus):
+  """A task registered with seqio directly trains when the run names its language."""
+  import json
+
+  from flax_xalign.errors import UserError
+  from flax_xalign.runs.checkpoints import read_run_spec
+  from flax_xalign.training.pretrain import pretrain
+
+  kwargs = _pretrain_task(tiny_corpus)
   with pytest.raises(UserError, match="train.languages"):
     pretrain(model_dir=str(tmp_path / "refused"), **kwargs)
   assert not (tmp_path / "refused").exists()

@@ -49,6 +49,29 @@ def test_streams_transliterate_and_invert(suite):
   assert (side2 >= V).all()
 
 
+def test_align_mlm_assets_are_drawn_once_and_then_kept(tmp_path, suite, tiny_encoder):
+  """The unit-tier part of the run below, without training: `assets_only` (the assets command's path)."""
+  from flax_xalign.training.pretrain import pretrain
+
+  _, names = suite
+  model_dir = tmp_path / "assets"
+
+  def assets(rate):
+    return pretrain(model_dir=str(model_dir), mixture_or_task_name=names["mlm"], task_feature_lengths={"tokens": 19},
+                    batch_size=6, train_steps=2, encoder=tiny_encoder.replace(num_languages=0),
+                    objectives={"mlm": 1.0, "align": 10.0}, seed=5, dictionary_rate=rate, assets_only=True)
+
+  run = assets(0.25)
+  text = (model_dir / "dictionary.tsv").read_text().splitlines()
+  assert text[0] == "natural_id\tderived_id\tpiece" and len(text) - 1 == round(0.25 * (V - 5))
+  assert set(run.assets) >= {"dictionary", "token_map", "vocabulary"}
+  before = (model_dir / "dictionary.tsv").read_bytes()
+  assets(0.5)  # The files in MODEL_DIR win over a new rate.
+  assert (model_dir / "dictionary.tsv").read_bytes() == before
+  assert not (model_dir / "checkpoints").exists()
+
+
+@pytest.mark.slow  # Two training runs and an evaluation (~50 s); the test above covers the assets without training.
 def test_align_mlm_run_saves_dictionary_and_logs_alignment(tmp_path, suite, tiny_encoder):
   from flax_xalign.training.checkpoints import CheckpointConfig
   from flax_xalign.training.optimizer import OptimizerConfig
@@ -107,6 +130,9 @@ def _losses(model_dir):
           for r in rows if "loss" in r}
 
 
+# Five training processes (~3 min). In the unit tier: tests/training/test_loop.py resumes exactly, and
+# tests/objectives/test_dictionary_objectives.py refuses a hand-edited dictionary.tsv by its fingerprint.
+@pytest.mark.slow
 def test_dict_mlm_killed_hard_resumes_exactly_and_refuses_edited_assets(tmp_path, suite):
   full, killed = tmp_path / "full", tmp_path / "killed"
   proc = _script(full, 6, "dict_mlm")

@@ -175,6 +175,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.subprocess  # A fresh interpreter is the point: nothing registered but what the definitions say.
 def test_describe_round_trips_through_json_in_a_fresh_process(
     toy_corpus, model):
   _register_u_tasks(toy_corpus[0], model)

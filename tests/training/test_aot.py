@@ -1,8 +1,8 @@
 """Ahead-of-time compiles of the trainer's step for TPU topologies (training/aot.py), on this CPU.
 
-The default tests compile a tiny model for a v4-8 (4 chips) in seconds; the
-`aot` tests compile XLM-R base and large at full size for v4-8 and v4-128
-(minutes each; `pytest -m aot`).
+The default tests lower a tiny model for a v4-8 (4 chips) in seconds; the
+`aot` tests compile it for the v4-8, and XLM-R base and large at full size
+for v4-8 and v4-128 (minutes each; `pytest -m aot`).
 """
 
 import json
@@ -64,6 +64,7 @@ def _shard_bytes(leaf) -> int:
   return int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
 
 
+@pytest.mark.aot  # A TPU compile (~13 s of CPU even for the tiny model): the aot tier's.
 def test_tiny_step_compiles_for_v4_8_and_reports_memory_and_flops(v4_8):
   trainer = _trainer(v4_8)
   report, _ = aot.compile_train_step(trainer, topology="v4:2x2x1", hbm_bytes=32 * aot.GIB)
@@ -99,6 +100,7 @@ def test_assets_are_abstract_inputs_not_constants(v4_8):
   assert len(jax.tree.leaves(lowered.args_info)) == n_state + len(BATCH_FEATURES) + 1 + 3
 
 
+@pytest.mark.subprocess  # 4 fake CPU devices need a fresh JAX.
 def test_the_topology_step_is_the_trainers_step_on_cpu_devices():
   """The program lowered for v4-8 is the one the trainer runs on 4 (fake) CPU devices: same signature."""
   script = r"""

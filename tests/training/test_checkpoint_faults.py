@@ -6,6 +6,10 @@ resumes from the previous complete step, reproducing the losses of an
 uninterrupted run; `CheckpointConfig.on_damaged="error"` refuses instead and
 leaves MODEL_DIR as it was. A write that fails for lack of space (EFBIG under
 RLIMIT_FSIZE here) ends in one UserError and leaves no temporary checkpoint.
+
+Each case trains the tiny encoder (twice for the shared runs, once more per case), so they run in the
+`slow` tier; tests/training/test_loop_checkpoints.py checks the same behaviours in the unit tier through
+the loop with a 3-parameter model (and `newest_readable_step`, the choice `pretrain` makes first, directly).
 """
 
 import json
@@ -83,6 +87,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(DAMAGE))
 def test_damaged_newest_step_falls_back_to_the_previous_one(runs, tmp_path, capsys, case):
   base, full = runs
@@ -110,6 +115,7 @@ def test_damaged_newest_step_falls_back_to_the_previous_one(runs, tmp_path, caps
   np.testing.assert_allclose([losses[s] for s in (1, 2, 3, 4)], [full[s] for s in (1, 2, 3, 4)], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_missing_orbax_step_metadata_still_resumes_from_that_step(runs, tmp_path, capsys):
   model_dir = tmp_path / "run"
   shutil.copytree(runs[0], model_dir)
@@ -120,6 +126,7 @@ def test_missing_orbax_step_metadata_still_resumes_from_that_step(runs, tmp_path
   np.testing.assert_allclose(_losses(model_dir)[4], runs[1][4], rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["state deleted", "iterator truncated", "meta garbled"])
 def test_on_damaged_error_refuses_and_changes_nothing(runs, tmp_path, case):
   model_dir = tmp_path / "run"
@@ -139,6 +146,7 @@ def test_on_damaged_error_refuses_and_changes_nothing(runs, tmp_path, case):
   assert {k: v for k, v in after.items() if k in before} == before
 
 
+@pytest.mark.slow
 def test_no_complete_step_left_is_a_clear_error(runs, tmp_path):
   model_dir = tmp_path / "run"
   shutil.copytree(runs[0], model_dir)
@@ -171,6 +179,7 @@ sys.exit(run_command(lambda: _run({model_dir!r}, steps=2)))
 """
 
 
+@pytest.mark.slow
 def test_no_space_in_an_async_save_is_one_error_and_leaves_no_tmp_checkpoint(tmp_path, tiny_corpus, monkeypatch):
   import errno
 

@@ -6,12 +6,18 @@ tf.data iterator (checkpointable like the real pipeline). The trajectory is
 checked against an independent optax loop written out here, so a batch fed
 twice, a step skipped, a stale asset or a wrong resume point all show up as
 different parameters.
+
+These are the unit-tier twins of the integration runs with the tiny encoder
+(tests/training/test_pretrain.py, test_nan_guard.py, test_stop_while_fetching.py,
+test_resume_checks.py, test_train_evals.py, tests/assets/test_refresh.py; `slow`
+tier); damaged checkpoints and a full disk are in test_loop_checkpoints.py.
 """
 
 import json
 import os
-import shutil
 import signal
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -94,16 +100,23 @@ def _dataset():
   return tf.data.Dataset.from_tensor_slices(rows).batch(B, drop_remainder=True).repeat()
 
 
-def _train(model_dir, *, steps=STEPS, learning_rate=LR, callback=None, eval_every=0, checkpoint_every=2):
-  """One invocation of the loop over `model_dir` (resumes what is there), as `pretrain` wires it."""
+def _train(model_dir, *, steps=STEPS, learning_rate=LR, callback=None, eval_every=0, checkpoint_every=2,
+           on_damaged="fallback", async_save=False, eval_batches=None, train_iterator=None, restore_iterator=True,
+           checkpoint_hooks=(), before_training=None):
+  """One invocation of the loop over `model_dir` (resumes what is there), as `pretrain` wires it.
+
+  `eval_batches` replaces the held-out batches (default: one batch of the train rows); `train_iterator`
+  the train iterator (default: a fresh iterator of `_dataset()`, restored from the checkpoint).
+  """
   run = _run_spec()
   asset = Counter()
   run_assets = RunAssets({"counter": asset}, {"counter": asset.build(run)}, run)
   trainer = Trainer(model=QuadraticModel(), optimizer=OptimizerConfig(learning_rate=learning_rate, warmup_steps=0),
                     partitioner=Partitioner(mesh=make_mesh(1)), assets=run_assets,
-                    loop=LoopConfig(train_steps=steps, batch_size=B, length=L, log_every=1, checkpoint_every=checkpoint_every,
-                                    eval_every=eval_every, eval_batches=1))
-  checkpointer = Checkpointer(str(model_dir), CheckpointConfig(every_steps=checkpoint_every, keep=10, async_save=False))
+                    loop=LoopConfig(train_steps=steps, batch_size=B, length=L, log_every=1,
+                                    checkpoint_every=checkpoint_every, eval_every=eval_every, eval_batches=1))
+  checkpointer = Checkpointer(str(model_dir), CheckpointConfig(every_steps=checkpoint_every, keep=10,
+                                                               async_save=async_save, on_damaged=on_damaged))
   loggers = []
 
   def logger(resume_step):
@@ -111,10 +124,14 @@ def _train(model_dir, *, steps=STEPS, learning_rate=LR, callback=None, eval_ever
     return loggers[-1]
 
   dataset = _dataset()
+  if eval_batches is None:
+    eval_batches = lambda: iter(_dataset().take(1).as_numpy_iterator())
   try:
-    result = train(trainer=trainer, train_iterator=iter(dataset), new_train_iterator=lambda: iter(dataset),
-                   eval_batches=lambda: iter(_dataset().take(1).as_numpy_iterator()), checkpointer=checkpointer,
-                   logger=logger, run=run, flops_per_step=1.0, step_callback=callback)
+    result = train(trainer=trainer, train_iterator=iter(dataset) if train_iterator is None else train_iterator,
+                   new_train_iterator=lambda: iter(dataset), eval_batches=eval_batches, checkpointer=checkpointer,
+                   logger=logger, run=run, flops_per_step=1.0, step_callback=callback,
+                   restore_iterator=restore_iterator, checkpoint_hooks=checkpoint_hooks,
+                   before_training=before_training)
   finally:
     checkpointer.close()
     for each in loggers:
@@ -190,32 +207,6 @@ def test_stop_signal_keeps_the_newest_checkpoint_and_the_resumed_run_matches(tmp
   np.testing.assert_allclose(np.asarray(second.state.params["w"]), w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("damage", ["state deleted", "state truncated"])
-def test_damaged_newest_step_falls_back_to_the_previous_one(tmp_path, capsys, damage):
-  model_dir = tmp_path / "run"
-  _train(model_dir, steps=4)  # Checkpoints 2 and 4 of a 4-step schedule ...
-  step_dir = model_dir / "checkpoints" / "4"
-  if damage == "state deleted":
-    shutil.rmtree(step_dir / "state")
-  else:
-    largest = max((os.path.join(d, n) for d, _, names in os.walk(step_dir / "state") for n in names),
-                  key=os.path.getsize)
-    with open(largest, "r+b") as f:
-      f.truncate(os.path.getsize(largest) // 2)
-  capsys.readouterr()
-  result, _ = _train(model_dir, steps=4)  # ... resumed: step 4 is damaged, so 3 and 4 are trained again.
-  err = capsys.readouterr().err
-  assert f"warning: checkpoint step 4 of {model_dir} is damaged (state/ is" in err
-  assert "and resuming from step 2" in err
-  assert os.path.isdir(model_dir / "checkpoints_damaged" / "4")
-  losses, w = _reference(4)
-  rows = _rows(model_dir)
-  assert result.last_step == 4 and sorted(rows) == [1, 2, 3, 4]
-  np.testing.assert_allclose([rows[s]["loss"] for s in rows], losses, rtol=1e-5)
-  np.testing.assert_allclose(np.asarray(result.state.params["w"]), w, rtol=1e-5, atol=1e-6)
-  assert _counter_file(model_dir, 4) == [2] * 5
-
-
 def test_nan_guard_refuses_to_save_a_non_finite_update(tmp_path):
   model_dir = tmp_path / "run"
   _train(model_dir, steps=2, checkpoint_every=1)
@@ -228,6 +219,13 @@ def test_nan_guard_refuses_to_save_a_non_finite_update(tmp_path):
   assert sorted(os.listdir(model_dir / "checkpoints")) == ["1", "2"]
   rows = _rows(model_dir)
   assert sorted(rows) == [1, 2, 3] and np.isfinite(rows[3]["loss"])  # Step 3's loss was logged, not saved.
+  assert "OptimizerConfig.learning_rate" in message  # The fix.
+  # A rerun at a sane learning rate resumes from step 2 and finishes with finite losses.
+  result, _ = _train(model_dir, steps=STEPS, checkpoint_every=1)
+  assert result.last_step == STEPS and not result.interrupted
+  assert sorted(os.listdir(model_dir / "checkpoints"), key=int) == [str(s) for s in range(1, STEPS + 1)]
+  rows = _rows(model_dir)
+  assert sorted(rows) == list(range(1, STEPS + 1)) and np.isfinite([r["loss"] for r in rows.values()]).all()
 
 
 def test_nan_guard_refuses_to_log_or_save_past_a_non_finite_loss(tmp_path):
@@ -254,3 +252,85 @@ def test_hooks_run_in_order_on_their_schedules_and_see_the_stop():
                    ("every_2", 7), ("save", 7), ("eval", 7)]
   assert states == [10, 21, 30, 41, 50, 61, 70]
   assert hooks.names == ("stop", "every_2", "save", "eval", "new_state")
+
+
+def test_a_stop_while_the_pipeline_blocks_keeps_the_checkpoint_and_says_what_is_redone(tmp_path, capsys):
+  """SIGTERM while the train iterator is stuck in `next` (a busy pipeline): the loop stops at once."""
+  model_dir = tmp_path / "run"
+  _train(model_dir, steps=2)  # Checkpoint at step 2.
+  block_s = 60.0  # Longer than the test could wait: the stop must not wait for the batch.
+
+  def blocking():
+    yield next(iter(_dataset()))  # One good batch (step 3), then the fetch of step 4 hangs.
+    threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGTERM)).start()
+    time.sleep(block_s)
+    yield next(iter(_dataset()))
+
+  capsys.readouterr()
+  started = time.perf_counter()
+  result, _ = _train(model_dir, train_iterator=blocking(), restore_iterator=False)
+  elapsed = time.perf_counter() - started
+  out = capsys.readouterr().out
+  assert result.interrupted and result.stop_signal == signal.SIGTERM and result.last_step == 3
+  assert elapsed < block_s / 2, f"the stop waited for the pipeline ({elapsed:.0f} s)"
+  assert "stopped while waiting" in out and "(before step 4); the checkpoint of step 2 is kept" in out
+  assert "the 1 step(s) after it will be trained again" in out
+  # Nothing saved for step 3 (the iterator was mid-read); its row was logged.
+  assert sorted(os.listdir(model_dir / "checkpoints")) == ["2"] and sorted(_rows(model_dir)) == [1, 2, 3]
+
+
+def test_checkpoint_hooks_log_at_their_steps_and_leave_the_trajectory_unchanged(tmp_path, capsys):
+  """A `CheckpointHook` (the entry point's TRAIN_EVALS) reads the finished checkpoint of its step."""
+  model_dir = tmp_path / "run"
+
+  def probe(step):
+    # Readable only once the checkpoint of `step` is written: its asset file.
+    return {"step": step, "counter": {"first": _counter_file(model_dir, step)[0]}, "note": "not a number"}
+
+  hook = hooks_lib.CheckpointHook(name="probe", fn=probe, every=2, prefix="eval_probe_")
+  result, _ = _train(model_dir, checkpoint_hooks=[hook], async_save=True)
+  assert "  probe: eval_probe_step 2" in capsys.readouterr().out
+  rows = [json.loads(line) for line in open(model_dir / "metrics.jsonl")]
+  hooked = [r for r in rows if any(k.startswith("eval_probe_") for k in r)]
+  assert [r["step"] for r in hooked] == [2, 4, 6]
+  for row in hooked:
+    assert row["eval_probe_step"] == row["step"]
+    assert row["eval_probe_counter_first"] == row["step"] // 2  # The asset saved with that step.
+    assert "eval_probe_note" not in row  # Non-numbers are left out.
+  losses, w = _reference(STEPS)  # The hook sees no train state and draws no random numbers.
+  np.testing.assert_allclose([r["loss"] for r in _rows(model_dir).values()], losses, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(result.state.params["w"]), w, rtol=1e-5, atol=1e-6)
+
+
+def test_an_eval_split_without_a_full_batch_warns_once_and_the_run_finishes(tmp_path, capsys):
+  result, _ = _train(tmp_path / "run", steps=3, eval_every=1, eval_batches=lambda: iter(()))
+  assert result.last_step == 3
+  warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+  assert len(warnings) == 1 and f"no full batch of BATCH_SIZE={B} at step 1" in warnings[0]
+  assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["2", "3"]
+
+
+def test_a_step_is_checkpointed_before_its_evaluation(tmp_path, monkeypatch):
+  def failing(self, params, batches, *, max_batches, assets=None):
+    raise RuntimeError("evaluation failed")
+
+  monkeypatch.setattr(Trainer, "evaluate", failing)
+  with pytest.raises(RuntimeError, match="evaluation failed"):
+    _train(tmp_path / "run", steps=3, eval_every=3)
+  assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["2", "3"]
+
+
+def test_the_first_step_is_announced_and_timed_and_the_config_written_after_the_restore(tmp_path, capsys):
+  model_dir = tmp_path / "run"
+  seen = []
+
+  def before_training(resumed):  # pretrain writes config.gin here: it then describes what the checkpoints hold.
+    seen.append((resumed, "resumed from" in capsys.readouterr().out))
+
+  _train(model_dir, steps=2, before_training=before_training)
+  _train(model_dir, steps=3, before_training=before_training)
+  assert seen == [(None, False), (2, True)]
+  out = capsys.readouterr().out.splitlines()
+  start = out.index("compiling the train step...")
+  assert out[start + 1].startswith("  compiled and ran the first step in ") and out[start + 1].endswith(" s")
+  assert out[start + 2].startswith("step 3/3")

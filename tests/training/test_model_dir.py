@@ -117,6 +117,7 @@ def _holder(folder):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.subprocess  # Two real processes: the flock is per open file, the refusal the command's one line.
 def test_two_processes_contend_the_second_is_refused(tmp_path):
   folder = str(tmp_path / "run")
   first = _holder(folder)
@@ -140,6 +141,7 @@ def test_two_processes_contend_the_second_is_refused(tmp_path):
     first.wait()
 
 
+@pytest.mark.subprocess  # The kernel releases the flock of a SIGKILLed process.
 def test_a_killed_holder_frees_the_lock(tmp_path):
   folder = str(tmp_path / "run")
   first = _holder(folder)
@@ -172,8 +174,9 @@ def _write_record(folder, **owner):
 
 
 def test_without_flock_a_dead_owner_on_this_host_is_stale(tmp_path, no_flock, capsys):
-  gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-  dead_pid = int(gone.stdout)
+  gone = subprocess.Popen(["true"])  # Any process will do (no Python start): its pid is dead once reaped.
+  gone.wait()
+  dead_pid = gone.pid
   folder = str(tmp_path / "run")
   _write_record(folder, pid=dead_pid, host=socket.gethostname())
   with model_dir_lib.lock(folder, process_index=0):
@@ -188,7 +191,7 @@ def test_without_flock_a_dead_owner_on_this_host_is_stale(tmp_path, no_flock, ca
 
 def test_without_flock_a_live_owner_or_another_host_is_respected(tmp_path, no_flock):
   folder = str(tmp_path / "run")
-  live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+  live = subprocess.Popen(["sleep", "600"])  # A live process of this host (no Python start needed).
   try:
     _write_record(folder, pid=live.pid, host=socket.gethostname())
     with pytest.raises(UserError, match=f"in use by another run \\(pid {live.pid}"):

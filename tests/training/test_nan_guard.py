@@ -31,6 +31,7 @@ def _run(model_dir, *, steps, learning_rate=3e-3):
       checkpoint=CheckpointConfig(every_steps=1, keep=5, async_save=True), log_every=1, seed=3)
 
 
+@pytest.mark.slow  # Three tiny-encoder runs; the unit tier has tests/training/test_loop.py's NaN-guard tests.
 def test_non_finite_update_on_a_checkpoint_step_is_not_saved_and_the_run_resumes(tmp_path, tiny_corpus):
   model_dir = tmp_path / "run"
   _run(model_dir, steps=2)

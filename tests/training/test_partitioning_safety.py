@@ -6,7 +6,8 @@ unpadded table above `replicate_limit_bytes` is refused with the fix, a small
 one still falls back to replication (with a warning).
 
 The 8-device part runs this file as a script in a subprocess (the device count
-is fixed when JAX starts) and reads one JSON line back.
+is fixed when JAX starts) and reads one JSON line back: those tests are in the
+`subprocess` tier (one interpreter for all of them, a module fixture).
 """
 
 import json
@@ -145,6 +146,7 @@ def measured():
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.subprocess
 def test_padded_embedding_is_sharded_with_its_moments(measured):
   assert measured["table_spec"] == ["model", "None"]
   assert measured["bias_spec"] == ["model"]
@@ -152,6 +154,7 @@ def test_padded_embedding_is_sharded_with_its_moments(measured):
   assert [PADDED // WAYS, 24] in measured["moment_shards"]
 
 
+@pytest.mark.subprocess
 def test_padded_sharded_training_matches_unpadded_single_device(measured):
   for single, padded in zip(measured["single_losses"], measured["padded_losses"]):
     np.testing.assert_allclose(padded["loss"], single["loss"], rtol=1e-5)
@@ -159,6 +162,7 @@ def test_padded_sharded_training_matches_unpadded_single_device(measured):
   assert measured["padded_moments_zero"]
 
 
+@pytest.mark.subprocess
 def test_small_unshardable_table_still_replicates_with_one_warning(measured):
   assert measured["small_spec"] == ["None", "None"]
   embedding = [w for w in measured["warnings"] if "token_embed/embedding" in w]
@@ -167,6 +171,7 @@ def test_small_unshardable_table_still_replicates_with_one_warning(measured):
   assert "(61, 24)" in embedding[0] and "4-way" in embedding[0]
 
 
+@pytest.mark.subprocess
 def test_big_unshardable_table_is_refused_with_the_fix(measured):
   message = measured["refusal"]
   assert message is not None
@@ -177,6 +182,7 @@ def test_big_unshardable_table_is_refused_with_the_fix(measured):
   assert "NUM_PARTITIONS" in message and "replicate_limit_bytes" in message
 
 
+@pytest.mark.subprocess
 def test_asset_refusal_names_the_asset(measured):
   assert "lang_vocab/ids (61, 24)" in measured["asset_refusal"]
   assert measured["asset_small_spec"] == ["None"]

@@ -1,4 +1,8 @@
-"""End-to-end trainer behaviour on a tiny corpus: resume, bad input, NaN."""
+"""End-to-end trainer behaviour on a tiny corpus: resume, bad input, NaN.
+
+The runs that train several times (resume, NaN) are in the `slow` tier; the unit tier has their
+fake-model twins in tests/training/test_loop.py, and checks here what `pretrain` itself decides.
+"""
 
 import json
 import os
@@ -15,6 +19,7 @@ from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
 from flax_xalign.training.trainer import NonFiniteLossError
 
+from tests.runs.tiny_run import tiny_mix_run
 from tests.testlib import tree_snapshot
 
 LENGTHS = {"tokens": 19}
@@ -37,6 +42,7 @@ def _losses(model_dir):
   return {r["step"]: r for r in rows if "loss" in r}
 
 
+@pytest.mark.slow  # Three tiny-encoder runs; test_loop.py has the fake-model twin.
 def test_sigterm_then_resume_matches_uninterrupted(tmp_path, tiny_corpus, tiny_encoder):
   full = tmp_path / "full"
   _run(full, tiny_encoder, steps=7)
@@ -60,12 +66,11 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path, tiny_corpus, tiny_e
   assert os.path.isdir(resumed / "tensorboard") and os.listdir(resumed / "tensorboard")
 
 
-def test_checkpoint_with_other_vocabulary_is_refused(tmp_path, tiny_corpus, tiny_encoder):
+def test_checkpoint_with_other_vocabulary_is_refused(tmp_path_factory, tmp_path, tiny_corpus, tiny_encoder):
   from flax_xalign.data.vocab import sentencepiece as vocab
   from flax_xalign.tasks import user
 
-  model_dir = tmp_path / "run"
-  _run(model_dir, tiny_encoder, steps=3, task="tiny_en", objectives={"mlm": 1.0})
+  model_dir = tiny_mix_run(tmp_path_factory, tiny_corpus, "other_vocabulary")
   other = vocab.train_sentencepiece(
       open(tiny_corpus["files"][("en", "train")], encoding="utf-8"), vocab_size=37,
       model_path=tmp_path / "other.model")
@@ -85,6 +90,7 @@ class _NanObjective:
     return objectives_base.LossTerm(loss=jnp.float32(jnp.nan) * ctx.logits.mean(), metrics={})
 
 
+@pytest.mark.slow  # Three tiny-encoder runs; test_loop.py has the fake-model twin.
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_corpus, tiny_encoder):
   model_dir = tmp_path / "run"
   _run(model_dir, tiny_encoder, steps=3)
@@ -102,6 +108,7 @@ def test_unknown_task_is_a_clear_error(tmp_path, tiny_corpus, tiny_encoder):
   assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # A run of its own; the plumbing is checked without training below.
 def test_pair_layout_reaches_the_data_and_the_manifest(tmp_path, tiny_corpus, tiny_encoder):
   from flax_xalign.runs.checkpoints import read_run_spec
 
@@ -111,6 +118,49 @@ def test_pair_layout_reaches_the_data_and_the_manifest(tmp_path, tiny_corpus, ti
   _, run, _ = read_run_spec(str(tmp_path / "cont"))
   assert run.pair_layout == "continuous"
   assert all(np.isfinite(r["loss"]) for r in _losses(tmp_path / "cont").values())
+
+
+def _pair_positions(batch):
+  """The positions of every packed example of `batch` that is a pair (both sides present)."""
+  out = []
+  for seg, pos, side in zip(batch["segment_ids"], batch["positions"], batch["pair_side"]):
+    for s in set(seg[seg > 0].tolist()):
+      if {1, 2} <= set(side[seg == s].tolist()):
+        out.append(pos[seg == s])
+  return out
+
+
+def _runs_on(positions):
+  return np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions)))
+
+
+def test_pair_layout_reaches_the_pipeline_the_model_and_the_manifest(tmp_path, tiny_corpus, tiny_encoder,
+                                                                     monkeypatch):
+  """What `pretrain` hands the loop (replaced here: nothing compiles) under pair_layout="continuous"."""
+  from flax_xalign.training import pretrain as pretrain_lib
+
+  seen = {}
+
+  def no_training(**kwargs):
+    seen.clear()
+    seen.update(kwargs)
+    return "not trained"
+
+  monkeypatch.setattr(pretrain_lib, "train_loop", no_training)
+  runs = {}
+  for layout in ("continuous", "restart"):
+    assert _run(tmp_path / layout, tiny_encoder, steps=2, pair_layout=layout, bitext_both_directions=True,
+                loss_normalization="pooled") == "not trained"
+    batch = {k: np.asarray(v) for k, v in next(seen["train_iterator"]).items()}
+    runs[layout] = (seen["run"], seen["trainer"], _pair_positions(batch))
+  run, trainer, pairs = runs["continuous"]
+  assert run.pair_layout == "continuous" and run.bitext_both_directions is True
+  assert trainer.model.loss_normalization == "pooled"
+  # Positions run on across the two sides of every pair ...
+  assert pairs and all(_runs_on(pos) for pos in pairs)
+  # ... where the default layout restarts them for the second side.
+  assert runs["restart"][0].pair_layout == "restart"
+  assert runs["restart"][2] and not any(_runs_on(pos) for pos in runs["restart"][2])
 
 
 @pytest.mark.parametrize("kw, message", [

@@ -12,6 +12,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.training import partitioning
 
 
+@pytest.mark.subprocess  # 8 fake devices need a fresh JAX.
 def test_sharded_train_steps_match_single_device():
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
              TF_CPP_MIN_LOG_LEVEL="3")

@@ -52,6 +52,7 @@ class _BlockingAfter:
     return batches()
 
 
+@pytest.mark.slow  # Two tiny-encoder runs; tests/training/test_loop.py has the fake-model twin.
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="needs POSIX signals")
 def test_sigterm_while_the_pipeline_is_busy_stops_at_once_keeping_the_checkpoint(tmp_path, tiny_corpus,
                                                                                   monkeypatch, capsys):

@@ -46,6 +46,7 @@ def _rows(model_dir):
   return [json.loads(line) for line in open(model_dir / "metrics.jsonl")]
 
 
+@pytest.mark.slow  # Two runs of the entry point; tests/training/test_loop.py checks the hook with the fake model.
 def test_train_evals_are_logged_at_their_steps_and_leave_the_losses_unchanged(tmp_path, tiny_corpus, capsys):
   gin_file = _gin_file(tmp_path, tiny_corpus)
   plain, evaluated = tmp_path / "plain", tmp_path / "evaluated"

@@ -16,6 +16,7 @@ from flax_xalign.runs.checkpoints import read_run_spec
 from flax_xalign.training.checkpoints import CheckpointConfig, restore_params, warm_start_params
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
+from tests.runs.tiny_run import tiny_mix_run
 from tests.testlib import tiny_encoder_config
 
 LENGTHS = {"tokens": 19}
@@ -33,10 +34,8 @@ def _run(model_dir, encoder, *, steps, task="tiny_mix", objectives=None, **kw):
 
 @pytest.fixture(scope="module")
 def cold_run(tmp_path_factory, tiny_corpus):
-  encoder = tiny_encoder_config()
-  model_dir = tmp_path_factory.mktemp("cold")
-  _run(model_dir, encoder, steps=3)
-  return model_dir, encoder
+  """A cold-start run: a copy of the shared 3-step MLM run on tiny_mix, and its encoder config."""
+  return tiny_mix_run(tmp_path_factory, tiny_corpus, "cold"), tiny_encoder_config()
 
 
 def _flat(tree):
@@ -63,6 +62,7 @@ def test_warm_start_loads_shared_params_and_keeps_new_heads(cold_run):
   assert not np.array_equal(got["token_embed/embedding"], _flat(fresh)["token_embed/embedding"])
 
 
+@pytest.mark.slow  # Compiles and trains the DWA model (~25 s of CPU); the warm start itself is checked above.
 def test_xlm_align_run_from_cold_start_logs_dwa(tmp_path, cold_run):
   model_dir, encoder = cold_run
   out = tmp_path / "xlm_align"

@@ -1,0 +1,65 @@
+"""The tier rules of tests/tiers.py, run on small generated test files (pytester, in-process)."""
+
+import pytest
+
+
+def _run(pytester, source, *args):
+  pytester.makeini("[pytest]\nmarkers =\n    slow: s\n    subprocess: p\n    aot: a\n    t5x: t\n    fast: f\n")
+  pytester.makepyfile(test_generated=source)
+  return pytester.runpytest_inprocess("-p", "tests.tiers", "-q", *args)
+
+
+FAST_SOURCE = """
+import pytest
+
+@pytest.mark.fast("2-b", lambda p: p["n"] == 1)
+@pytest.mark.parametrize("kind", ["a", "b"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_grid(n, kind):
+  pass
+"""
+
+
+def test_fast_keeps_its_subset_and_moves_the_rest_of_the_grid_to_slow(pytester):
+  # By hand: n=1 keeps a and b (the predicate), "2-b" keeps one more; 3 of the 6 are slow.
+  unit = _run(pytester, FAST_SOURCE, "-m", "not slow", "--collect-only")
+  got = sorted(line.strip() for line in unit.outlines if "test_grid[" in line)
+  assert got == ["test_generated.py::test_grid[1-a]", "test_generated.py::test_grid[1-b]",
+                 "test_generated.py::test_grid[2-b]"]
+  slow = _run(pytester, FAST_SOURCE, "-m", "slow", "--collect-only")
+  got = sorted(line.strip() for line in slow.outlines if "test_grid[" in line)
+  assert got == ["test_generated.py::test_grid[2-a]", "test_generated.py::test_grid[3-a]",
+                 "test_generated.py::test_grid[3-b]"]
+
+
+def test_fast_on_a_plain_test_is_a_usage_error(pytester):
+  result = _run(pytester, "import pytest\n\n@pytest.mark.fast('x')\ndef test_plain():\n  pass\n")
+  assert result.ret != 0
+  assert "only applies to parametrized tests" in result.stdout.str() + result.stderr.str()
+
+
+START_SOURCE = """
+import subprocess, sys
+
+def test_starts_python():
+  subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_starts_another_program():
+  subprocess.run(["true"], check=True)
+"""
+
+
+def test_a_python_start_outside_the_subprocess_tier_fails_naming_the_marker(pytester):
+  result = _run(pytester, START_SOURCE)
+  result.assert_outcomes(passed=1, failed=1)
+  assert "mark it @pytest.mark.subprocess" in result.stdout.str()
+  assert "test_starts_python" in "\n".join(line for line in result.outlines if line.startswith("FAILED"))
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["python3", "-c", "1"], True), ([__import__("sys").executable, "x.py"], True), ("python -m x", True),
+    (["git", "status"], False), ("true", False), ([], False)])
+def test_what_counts_as_starting_python(args, expected):
+  from tests import tiers
+
+  assert tiers._starts_python(args) is expected  # pylint: disable=protected-access
