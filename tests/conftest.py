@@ -37,6 +37,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # more than they save (the flax lm1b tests do the same). Set through the environment, so subprocesses
 # get it too; the `aot` tier turns it back off (its memory figures are those of optimised programs).
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# XLA:CPU's compile, not the run, is most of a unit test's time. Its newer fusion emitters cost a tiny
+# model's train step 4.0 s of backend compile against 1.7 s for the elemental emitters (and 1.3 s with
+# code generation on one thread, as two xdist workers share two cores): measured on jit(step) of
+# test_align_mlm_model_trains_embeddings_toward_dictionary. CPU-only flags: TPU (aot) compiles ignore them.
+# Appended, so that a user's own XLA_FLAGS (and the subprocesses' device counts) stay.
+_TEST_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+if os.environ.get("FLAX_XALIGN_TEST_XLA_FLAGS", "1") != "0":
+  os.environ["XLA_FLAGS"] = " ".join(
+      [os.environ.get("XLA_FLAGS", "")] + [f for f in _TEST_XLA_FLAGS
+                                           if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]).strip()
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   import tempfile
 

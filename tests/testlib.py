@@ -98,3 +98,8 @@ def register_synthetic_afresh(language, **kwargs):
       if name in seqio_registry.names():
         seqio_registry.remove(name)
   return synthetic.register_synthetic(language, **kwargs)
+
+
+def xla_flags_with_devices(count: int) -> str:
+  """$XLA_FLAGS (the tests' compile settings, tests/conftest.py) plus `count` fake host CPU devices."""
+  return (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={count}").strip()

@@ -75,7 +75,7 @@ def _train(gin_file: str, model_dir: str, steps: int | None, extra: Sequence[str
   from flax_xalign.cli import train as train_main
 
   flags = [f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", *extra]
-  if steps:
+  if steps is not None:  # 0 is passed on, so that training refuses it instead of running the default.
     flags.append(f"--gin.TRAIN_STEPS={steps}")
   return train_main.main(flags)
 

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.contract
     (["--start=nope"], ("--start", "nope")),
     (["--steps=abc"], ("--steps", "abc")),
     (["--steps=-1"], ("TRAIN_STEPS",)),
-], ids=["unknown_start", "steps_not_a_number", "negative_steps"])
+    (["--steps=0"], ("TRAIN_STEPS",)),  # Once silently ran demo.gin's 800 steps.
+], ids=["unknown_start", "steps_not_a_number", "negative_steps", "zero_steps"])
 def test_demo_refuses_bad_flags(flags, keywords, tmp_path, bible_data_dir, capfd):
   model_dir = tmp_path / "demo"
   outcome = harness.run_main(capfd, "demo", [f"--model_dir={model_dir}", *flags])

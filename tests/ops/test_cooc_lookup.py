@@ -14,6 +14,7 @@ import scipy.sparse
 
 from flax_xalign import ops
 from flax_xalign.ops import cooc_lookup  # The module (ops.cooc_lookup).
+from tests import testlib
 
 V = 3001  # Odd, so a transposed axis or an off-by-one row fails.
 PAIRS = 200_000
@@ -188,7 +189,7 @@ print(json.dumps({"devices": len(jax.devices()), "sharded": str(out.log_x.shardi
 
 @pytest.mark.subprocess  # 8 fake devices need a fresh JAX (the device count is fixed when JAX starts).
 def test_sharded_queries_on_8_fake_devices():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env = dict(os.environ, XLA_FLAGS=testlib.xla_flags_with_devices(8), JAX_PLATFORMS="cpu",
              TF_CPP_MIN_LOG_LEVEL="3")
   proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True,
                         timeout=300, cwd=REPO, check=False)

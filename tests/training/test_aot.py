@@ -28,6 +28,7 @@ from flax_xalign.training import aot
 from flax_xalign.training import pretrain as pretrain_lib
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.trainer import BATCH_FEATURES, Trainer
+from tests import testlib
 from tests.testlib import tiny_encoder_config
 
 pytest.importorskip("libtpu")
@@ -114,7 +115,7 @@ for devices in (jax.devices("cpu"), aot.topology_devices(aot.parse_topology("v4:
   sigs.append([main.group(1), main.group(2), [d.platform for d in devices][0]])
 print(json.dumps(sigs))
 """
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+  env = {**os.environ, "XLA_FLAGS": testlib.xla_flags_with_devices(4), "JAX_PLATFORMS": "cpu"}
   out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
   assert out.returncode == 0, out.stderr[-3000:]

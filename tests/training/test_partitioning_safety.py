@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests import testlib
+
 L, B, VOCAB, PADDED, WAYS = 13, 8, 61, 64, 4
 
 
@@ -137,7 +139,7 @@ def script() -> dict:
 
 @pytest.fixture(scope="module")
 def measured():
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+  env = {**os.environ, "XLA_FLAGS": testlib.xla_flags_with_devices(8), "JAX_PLATFORMS": "cpu",
          "TF_CPP_MIN_LOG_LEVEL": "3"}
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   proc = subprocess.run([sys.executable, "-m", "tests.training.test_partitioning_safety"], check=False, env=env,

@@ -10,11 +10,12 @@ import pytest
 
 from flax_xalign.errors import UserError
 from flax_xalign.training import partitioning
+from tests import testlib
 
 
 @pytest.mark.subprocess  # 8 fake devices need a fresh JAX.
 def test_sharded_train_steps_match_single_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env = dict(os.environ, XLA_FLAGS=testlib.xla_flags_with_devices(8), JAX_PLATFORMS="cpu",
              TF_CPP_MIN_LOG_LEVEL="3")
   proc = subprocess.run([sys.executable, "-m", "tests.training.sharded_loss_script"], env=env,
                         capture_output=True, text=True, timeout=600,
