@@ -9,6 +9,7 @@
 #   make test-slow        full kernel grids, exact-resume and fault integration runs, real-size runs
 #   make test-aot   the ahead-of-time TPU pod compile checks (pytest -m aot; minutes)
 #   make test-t5x   the t5x adapter against real t5x (.venv-t5x over .venv, from ../shared/vendor)
+#   make install-t5x  only make .venv-t5x (test-t5x does it too; up to date = a no-op)
 #   make test-beam  create .venv-beam, install '.[beam]' + pytest, run tests/data/test_cooc_beam.py
 #   make test-all   every tier above, one after the other
 #   make debian-data  download + unpack the Debian packages of the multilingual data (no root)
@@ -50,7 +51,7 @@ BENCH_ARGS ?=
 # (trained vocabularies, compiled steps) are built once per file.
 XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: help demo test test-contract test-subprocess test-slow test-t5x test-all test-aot debian-data bench lint install install-bench clean distclean install-beam test-beam
+.PHONY: help demo test test-contract test-subprocess test-slow install-t5x test-t5x test-all test-aot debian-data bench lint install install-bench clean distclean install-beam test-beam
 
 help:
 	@sed -n '2,21s/^# \{0,1\}//p' Makefile
@@ -114,6 +115,11 @@ test-aot: $(STAMP_TEST)
 # the snapshots the target says so and exits 0. Users install t5x from its repository instead.
 VENDOR ?= ../shared/vendor
 VENV_T5X ?= .venv-t5x
+install-t5x: $(STAMP_TEST)
+	@if [ ! -f "$(VENDOR)/install_t5x.sh" ]; then \
+	  echo "NOTICE: $(VENDOR)/install_t5x.sh not found: $(VENV_T5X) is not made"; exit 0; fi
+	bash tools/make_t5x_venv.sh $(VENV) $(VENV_T5X) $(VENDOR)
+
 test-t5x: $(STAMP_TEST)
 	@if [ ! -f "$(VENDOR)/install_t5x.sh" ]; then \
 	  echo "NOTICE: $(VENDOR)/install_t5x.sh not found: the real-t5x tests are skipped (users install t5x from its repository, then run pytest -m t5x)"; \
