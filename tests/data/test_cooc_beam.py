@@ -1,7 +1,7 @@
 """The Beam co-occurrence pipeline (DirectRunner) writes the table the local counter writes, bit for bit.
 
-Apache Beam lives in its own environment (`make test-beam`, .venv-beam): in
-the main one the pipeline tests skip and only the command's errors run.
+Apache Beam lives in its own environment (`make test-beam`, .venv-beam, runs the pipeline tests); the
+command's errors need no Beam and are the main environment's contract tier (`make test-contract`).
 """
 
 import collections
@@ -132,6 +132,7 @@ def test_split_rows_and_merge_are_exact(beam):
   assert got.sequences == whole.sequences == 60
 
 
+@pytest.mark.contract  # The command's refusals need no Beam: they run in the main environment's contract step.
 @pytest.mark.parametrize("argv, match", [
     (["--output=x"], "either a task"),
     (["--task=t", "--text=a:en", "--output=x"], "either a task"),
@@ -146,6 +147,7 @@ def test_bad_command_line_is_one_user_error(argv, match, capsys):
   assert match in capsys.readouterr().err
 
 
+@pytest.mark.contract
 def test_missing_beam_names_the_extra(monkeypatch, capsys, tmp_path):
   monkeypatch.setattr(cooc_beam, "beam", None)
   assert cooc_beam_cli.main(["--task=t", f"--output={tmp_path}"]) == 2

@@ -6,7 +6,6 @@ import pytest
 import sentencepiece as spm
 
 from flax_xalign import errors
-from flax_xalign.cli import vocab as vocab_cli
 from flax_xalign.data.vocab import specials
 from flax_xalign.data.vocab import sentencepiece as vocab
 from tests.conftest import tiny_sentences
@@ -81,17 +80,6 @@ def test_bad_training_requests(tmp_path):
   with pytest.raises(errors.UserError, match="smaller vocab_size"):
     vocab.train_sentencepiece(["a b"], vocab_size=500,
                               model_path=tmp_path / "x.model")
-
-
-def test_cli(tmp_path, capsys):
-  text = tmp_path / "in.txt"
-  text.write_text("\n".join(tiny_sentences("en", 200)), encoding="utf-8")
-  status = vocab_cli.main([f"--input={text}", "--vocab_size=45",
-                       f"--output={tmp_path / 'cli'}", "--model_type=bpe"])
-  assert status == 0 and vocab.load_vocabulary(tmp_path / "cli.model")
-  assert vocab_cli.main([f"--input={tmp_path / 'nope.txt'}", "--vocab_size=45",
-                     f"--output={tmp_path / 'cli'}"]) == 2
-  assert "nope.txt does not exist" in capsys.readouterr().err
 
 
 def test_lazy_vocabulary_resolves_on_first_use(toy_corpus):

@@ -25,10 +25,3 @@ def test_table_has_one_row_per_model_in_percent():
   assert len(lines) == 4
   assert "| synthetic | starting model | 5.0 | 12.5 | 10.0 | 25.0 | 1,088 | 0.330 | – | – | – | 11.7 |" == lines[2]
   assert "| + MLM (baseline) |" in lines[3] and "| 46.2 | 38.9 | 7.3 |" in lines[3]
-
-
-def test_unknown_setting_or_objective_is_one_clear_error(tmp_path, capsys):
-  assert code_switch.main([f"--model_dir={tmp_path}", "--settings=synthetic,moon"]) == 2
-  assert "--settings='synthetic,moon'" in capsys.readouterr().err
-  assert code_switch.main([f"--model_dir={tmp_path}", "--objectives=mlm,gc"]) == 2
-  assert "choose from mlm, tcs, scs" in capsys.readouterr().err

@@ -31,10 +31,3 @@ def test_training_time_falls_back_to_the_logged_step_rates(tmp_path):
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
   assert harness.logged_train_seconds(str(tmp_path)) == 100 / 4.0 + 200 / 2.0
   assert harness.logged_train_seconds(str(tmp_path / "absent")) is None
-
-
-def test_unknown_setting_or_objective_is_one_clear_error(tmp_path, capsys):
-  assert mlm_gc.main([f"--model_dir={tmp_path}", "--settings=trans,moon"]) == 2
-  assert "choose from trans, trans_inv, natural" in capsys.readouterr().err
-  assert mlm_gc.main([f"--model_dir={tmp_path}", "--objectives=mlm,tcs"]) == 2
-  assert "choose from mlm, gc, gc_output" in capsys.readouterr().err

@@ -37,6 +37,12 @@ ENTRY_POINTS = {
     "retrieval": "flax_xalign.retrieval",
     "trim": "flax_xalign.cli.trim",
     "demo": "flax_xalign.demo",
+    "vocab": "flax_xalign.cli.vocab",
+    "lexicon": "flax_xalign.cli.lexicon",
+    "debian_data": "flax_xalign.cli.debian_data",
+    "align_mlm_grid": "flax_xalign.cli.experiments.align_mlm_grid",
+    "code_switch": "flax_xalign.cli.experiments.code_switch",
+    "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
 }
 
 # Marks of output a user must never see after a refused run (C1).

@@ -218,6 +218,15 @@ def test_the_iterator_checkpoint_restores_the_code_switched_stream(tiny_corpus, 
       np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
 
 
+def _in_a_fresh_process(definitions, task_name):
+  """_FRESH_PROCESS's answer for `task_name` after re-registering `definitions` in a new interpreter."""
+  result = subprocess.run(
+      [sys.executable, "-c", _FRESH_PROCESS], input=json.dumps([definitions, task_name]), cwd="/",
+      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, check=False, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.subprocess  # A fresh interpreter is the point: nothing registered but what the definitions say.
 def test_a_fresh_process_re_registers_the_described_tasks_and_switches_the_same_words(
     tiny_corpus, de_en_dictionary):
@@ -227,11 +236,7 @@ def test_a_fresh_process_re_registers_the_described_tasks_and_switches_the_same_
   definitions = json.loads(json.dumps(tasks.describe("cs_fresh_mix")))  # As the run manifest keeps them.
   expected = [ex["tokens"].tolist() for ex in _examples("cs_de_fresh")[:40]]
   assert expected != [ex["tokens"].tolist() for ex in _examples("tiny_de")[:40]]
-  result = subprocess.run(
-      [sys.executable, "-c", _FRESH_PROCESS], input=json.dumps([definitions, "cs_de_fresh"]), cwd="/",
-      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, check=False, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  fresh = json.loads(result.stdout.strip().splitlines()[-1])
+  fresh = _in_a_fresh_process(definitions, "cs_de_fresh")
   assert fresh["languages"] == ["de"]
   assert fresh["described"] == definitions[:2]
   assert fresh["tokens"] == expected  # Same switches in another process.
@@ -265,11 +270,7 @@ def test_gin_training_run_and_manifest_reregistration(tmp_path, tiny_corpus, de_
   assert run.languages == ("de", "en")
   expected = [ex["tokens"].tolist() for ex in _examples(f"{tag}_de_cs")[:40]]
   assert expected != [ex["tokens"].tolist() for ex in _examples(f"{tag}_de")[:40]]
-  result = subprocess.run(
-      [sys.executable, "-c", _FRESH_PROCESS], input=json.dumps([definitions, f"{tag}_de_cs"]), cwd="/",
-      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, check=False, timeout=300)
-  assert result.returncode == 0, result.stderr[-3000:]
-  fresh = json.loads(result.stdout.strip().splitlines()[-1])
+  fresh = _in_a_fresh_process(definitions, f"{tag}_de_cs")
   assert fresh["languages"] == ["de"]
   assert fresh["described"] == definitions[:2]
   assert fresh["tokens"] == expected  # Same switches in another process.

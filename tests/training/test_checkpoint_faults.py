@@ -23,11 +23,13 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.training.checkpoints import CheckpointConfig, DamagedCheckpointError
+from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
 
 from tests import testlib
+from tests.training.damage import DAMAGE, assert_error_refuses_and_changes_nothing
+from tests.training.damage import files as _files
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,10 +48,6 @@ def _losses(model_dir):
   return {r["step"]: r["loss"] for r in rows if "loss" in r}
 
 
-def _files(path):
-  return sorted(os.path.relpath(os.path.join(d, n), path) for d, _, names in os.walk(path) for n in names)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_corpus):
   """A 4-step run stopped after step 3 (checkpoints 1, 2, 3) and the losses of an uninterrupted one."""
@@ -62,29 +60,6 @@ def runs(tmp_path_factory, tiny_corpus):
   assert _run(root / "base", steps=4, step_callback=stop_at_3).interrupted
   _run(root / "full", steps=4)
   return root / "base", _losses(root / "full")
-
-
-def _truncate(path):
-  open(path, "r+b").truncate(os.path.getsize(path) // 2)
-
-
-def _largest(directory):
-  return max((os.path.join(d, n) for d, _, names in os.walk(directory) for n in names), key=os.path.getsize)
-
-
-DAMAGE = {
-    "state deleted": (lambda step: shutil.rmtree(step / "state"), "state/ is missing"),
-    "state truncated": (lambda step: _truncate(_largest(step / "state")), "state/ is unreadable"),
-    "state metadata deleted": (lambda step: os.remove(step / "state" / "_METADATA"), "state/ is unreadable"),
-    "iterator deleted": (lambda step: shutil.rmtree(step / "data_iterator"), "data_iterator/ is missing"),
-    "iterator truncated": (
-        lambda step: _truncate(step / "data_iterator" / "process_0" / "iterator.data-00000-of-00001"),
-        "data_iterator/ is unreadable"),
-    "iterator index deleted": (lambda step: os.remove(step / "data_iterator" / "process_0" / "iterator.index"),
-                               "data_iterator/ is unreadable"),
-    "meta deleted": (lambda step: shutil.rmtree(step / "meta"), "meta/ is missing"),
-    "meta garbled": (lambda step: (step / "meta" / "metadata").write_text("{not json"), "meta/ is unreadable"),
-}
 
 
 @pytest.mark.slow
@@ -131,19 +106,8 @@ def test_missing_orbax_step_metadata_still_resumes_from_that_step(runs, tmp_path
 def test_on_damaged_error_refuses_and_changes_nothing(runs, tmp_path, case):
   model_dir = tmp_path / "run"
   shutil.copytree(runs[0], model_dir)
-  damage, what = DAMAGE[case]
-  damage(model_dir / "checkpoints" / "3")
-  before = testlib.tree_snapshot(model_dir)
-  with pytest.raises(DamagedCheckpointError) as info:
-    _run(model_dir, steps=4, on_damaged="error")
-  message = str(info.value)
-  assert f"checkpoint step 3 of {model_dir} is damaged ({what}" in message
-  assert f"Move {model_dir / 'checkpoints' / '3'} out of" in message
-  assert 'CheckpointConfig.on_damaged="fallback"' in message
-  # The state and the iterator are found damaged only when read: "error" still stops before training.
-  assert not (model_dir / "checkpoints_damaged").exists()
-  after = testlib.tree_snapshot(model_dir)
-  assert {k: v for k, v in after.items() if k in before} == before
+  assert_error_refuses_and_changes_nothing(model_dir, 3, case,
+                                           lambda model_dir: _run(model_dir, steps=4, on_damaged="error"))
 
 
 @pytest.mark.slow

@@ -17,6 +17,8 @@ from flax_xalign.errors import UserError
 from flax_xalign.training import checkpoints
 from flax_xalign.training.checkpoints import DamagedCheckpointError, newest_readable_step
 from tests import testlib
+from tests.training.damage import DAMAGE, assert_error_refuses_and_changes_nothing
+from tests.training.damage import files as _files
 from tests.training.test_loop import B, DATA, _counter_file, _reference, _rows, _train, quadratic
 
 
@@ -31,34 +33,6 @@ def four_steps(tmp_path_factory):
 def _copy(four_steps, tmp_path):
   shutil.copytree(four_steps, tmp_path / "run")
   return tmp_path / "run"
-
-
-def _truncate(path):
-  with open(path, "r+b") as f:
-    f.truncate(os.path.getsize(path) // 2)
-
-
-def _largest(directory):
-  return max((os.path.join(d, n) for d, _, names in os.walk(directory) for n in names), key=os.path.getsize)
-
-
-def _files(path):
-  return sorted(os.path.relpath(os.path.join(d, n), path) for d, _, names in os.walk(path) for n in names)
-
-
-ITERATOR = os.path.join("data_iterator", "process_0")
-DAMAGE = {
-    "state deleted": (lambda step: shutil.rmtree(step / "state"), "state/ is missing"),
-    "state truncated": (lambda step: _truncate(_largest(step / "state")), "state/ is unreadable"),
-    "state metadata deleted": (lambda step: os.remove(step / "state" / "_METADATA"), "state/ is unreadable"),
-    "iterator deleted": (lambda step: shutil.rmtree(step / "data_iterator"), "data_iterator/ is missing"),
-    "iterator truncated": (lambda step: _truncate(step / ITERATOR / "iterator.data-00000-of-00001"),
-                           "data_iterator/ is unreadable"),
-    "iterator index deleted": (lambda step: os.remove(step / ITERATOR / "iterator.index"),
-                               "data_iterator/ is unreadable"),
-    "meta deleted": (lambda step: shutil.rmtree(step / "meta"), "meta/ is missing"),
-    "meta garbled": (lambda step: (step / "meta" / "metadata").write_text("{not json"), "meta/ is unreadable"),
-}
 
 
 @pytest.mark.fast("state truncated", "iterator truncated", "meta garbled")
@@ -89,20 +63,8 @@ def test_damaged_newest_step_falls_back_to_the_previous_one(four_steps, tmp_path
 @pytest.mark.fast("iterator truncated")
 @pytest.mark.parametrize("case", ["state deleted", "iterator truncated", "meta garbled"])
 def test_on_damaged_error_refuses_and_changes_nothing(four_steps, tmp_path, case):
-  model_dir = _copy(four_steps, tmp_path)
-  damage, what = DAMAGE[case]
-  damage(model_dir / "checkpoints" / "4")
-  before = testlib.tree_snapshot(model_dir)
-  with pytest.raises(DamagedCheckpointError) as info:
-    _train(model_dir, steps=4, on_damaged="error")
-  message = str(info.value)
-  assert f"checkpoint step 4 of {model_dir} is damaged ({what}" in message
-  assert f"Move {model_dir / 'checkpoints' / '4'} out of" in message
-  assert 'CheckpointConfig.on_damaged="fallback"' in message
-  # The state and the iterator are found damaged only when read: "error" still stops before training.
-  assert not (model_dir / "checkpoints_damaged").exists()
-  after = testlib.tree_snapshot(model_dir)
-  assert {k: v for k, v in after.items() if k in before} == before
+  assert_error_refuses_and_changes_nothing(_copy(four_steps, tmp_path), 4, case,
+                                           lambda model_dir: _train(model_dir, steps=4, on_damaged="error"))
 
 
 def test_newest_readable_step_lists_damaged_steps_and_moves_nothing(four_steps, tmp_path):
