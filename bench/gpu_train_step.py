@@ -1,0 +1,197 @@
+"""Train-step throughput and MFU on one accelerator: our MLM step vs Hugging Face XLM-R in PyTorch.
+
+Ours is the step training/trainer.py compiles (`jax.value_and_grad(PretrainingModel.loss_fn)` with
+masking on device, then the AdamW of `make_optimizer` with global-norm clipping, parameters in float32,
+activations in `--dtype`), jitted with donated state, on random full rows; the loop, data pipeline and
+checkpoints are left out, so this runs where TensorFlow, seqio, gin and clu are not installed (a GPU
+host with jax + flax + optax + torch + transformers; run it from the source tree:
+`PYTHONPATH=. python bench/gpu_train_step.py`). The peer is `transformers.XLMRobertaForMaskedLM` of the
+same size on the same batches, bf16 autocast, fused torch AdamW and clip_grad_norm_, masking on device.
+
+MFU = matmul FLOPs per step (models/flops.py, what `train` logs as `mfu`) / step time / `--peak_tflops`
+(989 = the H100/H200 SXM dense bf16 peak). The peer is given the same useful-FLOP count (it computes
+logits at every position, which this does not credit). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--size", default="base", help="encoder preset: tiny, small, base, large")
+  parser.add_argument("--batches", default="64,128", help="comma-separated batch sizes to time")
+  parser.add_argument("--length", type=int, default=512)
+  parser.add_argument("--vocab", type=int, default=250_002, help="vocabulary size (XLM-R's by default)")
+  parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+  parser.add_argument("--remat", default="none", help="EncoderConfig.remat_policy")
+  parser.add_argument("--steps", type=int, default=20, help="timed steps per side")
+  parser.add_argument("--warmup", type=int, default=3, help="untimed steps per side (the first compiles)")
+  parser.add_argument("--peak_tflops", type=float, default=989.0)
+  parser.add_argument("--skip_peer", action="store_true")
+  parser.add_argument("--skip_ours", action="store_true", help="time the peer only (JAX preallocates most of "
+                      "the GPU's memory: run the peer in a process of its own)")
+  parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout rates")
+  parser.add_argument("--prng", default=None, help="jax_default_prng_impl, e.g. rbg (cheaper random bits)")
+  return parser.parse_args(argv)
+
+
+def _rows(rng, *, batch, length, vocab, count=4):
+  import numpy as np
+
+  out = []
+  for _ in range(count):
+    tokens = rng.integers(5, vocab, size=(batch, length), dtype=np.int32)
+    tokens[:, 0], tokens[:, -1] = 3, 1  # <s> ... </s>: our special ids (docs/INTERFACES.md)
+    ones = np.ones((batch, length), np.int32)
+    out.append({"tokens": tokens, "lang_ids": ones, "segment_ids": ones.copy(),
+                "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (batch, length)).copy(),
+                "pair_side": np.zeros((batch, length), np.int32)})
+  return out
+
+
+def time_ours(config, host_batches, *, steps, warmup):
+  import jax
+  import optax
+
+  from flax_xalign.models.encoder import Encoder
+  from flax_xalign.objectives.model import PretrainingModel
+  from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
+
+  model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
+  tx, schedule = make_optimizer(OptimizerConfig(), 10**6)
+  batch, length = host_batches[0]["tokens"].shape
+  unbox = lambda tree: jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x, tree,
+                                    is_leaf=lambda x: hasattr(x, "unbox"))
+  params = jax.jit(lambda key: unbox(model.init(key, batch=1, length=length)))(jax.random.key(0))
+  opt_state = jax.jit(tx.init)(params)
+
+  def train_step(params, opt_state, step, batch, base_rng):  # training/trainer.py's _train_step
+    rng = jax.random.fold_in(base_rng, step)
+    (_, metrics), grads = jax.value_and_grad(model.loss_fn, has_aux=True)(params, batch, rng, {}, train=True)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, step + 1, dict(metrics, learning_rate=schedule(step),
+                                             grad_norm=optax.tree.norm(grads))
+
+  step_fn = jax.jit(train_step, donate_argnums=(0, 1))
+  batches = [jax.device_put(b) for b in host_batches]
+  base_rng, step = jax.random.key(1), jax.numpy.zeros((), jax.numpy.int32)
+  start = time.perf_counter()
+  for i in range(warmup):
+    params, opt_state, step, metrics = step_fn(params, opt_state, step, batches[i % len(batches)], base_rng)
+  jax.block_until_ready(metrics)
+  warm_s = time.perf_counter() - start
+  times = []
+  for i in range(steps):
+    t = time.perf_counter()
+    params, opt_state, step, metrics = step_fn(params, opt_state, step, batches[i % len(batches)], base_rng)
+    jax.block_until_ready(metrics["loss"])
+    times.append(time.perf_counter() - t)
+  return {"step_s": statistics.median(times), "warmup_s": warm_s, "loss": float(metrics["loss"]),
+          "params": int(sum(x.size for x in jax.tree.leaves(params)))}
+
+
+def time_peer(config, host_batches, *, steps, warmup, vocab):
+  import torch
+  import transformers
+
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  hf = transformers.XLMRobertaConfig(
+      vocab_size=vocab, hidden_size=config.embed_dim, num_hidden_layers=config.num_layers,
+      num_attention_heads=config.num_heads, intermediate_size=config.mlp_dim, hidden_act="gelu",
+      hidden_dropout_prob=config.dropout_rate, attention_probs_dropout_prob=config.attention_dropout_rate,
+      max_position_embeddings=config.max_positions, type_vocab_size=1, layer_norm_eps=config.layer_norm_epsilon,
+      pad_token_id=0, bos_token_id=3, eos_token_id=1)
+  model = transformers.XLMRobertaForMaskedLM(hf).to(device).train()
+  optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01,
+                                fused=device == "cuda")
+  batches = [torch.from_numpy(b["tokens"]).long().to(device) for b in host_batches]
+
+  def one(tokens):
+    chosen = (torch.rand(tokens.shape, device=device) < 0.15) & (tokens >= 5)
+    labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
+    u = torch.rand(tokens.shape, device=device)
+    inputs = torch.where(chosen & (u < 0.8), torch.full_like(tokens, 4), tokens)
+    inputs = torch.where(chosen & (u >= 0.8) & (u < 0.9), torch.randint_like(tokens, 5, vocab), inputs)
+    with torch.autocast(device, dtype=torch.bfloat16):
+      loss = model(input_ids=inputs, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+  sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+  for i in range(warmup):
+    one(batches[i % len(batches)])
+  sync()
+  times = []
+  for i in range(steps):
+    t = time.perf_counter()
+    loss = one(batches[i % len(batches)])
+    sync()
+    times.append(time.perf_counter() - t)
+  return {"step_s": statistics.median(times), "loss": float(loss.detach()), "device": device,
+          "attn_implementation": getattr(hf, "_attn_implementation", None)}
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  import jax
+  import numpy as np
+
+  from flax_xalign.models import config as config_lib
+  from flax_xalign.models.flops import train_flops_per_step
+  from flax_xalign.objectives.masking import max_predictions_for
+
+  if args.prng:
+    jax.config.update("jax_default_prng_impl", args.prng)
+  overrides = {} if args.dropout is None else {"dropout_rate": args.dropout, "attention_dropout_rate": args.dropout}
+  config = config_lib.preset(args.size, vocab_size=args.vocab, dtype=args.dtype, remat_policy=args.remat,
+                             **overrides)
+  vocab = config.vocab_size
+  print(f"device {jax.devices()[0].device_kind}, jax {jax.__version__}; {args.size}: {config.num_layers} layers, "
+        f"embed {config.embed_dim}, vocab {vocab}, {args.dtype}, length {args.length}", flush=True)
+  rows = []
+  for batch in [int(b) for b in args.batches.split(",")]:
+    host = _rows(np.random.default_rng(0), batch=batch, length=args.length, vocab=vocab)
+    flops = train_flops_per_step(config, batch=batch, length=args.length,
+                                 num_predictions=max_predictions_for(args.length, 0.15))
+    row = {"batch": batch, "length": args.length, "flops_per_step": flops}
+    try:
+      if args.skip_ours:
+        raise RuntimeError("skipped (--skip_ours)")
+      ours = time_ours(config, host, steps=args.steps, warmup=args.warmup)
+      row["ours"] = dict(ours, tokens_per_s=batch * args.length / ours["step_s"],
+                         mfu=flops / ours["step_s"] / (args.peak_tflops * 1e12))
+    except Exception as e:  # pylint: disable=broad-except  (out of memory at a batch: report, go on)
+      row["ours"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if not args.skip_peer:
+      try:
+        peer = time_peer(config, host, steps=args.steps, warmup=args.warmup, vocab=vocab)
+        row["peer"] = dict(peer, tokens_per_s=batch * args.length / peer["step_s"],
+                           mfu=flops / peer["step_s"] / (args.peak_tflops * 1e12))
+      except Exception as e:  # pylint: disable=broad-except
+        row["peer"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if "tokens_per_s" in row["ours"] and "tokens_per_s" in row.get("peer", {}):
+      row["ratio_ours_over_peer"] = row["ours"]["tokens_per_s"] / row["peer"]["tokens_per_s"]
+    for side in ("ours", "peer"):
+      r = row.get(side)
+      if r and "step_s" in r:
+        print(f"batch {batch:4d} {side}: step {1000 * r['step_s']:.1f} ms, {r['tokens_per_s']:,.0f} tokens/s, "
+              f"MFU {100 * r['mfu']:.1f}%", flush=True)
+      elif r:
+        print(f"batch {batch:4d} {side}: {r['error']}", flush=True)
+    rows.append(row)
+  print(json.dumps({"size": args.size, "dtype": args.dtype, "remat": args.remat, "dropout": config.dropout_rate,
+                    "prng": args.prng, "device": jax.devices()[0].device_kind,
+                    "peak_tflops": args.peak_tflops, "rows": rows}))
+
+
+if __name__ == "__main__":
+  main()
