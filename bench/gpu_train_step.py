@@ -36,6 +36,7 @@ def parse_args(argv=None):
   parser.add_argument("--skip_ours", action="store_true", help="time the peer only (JAX preallocates most of "
                       "the GPU's memory: run the peer in a process of its own)")
   parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout rates")
+  parser.add_argument("--no_scan", action="store_true", help="EncoderConfig.scan_layers=False (layers unrolled)")
   parser.add_argument("--prng", default=None, help="jax_default_prng_impl, e.g. rbg (cheaper random bits)")
   return parser.parse_args(argv)
 
@@ -152,6 +153,8 @@ def main(argv=None):
   if args.prng:
     jax.config.update("jax_default_prng_impl", args.prng)
   overrides = {} if args.dropout is None else {"dropout_rate": args.dropout, "attention_dropout_rate": args.dropout}
+  if args.no_scan:
+    overrides["scan_layers"] = False
   config = config_lib.preset(args.size, vocab_size=args.vocab, dtype=args.dtype, remat_policy=args.remat,
                              **overrides)
   vocab = config.vocab_size
@@ -189,7 +192,7 @@ def main(argv=None):
         print(f"batch {batch:4d} {side}: {r['error']}", flush=True)
     rows.append(row)
   print(json.dumps({"size": args.size, "dtype": args.dtype, "remat": args.remat, "dropout": config.dropout_rate,
-                    "prng": args.prng, "device": jax.devices()[0].device_kind,
+                    "scan_layers": config.scan_layers, "prng": args.prng, "device": jax.devices()[0].device_kind,
                     "peak_tflops": args.peak_tflops, "rows": rows}))
 
 
