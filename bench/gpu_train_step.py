@@ -17,8 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
+
+# train_throughput.py (the CPU bench beside this one) makes the batches: this file's folder is on sys.path
+# when it runs as a script; the smoke test runs it with runpy, so add the folder here.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_throughput import make_batches  # pylint: disable=wrong-import-position
 
 
 def parse_args(argv=None):
@@ -39,20 +46,6 @@ def parse_args(argv=None):
   parser.add_argument("--no_scan", action="store_true", help="EncoderConfig.scan_layers=False (layers unrolled)")
   parser.add_argument("--prng", default=None, help="jax_default_prng_impl, e.g. rbg (cheaper random bits)")
   return parser.parse_args(argv)
-
-
-def _rows(rng, *, batch, length, vocab, count=4):
-  import numpy as np
-
-  out = []
-  for _ in range(count):
-    tokens = rng.integers(5, vocab, size=(batch, length), dtype=np.int32)
-    tokens[:, 0], tokens[:, -1] = 3, 1  # <s> ... </s>: our special ids (docs/INTERFACES.md)
-    ones = np.ones((batch, length), np.int32)
-    out.append({"tokens": tokens, "lang_ids": ones, "segment_ids": ones.copy(),
-                "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (batch, length)).copy(),
-                "pair_side": np.zeros((batch, length), np.int32)})
-  return out
 
 
 def time_ours(config, host_batches, *, steps, warmup):
@@ -162,7 +155,7 @@ def main(argv=None):
         f"embed {config.embed_dim}, vocab {vocab}, {args.dtype}, length {args.length}", flush=True)
   rows = []
   for batch in [int(b) for b in args.batches.split(",")]:
-    host = _rows(np.random.default_rng(0), batch=batch, length=args.length, vocab=vocab)
+    host = make_batches(np.random.default_rng(0), count=4, batch=batch, length=args.length, vocab=vocab)
     flops = train_flops_per_step(config, batch=batch, length=args.length,
                                  num_predictions=max_predictions_for(args.length, 0.15))
     row = {"batch": batch, "length": args.length, "flops_per_step": flops}

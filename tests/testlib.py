@@ -103,3 +103,18 @@ def register_synthetic_afresh(language, **kwargs):
 def xla_flags_with_devices(count: int) -> str:
   """$XLA_FLAGS (the tests' compile settings, tests/conftest.py) plus `count` fake host CPU devices."""
   return (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={count}").strip()
+
+
+def iterator_checkpoint_round_trip(dataset, directory, *, skip: int, count: int = 2):
+  """(the `count` batches after `skip`, the `count` batches an iterator restored from a tf.train.Checkpoint
+  written at that point reads): what a resumed run's data iterator must repeat."""
+  import tensorflow as tf
+
+  it = iter(dataset)
+  for _ in range(skip):
+    next(it)
+  path = tf.train.Checkpoint(iterator=it).write(str(directory / "it"))
+  expected = [next(it) for _ in range(count)]
+  restored = iter(dataset)
+  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
+  return expected, [next(restored) for _ in range(count)]

@@ -24,14 +24,21 @@ def _flags(model_dir, *extra):
           "--gin.TASK_FEATURE_LENGTHS={'tokens': 32}", *extra]
 
 
-def test_build_writes_the_run_assets_and_nothing_else(tmp_path, bible_data_dir, capsys):
-  """The build half of the test below (which trains as well, in the `slow` tier)."""
-  model_dir = tmp_path / "run"
+def _build(model_dir, capsys):
+  """Builds the run's assets with the command; checks what it printed and wrote; returns the dictionary."""
   assert assets_main.main(_flags(model_dir)) == 0
   out = capsys.readouterr().out
   assert "dictionary:" in out and "token_map:" in out and "vocabulary:" in out
   assert sorted(os.listdir(model_dir)) == [".lock", "dictionary.tsv", "token_map.npz", "vocabulary.model"]
-  assert len(dictionary_lib.load(str(model_dir / "dictionary.tsv"))) == round(0.25 * (V - 5))
+  built = dictionary_lib.load(str(model_dir / "dictionary.tsv"))
+  assert len(built) == round(0.25 * (V - 5))
+  return built
+
+
+def test_build_writes_the_run_assets_and_nothing_else(tmp_path, bible_data_dir, capsys):
+  """The build half of the test below (which trains as well, in the `slow` tier)."""
+  model_dir = tmp_path / "run"
+  _build(model_dir, capsys)
   before = {name: (model_dir / name).read_bytes() for name in os.listdir(model_dir) if name != ".lock"}
   assert assets_main.main(_flags(model_dir)) == 0  # Building again changes nothing.
   assert {name: (model_dir / name).read_bytes() for name in os.listdir(model_dir) if name != ".lock"} == before
@@ -41,12 +48,7 @@ def test_build_writes_the_run_assets_and_nothing_else(tmp_path, bible_data_dir, 
 @pytest.mark.slow  # Builds, then trains through the entry point (~30 s of CPU).
 def test_build_then_train_uses_the_built_files(tmp_path, bible_data_dir, capsys):
   model_dir = tmp_path / "run"
-  assert assets_main.main(_flags(model_dir)) == 0
-  out = capsys.readouterr().out
-  assert "dictionary:" in out and "token_map:" in out and "vocabulary:" in out
-  assert sorted(os.listdir(model_dir)) == [".lock", "dictionary.tsv", "token_map.npz", "vocabulary.model"]
-  built = dictionary_lib.load(str(model_dir / "dictionary.tsv"))
-  assert len(built) == round(0.25 * (V - 5))
+  built = _build(model_dir, capsys)
   # Building again changes nothing.
   before = (model_dir / "dictionary.tsv").read_bytes()
   assert assets_main.main(_flags(model_dir)) == 0

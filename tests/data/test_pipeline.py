@@ -9,6 +9,7 @@ from flax_xalign import tasks
 from flax_xalign.data import pipeline
 from flax_xalign.data.vocab import specials
 from flax_xalign.tasks import user
+from tests import testlib
 
 L = 13
 
@@ -71,14 +72,8 @@ def test_same_seed_same_batches_other_seed_differs(mixture):
 def test_iterator_checkpoint_restores_the_stream(mixture, tmp_path):
   ds, _ = _get_dataset(mixture, split="train", feature_lengths={"tokens": L},
                        batch_size=3, seed=1)
-  it = iter(ds)
-  for _ in range(4):
-    next(it)
-  path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "it"))
-  expected = [next(it) for _ in range(2)]
-  restored = iter(ds)
-  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
-  assert _same(expected, [next(restored) for _ in range(2)])
+  expected, restored = testlib.iterator_checkpoint_round_trip(ds, tmp_path, skip=4)
+  assert _same(expected, restored)
 
 
 def test_eval_pass_reads_every_task_once(mixture):

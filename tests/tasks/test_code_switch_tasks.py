@@ -195,8 +195,6 @@ train.eval_batches = 1
 def test_the_iterator_checkpoint_restores_the_code_switched_stream(tiny_corpus, de_en_dictionary, tmp_path):
   """What a resumed run relies on (the slow gin run below resumes for real): the data iterator, whose map
   holds the dictionary's lookup table, is checkpointed and restored mid-stream."""
-  import tensorflow as tf
-
   from flax_xalign.data import pipeline
 
   code_switch.CodeSwitchedTask(name="cs_de_iter", source="tiny_de", dictionary=de_en_dictionary, rate=0.5,
@@ -205,14 +203,8 @@ def test_the_iterator_checkpoint_restores_the_code_switched_stream(tiny_corpus, 
   provider, languages, _ = tasks.resolve("cs_iter_mix")
   ds = pipeline.get_dataset(provider, languages=languages, split="train", feature_lengths={"tokens": 19},
                             batch_size=6, seed=2)
-  it = iter(ds)
-  for _ in range(3):
-    next(it)
-  path = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "it"))
-  expected = [next(it) for _ in range(2)]
-  restored = iter(ds)
-  tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
-  for want, got in zip(expected, [next(restored) for _ in range(2)]):
+  expected, restored = testlib.iterator_checkpoint_round_trip(ds, tmp_path, skip=3)
+  for want, got in zip(expected, restored):
     assert set(want) == set(got)
     for key in want:
       np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)

@@ -1,12 +1,15 @@
-"""The ways a checkpoint step can be damaged, and the refusal `on_damaged="error"` must give, for the two
-test files that damage checkpoints: tests/training/test_loop_checkpoints.py (the loop with a fake model,
-unit tier) and tests/training/test_checkpoint_faults.py (`pretrain` with the tiny encoder, slow tier)."""
+"""The ways a checkpoint step can be damaged, the refusal `on_damaged="error"` must give and the error of
+a full disk, for the two test files that check them: tests/training/test_loop_checkpoints.py (the loop
+with a fake model, unit tier) and tests/training/test_checkpoint_faults.py (`pretrain`, slow tier)."""
 
+import errno
 import os
 import shutil
 
 import pytest
 
+from flax_xalign.errors import UserError
+from flax_xalign.training import checkpoints
 from flax_xalign.training.checkpoints import DamagedCheckpointError
 from tests import testlib
 
@@ -57,3 +60,17 @@ def assert_error_refuses_and_changes_nothing(model_dir, step, case, train):
   assert not (model_dir / "checkpoints_damaged").exists()
   after = testlib.tree_snapshot(model_dir)
   assert {k: v for k, v in after.items() if k in before} == before
+
+
+def assert_no_space_is_one_error(model_dir, step, monkeypatch, train):
+  """With every data-iterator save failing for lack of space, `train(model_dir)` must end in one UserError
+  naming the checkpoint of `step` and what to do, and leave no temporary checkpoint behind."""
+
+  def full(self, directory, args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
+
+  monkeypatch.setattr(checkpoints.DataIteratorHandler, "save", full)
+  with pytest.raises(UserError, match=rf"^no space left writing .*checkpoints/{step} .*free space or choose "
+                                      "another MODEL_DIR"):
+    train(model_dir)
+  assert not [n for n in os.listdir(model_dir / "checkpoints") if "tmp" in n]

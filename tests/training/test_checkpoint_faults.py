@@ -28,7 +28,7 @@ from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
 
 from tests import testlib
-from tests.training.damage import DAMAGE, assert_error_refuses_and_changes_nothing
+from tests.training.damage import DAMAGE, assert_error_refuses_and_changes_nothing, assert_no_space_is_one_error
 from tests.training.damage import files as _files
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,19 +145,7 @@ sys.exit(run_command(lambda: _run({model_dir!r}, steps=2)))
 
 @pytest.mark.slow
 def test_no_space_in_an_async_save_is_one_error_and_leaves_no_tmp_checkpoint(tmp_path, tiny_corpus, monkeypatch):
-  import errno
-
-  from flax_xalign.training import checkpoints
-
-  def full(self, directory, args):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
-
-  monkeypatch.setattr(checkpoints.DataIteratorHandler, "save", full)
-  model_dir = tmp_path / "run"
-  with pytest.raises(UserError, match=r"^no space left writing .*checkpoints/1 .*free space or choose another "
-                                      "MODEL_DIR"):
-    _run(model_dir, steps=2)
-  assert not [n for n in os.listdir(model_dir / "checkpoints") if "tmp" in n]
+  assert_no_space_is_one_error(tmp_path / "run", 1, monkeypatch, lambda model_dir: _run(model_dir, steps=2))
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ checkpoints 2 and 4, step 4 is damaged, and the resumed run must redo steps 3 an
 independent optax reference of tests/training/test_loop.py.
 """
 
-import errno
 import os
 import shutil
 
@@ -14,10 +13,9 @@ import numpy as np
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.training import checkpoints
 from flax_xalign.training.checkpoints import DamagedCheckpointError, newest_readable_step
 from tests import testlib
-from tests.training.damage import DAMAGE, assert_error_refuses_and_changes_nothing
+from tests.training.damage import DAMAGE, assert_error_refuses_and_changes_nothing, assert_no_space_is_one_error
 from tests.training.damage import files as _files
 from tests.training.test_loop import B, DATA, _counter_file, _reference, _rows, _train, quadratic
 
@@ -109,15 +107,8 @@ def test_missing_orbax_step_metadata_still_resumes_from_that_step(four_steps, tm
 
 
 def test_no_space_in_an_async_save_is_one_error_and_leaves_no_tmp_checkpoint(tmp_path, monkeypatch):
-  def full(self, directory, args):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
-
-  monkeypatch.setattr(checkpoints.DataIteratorHandler, "save", full)
-  model_dir = tmp_path / "run"
-  with pytest.raises(UserError, match=r"^no space left writing .*checkpoints/2 .*free space or choose another "
-                                      "MODEL_DIR"):
-    _train(model_dir, steps=4, async_save=True)
-  assert not [n for n in os.listdir(model_dir / "checkpoints") if "tmp" in n]
+  assert_no_space_is_one_error(tmp_path / "run", 2, monkeypatch,
+                               lambda model_dir: _train(model_dir, steps=4, async_save=True))
 
 
 def test_a_new_data_iterator_resumes_the_model_only(four_steps, tmp_path, capsys):
