@@ -91,6 +91,10 @@ INSTALL_REQUIRES = [
     "tensorflow-text==2.21.*",
     "sentencepiece>=0.2.0",
     "gin-config==0.5.0",
+    # Packed datasets (flax_xalign.data.packed, `python -m flax_xalign.cache`): ArrayRecord shards read
+    # through Grain's checkpointable MapDataset, with no TensorFlow in the training process.
+    "grain==0.2.18",
+    "array-record>=0.8.1",
     "clu>=0.0.12",
     # clu.metric_writers.SummaryWriter imports tensorboard, which
     # tensorflow 2.21 no longer pulls in.

@@ -6,9 +6,12 @@ stable names (`EncoderConfig`, `OptimizerConfig`, `train` (the `TrainConfig`
 of a run), `train_job`, `evaluate`, ...).
 The registrations live in a library module, not in `__main__`, because gin 0.5
 resolves configurables by module and `python -m` renames the entry module.
-Importing this module is cheap: the library (the task registries bring in
-seqio and TensorFlow) is imported by `register()`, after a command has checked
-its flags (`gin_cli.check_flags`).
+Importing this module is cheap: the library is imported by `register()`,
+after a command has checked its flags (`gin_cli.check_flags`). The task
+families' definitions (`TextTask`, `BibleTasks`, ...) import seqio and
+TensorFlow, so `register_tasks()` registers them apart, only for a
+configuration that names one (`gin_cli.parse_gin` retries a parse that failed
+on one of `TASK_CONFIGURABLES`): a run from a packed cache imports neither.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import importlib.util  # noqa: F401  (gin 0.5 needs importlib.util loaded before
 import gin
 
 _REGISTERED = False
+_TASKS_REGISTERED = False
+# The gin names of the task families' definitions (registered by `register_tasks`).
+TASK_CONFIGURABLES = ("TextTask", "TsvBitextTask", "AlphaMixture", "SyntheticTasks", "BibleTasks",
+                      "CodeSwitchedTask", "TfdsTasks", "DebianTasks")
 
 
 def eval_job(job=None, evals=()):
@@ -67,20 +74,11 @@ def register() -> None:
   from flax_xalign.objectives.dwa import DwaConfig
   from flax_xalign.objectives.model import MaskingConfig
   from flax_xalign.ops.align_solver import AlignmentSolver
-  from flax_xalign.tasks import bible as bible_tasks
-  from flax_xalign.tasks import code_switch as code_switch_tasks
-  from flax_xalign.tasks import debian as debian_tasks
-  from flax_xalign.tasks import synthetic as synthetic_tasks
-  from flax_xalign.tasks import tfds as tfds_tasks
-  from flax_xalign.tasks import user as user_tasks
   from flax_xalign.training.checkpoints import CheckpointConfig
   from flax_xalign.training.config import TrainConfig
   from flax_xalign.training.optimizer import OptimizerConfig
 
-  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, AlignmentSolver,
-              user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture,
-              synthetic_tasks.SyntheticTasks, bible_tasks.BibleTasks, code_switch_tasks.CodeSwitchedTask,
-              tfds_tasks.TfdsTasks, debian_tasks.DebianTasks):
+  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, AlignmentSolver):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
   # `train.<field>` bindings fill the fields of the run's TrainConfig; `train_job` runs it.
   gin.external_configurable(TrainConfig, name="train", module="flax_xalign")
@@ -91,3 +89,23 @@ def register() -> None:
   gin.external_configurable(eval_job, name="eval_job", module="flax_xalign")
   gin.external_configurable(evaluation_registry.run_evaluators, name="evaluators", module="flax_xalign")
   _REGISTERED = True
+
+
+def register_tasks() -> None:
+  """Registers the task families' definitions (imports seqio and TensorFlow); once per process."""
+  global _TASKS_REGISTERED
+  if _TASKS_REGISTERED:
+    return
+  from flax_xalign.tasks import bible as bible_tasks
+  from flax_xalign.tasks import code_switch as code_switch_tasks
+  from flax_xalign.tasks import debian as debian_tasks
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+  from flax_xalign.tasks import tfds as tfds_tasks
+  from flax_xalign.tasks import user as user_tasks
+
+  for cls in (user_tasks.TextTask, user_tasks.TsvBitextTask, user_tasks.AlphaMixture, synthetic_tasks.SyntheticTasks,
+              bible_tasks.BibleTasks, code_switch_tasks.CodeSwitchedTask, tfds_tasks.TfdsTasks,
+              debian_tasks.DebianTasks):
+    assert cls.__name__ in TASK_CONFIGURABLES, cls
+    gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
+  _TASKS_REGISTERED = True

@@ -128,15 +128,29 @@ def check_flags(argv: Sequence[str], *, description: str,
 
 
 def parse_gin(args: argparse.Namespace) -> None:
-  gin.clear_config()  # One configuration per call (notebooks and tests call main twice).
+  """Parses the gin files and bindings; the task families are registered only when the config names one."""
+  from flax_xalign import configurables
+
   paths = search_paths(args.gin_search_paths)
   _harden_gin_file_lookup(paths)
   files = [_resolve(f, paths) for f in args.gin_file]
-  try:
-    gin.parse_config_files_and_bindings(files, args.gin_bindings, finalize_config=True)
-  except (OSError, ValueError, KeyError, SyntaxError, tokenize.TokenError) as e:
-    raise parse_error(e, files, args.gin_bindings) from e
+  for attempt in range(2):
+    gin.clear_config()  # One configuration per call (notebooks and tests call main twice).
+    try:
+      gin.parse_config_files_and_bindings(files, args.gin_bindings, finalize_config=True)
+      break
+    except (OSError, ValueError, KeyError, SyntaxError, tokenize.TokenError) as e:
+      if attempt == 0 and _names_a_task_family(e, configurables.TASK_CONFIGURABLES):
+        configurables.register_tasks()  # seqio and TensorFlow load here, for configs that define tasks.
+        continue
+      raise parse_error(e, files, args.gin_bindings) from e
   _check_macros_used(args.gin_bindings)
+
+
+def _names_a_task_family(e: BaseException, names: Sequence[str]) -> bool:
+  """Whether gin failed on an unknown configurable that is one of the (not yet registered) task families."""
+  match = re.search(r"No configurable matching (?:reference )?'@?(?:[\w.]+/)?([\w.]+?)(?:\(\))?'", str(e))
+  return bool(match) and match.group(1).split(".")[-1] in names
 
 
 _LOCATION = re.compile(r'\n\s*In (?:file "(.+?)",|bindings string) line (\d+)')

@@ -144,7 +144,7 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
       gin.external_configurable(xlmr_vocabulary, name="xlmr_vocabulary", module="flax_xalign")
     except ValueError:
       pass  # Registered by an earlier call in this process.
-  _parse_gin(args)
+  parse_gin_without_training_macros(args)
   kw = _train_kwargs(own.objectives)
 
   def log(line: str) -> None:
@@ -201,7 +201,7 @@ def _write(output: str, record: dict[str, Any]) -> None:
     write_atomically(output, json.dumps(record, indent=1) + "\n")
 
 
-def _parse_gin(args: argparse.Namespace) -> None:
+def parse_gin_without_training_macros(args: argparse.Namespace) -> None:
   """gin_cli.parse_gin, with the `%gin.REQUIRED` macros only training needs bound to None."""
   from flax_xalign import gin_cli
 

@@ -160,6 +160,22 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
   return ds.with_options(options)
 
 
+def converted_rows(provider: Provider, *, languages: Sequence[str], split: str,
+                   feature_lengths: Mapping[str, int], seed: int | None, shuffle: bool = True,
+                   pack: bool = True, num_epochs: int | None = None, specials: SpecialTokens = PROJECT,
+                   pair_layout: str = "restart", both_directions: bool = False):
+  """The rows `get_dataset` batches, one by one, as dicts of int32 NumPy `[L]` arrays.
+
+  What `python -m flax_xalign.cache` writes to disk. Same arguments as
+  `get_dataset` for one shard; the rows come in the order that stream's
+  batches hold them.
+  """
+  ds = get_dataset(provider, languages=languages, split=split, feature_lengths=feature_lengths, batch_size=1,
+                   seed=seed, shuffle=shuffle, pack=pack, num_epochs=num_epochs, specials=specials,
+                   pair_layout=pair_layout, both_directions=both_directions).unbatch()
+  return ds.as_numpy_iterator()
+
+
 def concat_batches(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
   """Joins batched datasets row-wise: batch i is the rows of batch i of each, in order.
 
@@ -173,3 +189,24 @@ def concat_batches(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
   options = tf.data.Options()
   options.deterministic = True
   return joined.with_options(options)
+
+
+class SeqioBatches:
+  """The seqio backend of `TaskData.batches`: a tf.data stream's batches as dicts of NumPy arrays.
+
+  Its position is TF's own iterator checkpoint (`tf_iterator`, written by the
+  checkpoint item `data_iterator/` with tf.train.Checkpoint), so the batches
+  and the checkpoints are those of every run before the data-source seam.
+  """
+
+  backend = "seqio"
+
+  def __init__(self, dataset: tf.data.Dataset):
+    self.dataset = dataset
+    self.tf_iterator = iter(dataset)
+
+  def __iter__(self) -> "SeqioBatches":
+    return self
+
+  def __next__(self) -> dict:
+    return {key: value.numpy() for key, value in next(self.tf_iterator).items()}

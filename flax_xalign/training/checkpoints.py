@@ -3,7 +3,10 @@
 Each checkpoint step directory holds four items written by one
 CheckpointManager (async, keep N, atomic finalisation by rename):
   state/          the TrainState (params, optimiser state, step), sharded arrays
-  data_iterator/  the tf.data iterator of every process (tf.train.Checkpoint)
+  data_iterator/  the data position of every process, one item per backend
+                  (`TaskData.batches`): seqio's tf.data iterator as a
+                  tf.train.Checkpoint in `data_iterator/`, a packed cache's
+                  Grain position as JSON in `data_iterator_cache/`
   meta/           JSON: the run manifest (`run`, a RunSpec) and the
                   fingerprint of every asset at this step (`assets`)
   assets/         the assets' files at this step (dictionary.tsv, vocabulary
@@ -47,58 +50,22 @@ from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
+from flax_xalign.training.data_positions import (DATA_ITERATOR, DATA_ITERATOR_CACHE, CacheIteratorHandler,
+                                                 CacheIteratorRestore, CacheIteratorSave, DataIteratorHandler,
+                                                 DataIteratorRestore, DataIteratorSave, iterator_files_problem,
+                                                 iterator_item)
 
-STATE, DATA_ITERATOR, META, ASSETS = "state", "data_iterator", "meta", "assets"
+STATE, META, ASSETS = "state", "meta", "assets"
 LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
 DAMAGED_DIR = DAMAGED
 ON_DAMAGED = ("fallback", "error")
 # The data-loop settings an iterator state depends on, with the setting a user changes for each.
 LOOP_SETTINGS = (("batch_size", "BATCH_SIZE"), ("task_feature_lengths", "TASK_FEATURE_LENGTHS"),
-                 ("task", "MIXTURE_OR_TASK_NAME"), ("data_shards", "train.data_shards"), ("seed", "train.seed"))
+                 ("task", "MIXTURE_OR_TASK_NAME"), ("data_shards", "train.data_shards"), ("seed", "train.seed"),
+                 ("data", "train.data"))
+LOOP_DEFAULTS = {"data": "seqio"}  # Records from before a setting was recorded hold its default.
 # Run-manifest fields whose mismatch makes a checkpoint unusable for this run.
 COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages", "pair_layout", "bitext_both_directions")
-
-
-class DataIteratorHandler(ocp.CheckpointHandler):
-  """Saves each process's tf.data iterator with tf.train.Checkpoint."""
-
-  def _prefix(self, directory: epath.Path) -> epath.Path:
-    return directory / f"process_{jax.process_index()}" / "iterator"
-
-  def save(self, directory: epath.Path, args: "DataIteratorSave") -> None:
-    import tensorflow as tf  # Only the data pipeline needs TF.
-
-    prefix = self._prefix(directory)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    tf.train.Checkpoint(iterator=args.iterator).write(str(prefix))
-
-  def restore(self, directory: epath.Path, args: "DataIteratorRestore") -> Any:
-    import tensorflow as tf
-
-    prefix = self._prefix(directory)
-    if not prefix.parent.exists():
-      written = sorted(p.name for p in directory.iterdir() if p.name.startswith("process_")) \
-          if directory.exists() else []
-      if written and len(written) != jax.process_count():
-        raise UserError(
-            f"{directory} holds the data-iterator state of {len(written)} process(es), this run has "
-            f"{jax.process_count()}; resume with the number of processes that wrote the checkpoint, or "
-            "add --gin.train.fresh_data_iterator=True to resume the model with a new data iterator.")
-      raise DamagedCheckpointError(directory.parent, f"{DATA_ITERATOR}/{prefix.parent.name} is missing")
-    tf.train.Checkpoint(iterator=args.iterator).read(str(prefix)).assert_consumed()
-    return args.iterator
-
-
-@ocp.args.register_with_handler(DataIteratorHandler, for_save=True)
-@dataclasses.dataclass
-class DataIteratorSave(ocp.args.CheckpointArgs):
-  iterator: Any
-
-
-@ocp.args.register_with_handler(DataIteratorHandler, for_restore=True)
-@dataclasses.dataclass
-class DataIteratorRestore(ocp.args.CheckpointArgs):
-  iterator: Any
 
 
 class AssetsHandler(ocp.CheckpointHandler):
@@ -186,8 +153,8 @@ def loop_differences(saved: Mapping[str, Any] | None, loop: Mapping[str, Any]) -
     return []  # A checkpoint from before the loop was recorded: nothing to compare.
   out = []
   for key, setting in LOOP_SETTINGS:
-    theirs, ours = saved.get(key), loop.get(key)
-    if key in saved and json.dumps(theirs, sort_keys=True) != json.dumps(ours, sort_keys=True):
+    theirs, ours = saved.get(key, LOOP_DEFAULTS.get(key)), loop.get(key)
+    if (key in saved or key in LOOP_DEFAULTS) and json.dumps(theirs, sort_keys=True) != json.dumps(ours, sort_keys=True):
       out.append(f"{setting}={json.dumps(theirs, sort_keys=True)}, this run {json.dumps(ours, sort_keys=True)}")
   return out
 
@@ -215,11 +182,15 @@ def make_meta(run: "run_spec_lib.RunSpec", asset_fingerprints: Mapping[str, Any]
 
 
 def loop_record(*, batch_size: int, task_feature_lengths: Mapping[str, int], task: str,
-                data_shards: int | None, seed: int, train_steps: int) -> dict[str, Any]:
-  """What the data iterator's state depends on (compared on resume), plus TRAIN_STEPS and the processes."""
+                data_shards: int | None, seed: int, train_steps: int, source: str = "seqio") -> dict[str, Any]:
+  """What the data iterator's state depends on (compared on resume), plus TRAIN_STEPS and the processes.
+
+  `source` is the backend ("seqio" or "cache"), not the cache's folder: a
+  cache may move; its position records which rows it belongs to.
+  """
   return {"batch_size": int(batch_size), "task_feature_lengths": {k: int(v) for k, v in task_feature_lengths.items()},
           "task": task, "data_shards": data_shards or jax.process_count(), "seed": int(seed),
-          "train_steps": int(train_steps), "processes": jax.process_count()}
+          "train_steps": int(train_steps), "processes": jax.process_count(), "data": source}
 
 
 def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec", *, where: str) -> None:
@@ -248,20 +219,6 @@ def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> Damaged
   return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {_first_line(error)}")
 
 
-def _iterator_files_problem(prefix: epath.Path) -> str | None:
-  """What is wrong with a tf.train.Checkpoint's files, or None when every tensor reads back (CRC-checked)."""
-  import tensorflow as tf
-
-  try:
-    reader = tf.train.load_checkpoint(os.fspath(prefix))
-    dtypes = reader.get_variable_to_dtype_map()
-    tf.raw_ops.RestoreV2(prefix=os.fspath(prefix), tensor_names=list(dtypes), shape_and_slices=[""] * len(dtypes),
-                         dtypes=list(dtypes.values()))
-  except Exception as e:  # pylint: disable=broad-except  (any failure to read back is damage)
-    return f"{DATA_ITERATOR}/ is unreadable: {_first_line(e)}"
-  return None
-
-
 class Checkpointer:
   """A CheckpointManager under `<model_dir>/checkpoints` with our four items."""
 
@@ -279,6 +236,7 @@ class Checkpointer:
         item_handlers={
             STATE: ocp.StandardCheckpointHandler(),
             DATA_ITERATOR: DataIteratorHandler(),
+            DATA_ITERATOR_CACHE: CacheIteratorHandler(),
             META: ocp.JsonCheckpointHandler(),
             ASSETS: AssetsHandler(),
         },
@@ -309,7 +267,8 @@ class Checkpointer:
            force: bool = False) -> bool:
     items = {STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(dict(meta))}
     if iterator is not None:  # None: an imported model, which no data has touched yet.
-      items[DATA_ITERATOR] = DataIteratorSave(iterator)
+      item = iterator_item(iterator)
+      items[item] = (CacheIteratorSave if item == DATA_ITERATOR_CACHE else DataIteratorSave)(iterator)
     if assets:
       items[ASSETS] = AssetsSave(dict(assets), dict(asset_values or {}))
     with self._no_space_guard():  # A previous async save's error surfaces here.
@@ -365,20 +324,28 @@ class Checkpointer:
     """
     step_dir = self.directory / str(step)
     _, fingerprints = self.read_run(step)
-    self.check_step(step, (STATE, META) + ((DATA_ITERATOR,) if iterator is not None else ()))
+    item = iterator_item(iterator) if iterator is not None else None
+    self.check_step(step, (STATE, META) + ((item,) if item else ()))
     try:
       state = self._manager.restore(step, args=ocp.args.Composite(**{
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
     except Exception as e:  # pylint: disable=broad-except
       raise _damage_of(step_dir, STATE, e) from None
-    if iterator is not None:
+    if item == DATA_ITERATOR_CACHE:
+      try:
+        self._manager.restore(step, args=ocp.args.Composite(**{item: CacheIteratorRestore(iterator)}))
+      except DamagedCheckpointError:
+        raise
+      except UserError as e:
+        raise UserError(f"checkpoint step {step}: {e}. {fresh_iterator_advice()}") from None
+    elif iterator is not None:
       try:
         self._manager.restore(step, args=ocp.args.Composite(**{DATA_ITERATOR: DataIteratorRestore(iterator)}))
       except UserError:
         raise
       except Exception as e:  # pylint: disable=broad-except
         prefix = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}" / "iterator"
-        problem = _iterator_files_problem(prefix)
+        problem = iterator_files_problem(prefix)
         if problem:
           raise DamagedCheckpointError(step_dir, problem) from None
         raise UserError(f"the data-iterator state of checkpoint step {step} does not fit this run's input "
@@ -489,7 +456,8 @@ def open_reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = 
   return ocp.CheckpointManager(
       directory, options=ocp.CheckpointManagerOptions(create=False),
       item_handlers={STATE: state or ocp.StandardCheckpointHandler(), DATA_ITERATOR: DataIteratorHandler(),
-                     META: ocp.JsonCheckpointHandler(), ASSETS: AssetsHandler()})
+                     DATA_ITERATOR_CACHE: CacheIteratorHandler(), META: ocp.JsonCheckpointHandler(),
+                     ASSETS: AssetsHandler()})
 
 
 def checkpoints_dir(checkpoint_dir: str) -> epath.Path:

@@ -85,6 +85,11 @@ class TrainConfig:
     step_callback: `step_callback(step, metrics)` runs after every step.
     assets_only: write the run's assets into MODEL_DIR and return the run
       manifest instead of training (`python -m flax_xalign.assets`).
+    data: where the batches come from: "seqio" (the task registry's pipeline,
+      the default) or "cache:DIR", a packed cache written by
+      `python -m flax_xalign.cache --output=DIR` (no TensorFlow needed;
+      README "Packed datasets"). The task, row length and pair layout must be
+      the cache's; evaluation reads DIR/<eval_split> when it was built.
     fresh_data_iterator: resume the model with a new data iterator (the data
       order starts over). Otherwise each checkpoint records the data loop
       (BATCH_SIZE, TASK_FEATURE_LENGTHS, task, data_shards, seed) and
@@ -126,6 +131,7 @@ class TrainConfig:
   step_callback: Callable[[int, Mapping[str, Any]], None] | None = None
   assets_only: bool = False
   fresh_data_iterator: bool = False
+  data: str = "seqio"
 
   def replace(self, **changes: Any) -> "TrainConfig":
     """A copy with `changes` (unknown names raise TypeError, as the constructor does)."""

@@ -7,9 +7,9 @@
 
 A hook is a function of the step's `StepInfo`; it may return a new train
 state (the asset refresh does), which the hooks after it see. Hooks run in the
-order they were added, each on its schedule: `Hook` is a
-`clu.periodic_actions.PeriodicAction` (every N steps, plus the last step)
-that also knows about stopping: `on_stop=True` runs it at the step a run stops
+order they were added, each on its schedule: `Hook` runs every N steps and
+at the last step (as clu's `PeriodicAction`, without importing clu, whose
+writers import TensorFlow) and also knows about stopping: `on_stop=True` runs it at the step a run stops
 at (the checkpoint), `on_stop=False` never there (the evaluation). The stop
 itself is a hook (`StopSignals`) that latches `info.stopping` for the hooks
 after it, so every hook of one step sees the same decision.
@@ -38,7 +38,6 @@ from typing import Any, Callable, Iterable, Mapping
 
 import jax
 import numpy as np
-from clu import periodic_actions
 
 from flax_xalign.errors import UserError
 
@@ -72,30 +71,31 @@ class StepInfo:
   stopping: bool = False
 
 
-class Hook(periodic_actions.PeriodicAction):
+class Hook:
   """`fn(info)` after every `every`-th step and the step `last_step`; see the module docstring."""
 
   def __init__(self, name: str, fn: Callable[[StepInfo], Any], *, every: int | None = 1,
                last_step: int | None = None, on_stop: bool | None = None):
     # every=0 (e.g. EVAL_EVERY=0) means "not periodically".
-    super().__init__(every_steps=every or None, on_steps=() if last_step is None else (last_step,))
+    self.every, self.last_step = every or None, last_step
     self.name, self.fn, self.on_stop = name, fn, on_stop
-    self._info: StepInfo | None = None
-    self._result: Any = None
+    self._previous: int | None = None
 
-  def _should_trigger(self, step: int, t: float) -> bool:
-    if self.on_stop is not None and self._info.stopping:
+  def due(self, info: StepInfo) -> bool:
+    if self.on_stop is not None and info.stopping:
       return self.on_stop
-    return super()._should_trigger(step, t)
-
-  def _apply(self, step: int, t: float) -> None:
-    self._result = self.fn(self._info)
+    return bool(self.every and info.step % self.every == 0) or info.step == self.last_step
 
   def run(self, info: StepInfo) -> Any:
-    """The hook's result at this step (None when it did not run)."""
-    self._info, self._result = info, None
-    self(info.step)
-    return self._result
+    """The hook's result at this step (None when it did not run).
+
+    Raises ValueError when a step was skipped: a periodic hook must see every step.
+    """
+    if self.every and self._previous is not None and info.step != self._previous + 1:
+      raise ValueError(f"hook {self.name!r} must run after every step once (every={self.every}, previous step "
+                       f"{self._previous}, step {info.step}).")
+    self._previous = info.step
+    return self.fn(info) if self.due(info) else None
 
 
 class Hooks:

@@ -78,7 +78,9 @@ def train(
 
   Args:
     trainer: model, optimiser and sharded steps.
-    train_iterator: a checkpointable iterator of host batches (tf.data).
+    train_iterator: a checkpointable iterator of host batches (`TaskData.batches`:
+      its `backend` picks the checkpoint item of its position; a bare tf.data
+      iterator counts as seqio's).
     eval_batches: returns a fresh iterable of held-out host batches.
     checkpointer: where state, iterator, manifest and assets are saved.
     logger: metrics sink, or a function of the resumed step (0 for a new

@@ -1,5 +1,10 @@
 """Where metrics go: `metrics.jsonl`, TensorBoard events and a progress line.
 
+TensorBoard events are written with the `tensorboard` package's own event
+writer (no TensorFlow, no clu); where `tensorboard` is not installed (a
+training host with JAX only) the run says so once and writes metrics.jsonl
+alone.
+
 `metrics.jsonl` holds one JSON object per logged step (`step`, `loss`, one key
 per loss term, `learning_rate`, `tokens_per_sec`, ...). On resume, lines from
 steps after the restored checkpoint are dropped (they belong to the part of the
@@ -12,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from typing import Any, Mapping
 
 import jax
 import numpy as np
-from clu import metric_writers
 
 from flax_xalign.fileio import no_space_error, write_atomically
 from flax_xalign.models import flops
@@ -53,9 +58,7 @@ class MetricsLogger:
     self.is_chief = jax.process_index() == 0
     self.path = RunDir(model_dir).metrics
     self.total_steps = total_steps
-    self._writer = metric_writers.create_default_writer(
-        RunDir(model_dir).tensorboard, just_logging=not self.is_chief, asynchronous=False
-    )
+    self._writer = EventWriter(RunDir(model_dir).tensorboard) if self.is_chief else None
     if self.is_chief:
       self._truncate_after(resume_step)
 
@@ -120,10 +123,53 @@ class MetricsLogger:
     print("  ".join(parts), file=sys.stdout, flush=True)
 
   def flush(self) -> None:
-    self._writer.flush()
+    if self._writer is not None:
+      self._writer.flush()
 
   def close(self) -> None:
-    self._writer.close()
+    if self._writer is not None:
+      self._writer.close()
+
+
+class EventWriter:
+  """Scalars as TensorBoard events (`events.out.tfevents.*`), written through `tensorboard`'s record writer.
+
+  The record writer is pure Python; `tensorboard`'s EventFileWriter is not
+  used because it imports TensorFlow for its file system (seconds of start-up,
+  and impossible on a host without TF).
+  """
+
+  def __init__(self, directory: str):
+    try:
+      from tensorboard.compat.proto import event_pb2, summary_pb2
+      from tensorboard.summary.writer.record_writer import RecordWriter
+    except ImportError:
+      print(f"note: the tensorboard package is not installed, so no TensorBoard events are written to {directory} "
+            "(metrics.jsonl has every logged number)", file=sys.stderr, flush=True)
+      self._writer = None
+      return
+    self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+    os.makedirs(directory, exist_ok=True)
+    name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.v2"
+    self._writer = RecordWriter(open(os.path.join(directory, name), "ab"))  # noqa: SIM115  (closed by close())
+    self._writer.write(self._event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+    if self._writer is None:
+      return
+    values = [self._summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if values:
+      self._writer.write(self._event(step=int(step), wall_time=time.time(),
+                                     summary=self._summary(value=values)).SerializeToString())
+
+  def flush(self) -> None:
+    if self._writer is not None:
+      self._writer.flush()
+
+  def close(self) -> None:
+    if self._writer is not None and not self._writer.closed:
+      self._writer.close()
 
 
 class Throughput:

@@ -107,7 +107,7 @@ def assemble(config: TrainConfig) -> Assembly:
   if c.dictionary_rate is not None:
     asset_options.setdefault("dictionary", {})["rate"] = c.dictionary_rate
   check_pair_layout(c.pair_layout, where="train.pair_layout")
-  data = resolve_task(c.mixture_or_task_name, languages=c.languages)
+  data = resolve_task(c.mixture_or_task_name, languages=c.languages, data=c.data)
   monitors = tuple(n for n in c.monitors if n not in c.objectives)
   built = objectives_lib.build([*c.objectives, *monitors], c.objective_options)
   encoder = objectives_lib.adapt_encoder(
@@ -190,7 +190,7 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
 
   loop_record = checkpoints_lib.loop_record(
       batch_size=c.batch_size, task_feature_lengths=c.task_feature_lengths, task=c.mixture_or_task_name,
-      data_shards=c.data_shards, seed=c.seed, train_steps=c.train_steps)
+      data_shards=c.data_shards, seed=c.seed, train_steps=c.train_steps, source=data.source)
   # Damaged newer steps are only listed here; they are moved once the run is known valid.
   latest, damaged = checkpoints_lib.newest_readable_step(model_dir, on_damaged=c.checkpoint.on_damaged)
   resume = None
@@ -201,7 +201,7 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
   elif c.init_from_checkpoint:
     _check_warm_start(c.init_from_checkpoint, run)
   eval_every = c.eval_every
-  if eval_every and not _has_split(data.provider, c.eval_split):
+  if eval_every and not data.has_split(c.eval_split):
     print(f"warning: task {c.mixture_or_task_name} has no {c.eval_split!r} split; training without evaluation "
           f"(add that split to the task, name another with train.eval_split, or set EVAL_EVERY=0)",
           file=sys.stderr, flush=True)
@@ -235,7 +235,11 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
                     assets=run_assets)
   layout = {"pair_layout": c.pair_layout, "both_directions": c.bitext_both_directions,
             "data_shards": c.data_shards}
-  train_ds = data.dataset(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed, **layout)
+
+  def train_batches():
+    return data.batches(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed, **layout)
+
+  train_iterator = train_batches()
 
   # From here on MODEL_DIR is written: one writer at a time (process 0 holds the lock for the job).
   with model_dir_lib.lock(model_dir):
@@ -260,8 +264,8 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
         _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=c.fresh_data_iterator)
 
     def eval_batches_fn():
-      return data.dataset(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed,
-                          split=c.eval_split, shuffle=False, num_epochs=1, **layout).as_numpy_iterator()
+      return data.batches(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed,
+                          split=c.eval_split, shuffle=False, num_epochs=1, **layout)
 
     step_flops = train_flops(assembly, batch_size=c.batch_size)
     n_params = flops_lib.count_params(trainer.abstract_state.params)
@@ -271,8 +275,8 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
     try:
       return train_loop(
           trainer=trainer,
-          train_iterator=iter(train_ds),
-          new_train_iterator=lambda: iter(train_ds),
+          train_iterator=train_iterator,
+          new_train_iterator=train_batches,
           eval_batches=eval_batches_fn if c.eval_every else None,
           checkpointer=checkpointer,
           logger=make_logger,
@@ -323,15 +327,6 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
           f"{saved_loop['train_steps']}; the learning-rate schedule depends on it, so the steps after {step} "
           "follow another schedule than the first run's", file=sys.stderr, flush=True)
   return saved, dict(meta.get(checkpoints_lib.ASSETS, {}))
-
-
-def _has_split(provider: Any, split: str) -> bool:
-  """Whether a seqio task, or every task of a mixture, has `split`."""
-  tasks = getattr(provider, "tasks", None)
-  if tasks is not None and not hasattr(provider, "source"):  # A mixture.
-    return bool(tasks) and all(_has_split(task, split) for task in tasks)
-  splits = getattr(provider, "splits", None)
-  return splits is None or split in splits
 
 
 def _check_row_length(length: int, encoder: EncoderConfig) -> None:

@@ -43,6 +43,9 @@ ENTRY_POINTS = {
     "align_mlm_grid": "flax_xalign.cli.experiments.align_mlm_grid",
     "code_switch": "flax_xalign.cli.experiments.code_switch",
     "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
+    "cache": "flax_xalign.cache",
+    # `train` where TensorFlow, tensorflow_text and seqio cannot be imported (tests/training/no_tf_train.py).
+    "train_without_tf": "tests.training.no_tf_train",
 }
 
 # Marks of output a user must never see after a refused run (C1).

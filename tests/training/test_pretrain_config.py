@@ -21,7 +21,7 @@ from tests.testlib import tiny_encoder_gin
 # made with that version): every one must still be a field, and gin must bind it as `train.<name>`.
 OLD_KEYWORDS = (
     "asset_options", "assets_only", "axis_rules", "batch_size", "bitext_both_directions", "checkpoint",
-    "data_shards", "dictionary_rate", "encoder", "eval_batches", "eval_every", "eval_split",
+    "data", "data_shards", "dictionary_rate", "encoder", "eval_batches", "eval_every", "eval_split",
     "fresh_data_iterator", "fsdp", "init_from_checkpoint", "languages", "log_every", "loss_normalization",
     "masking", "mixture_or_task_name", "model_dir", "monitors", "num_partitions", "objective_options",
     "objectives", "optimizer", "pair_layout", "peak_flops_per_device", "replicate_limit_bytes", "seed",
@@ -45,6 +45,7 @@ def test_fields_are_the_old_keywords_with_their_defaults():
   assert defaults["eval_split"] == "validation" and defaults["pair_layout"] == "restart"
   assert defaults["loss_normalization"] == "per_term" and defaults["replicate_limit_bytes"] == 64 * 2**20
   assert defaults["checkpoint"] == CheckpointConfig() and defaults["optimizer"] == OptimizerConfig()
+  assert defaults["data"] == "seqio"  # Added with the packed cache; the old keywords keep their meaning.
 
 
 def test_config_is_frozen_and_refuses_unknown_settings(tiny_encoder):

@@ -1,0 +1,148 @@
+r"""Writes a task's rows once as a packed dataset (ArrayRecord shards + manifest) to train from without TensorFlow.
+
+  python -m flax_xalign.cache --task=bible_grc_en_mlm_tlm --split=train --output=cache/bible \
+      --length=512 [--examples=N | --epochs=E] [--seed=0] [--pair_layout=restart]
+  python -m flax_xalign.cache --task=bible_grc_en_mlm_tlm --split=validation --output=cache/bible --length=512
+  python -m flax_xalign.train ... --gin.train.data=\"cache:cache/bible\"
+  python -m flax_xalign.cache --gin_file=my_run.gin --output=cache/mine   # the run's own task and settings
+
+With gin flags (--gin_file, --gin.NAME=VALUE, --gin_search_paths) the run's
+settings fill in what is not given as a flag: the task (MIXTURE_OR_TASK_NAME,
+with the tasks its `train.user_tasks` define), the row length, languages, pair
+layout and seed, so the cache fits that run.
+
+The rows are the seqio pipeline's own (tokenised, feature-converted, packed),
+so seqio stays the one task registry; each split goes to OUTPUT/<split>/.
+Training reads OUTPUT/train (and OUTPUT/<eval_split> for evaluation during
+training, when built). `--examples N` writes the first N rows of the endless
+shuffled stream (a mixture keeps its sampling rates); `--epochs E` (default 1)
+writes E passes (a mixture is then read task by task, every row once per pass,
+rates aside). README "Packed datasets".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from flax_xalign.cli import common
+from flax_xalign.errors import ArgumentParser, UserError
+
+PAIR_LAYOUTS = ("restart", "continuous")  # flax_xalign.data.vocab.specials.PAIR_LAYOUTS, without importing it.
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  parser = ArgumentParser(prog="python -m flax_xalign.cache", description=__doc__.splitlines()[0])
+  parser.add_argument("--task", help="registered seqio task or mixture (default: the gin run's MIXTURE_OR_TASK_NAME)")
+  parser.add_argument("--split", default="train", help="the task's split to write (default train)")
+  parser.add_argument("--output", required=True, help="cache folder; the split goes to OUTPUT/<split>/")
+  parser.add_argument("--length", type=int, help="row length, TASK_FEATURE_LENGTHS['tokens'] (default: the gin "
+                      "run's, else 512)")
+  amount = parser.add_mutually_exclusive_group()
+  amount.add_argument("--examples", type=int, help="rows to write from the endless shuffled stream")
+  amount.add_argument("--epochs", type=int, help="passes over the split to write (default 1)")
+  parser.add_argument("--seed", type=int, help="seed of the written order (default: the gin run's, else 0)")
+  parser.add_argument("--languages", help="comma-separated language list (train.languages), default the task's")
+  parser.add_argument("--pair_layout", choices=PAIR_LAYOUTS, help="train.pair_layout (default restart)")
+  parser.add_argument("--both_directions", action="store_true", default=None, help="train.bitext_both_directions")
+  parser.add_argument("--no_pack", action="store_true", help="one example per row (padding) instead of packing")
+  parser.add_argument("--shard_mb", type=int, default=256, help="shard size in MiB (default 256)")
+  parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/<split>")
+  args, rest = parser.parse_known_args(argv)
+  args.gin = None
+  if rest:
+    from flax_xalign import gin_cli
+
+    args.gin = gin_cli.parse_args(rest, description=parser.description)  # Unknown flags end here.
+    if not args.gin.gin_file and not args.gin.gin_bindings:
+      parser.error(f"unrecognized arguments: {' '.join(rest)}")
+  elif args.task is None:
+    parser.error("--task is required (or --gin_file of a run that sets MIXTURE_OR_TASK_NAME)")
+  for name in ("length", "examples", "epochs", "shard_mb"):
+    value = getattr(args, name)
+    if value is not None and value < 1:
+      parser.error(f"--{name}={value} must be at least 1")
+  if args.seed is not None and args.seed < 0:
+    parser.error(f"--seed={args.seed} must be >= 0")
+  return args
+
+
+def _fill_from_gin(args: argparse.Namespace) -> None:
+  """Registers the gin run's user tasks and takes its settings for every flag left unset."""
+  import copy
+
+  import gin
+
+  from flax_xalign import configurables
+  from flax_xalign.cli import compile_check
+
+  configurables.register()
+  compile_check.parse_gin_without_training_macros(args.gin)
+  bound = gin.get_bindings("flax_xalign.train", resolve_references=False)
+
+  def setting(name, default=None):
+    try:
+      return copy.deepcopy(bound[name]) if name in bound else default  # Resolves macros and references.
+    except (ValueError, KeyError) as e:
+      raise UserError(f"gin configuration error: {str(e).strip().splitlines()[0]}") from None
+
+  for spec in setting("user_tasks", ()):
+    spec.register()
+  args.task = args.task or setting("mixture_or_task_name")
+  if not args.task:
+    raise UserError("the gin run sets no MIXTURE_OR_TASK_NAME; pass --task=NAME.")
+  args.length = args.length or int(dict(setting("task_feature_lengths", {})).get("tokens", 0)) or None
+  args.seed = setting("seed", 0) if args.seed is None else args.seed
+  args.pair_layout = args.pair_layout or setting("pair_layout")
+  if args.both_directions is None:
+    args.both_directions = setting("bitext_both_directions")
+  languages = setting("languages")
+  if args.languages is None and languages:
+    args.languages = ",".join(languages)
+
+
+def run(args: argparse.Namespace) -> None:
+  from flax_xalign.assets import vocabulary as vocabulary_asset
+  from flax_xalign.data import pipeline
+  from flax_xalign.data.packed import write
+  from flax_xalign.training.data import resolve_task
+
+  write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
+  if args.gin is not None:
+    _fill_from_gin(args)
+  args.length, args.seed = args.length or 512, args.seed or 0
+  args.pair_layout, args.both_directions = args.pair_layout or "restart", bool(args.both_directions)
+  languages = [l for l in args.languages.split(",") if l] if args.languages else None
+  data = resolve_task(args.task, languages=languages)
+  if not data.has_split(args.split):
+    raise UserError(f"task {args.task!r} has no {args.split!r} split (or a task of the mixture lacks it); "
+                    "name one it has with --split.")
+  mixture = hasattr(data.provider, "tasks") and not hasattr(data.provider, "source")
+  train = args.split == "train"
+  epochs = None if args.examples else (args.epochs or 1)
+  if mixture and epochs is not None and train:
+    print(f"note: --epochs reads each task of mixture {args.task} once per pass (its sampling rates apply only to "
+          "the endless stream); --examples=N writes N rows sampled at the mixture's rates", flush=True)
+  rows = pipeline.converted_rows(
+      data.provider, languages=data.languages, split=args.split, feature_lengths={"tokens": args.length},
+      seed=args.seed, shuffle=train, pack=not args.no_pack, num_epochs=epochs,
+      specials=data.vocabulary_spec.specials, pair_layout=args.pair_layout, both_directions=args.both_directions)
+  order = ({"shuffled": train, "examples": args.examples} if args.examples else
+           {"shuffled": train, "epochs": epochs})
+  info = write.SplitInfo(
+      task=args.task, split=args.split, length=args.length, pack=not args.no_pack, pair_layout=args.pair_layout,
+      both_directions=args.both_directions, languages=data.languages, language_pairs=data.language_pairs,
+      vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=args.seed, order=order)
+  print(f"caching {args.task}/{args.split}: rows of {args.length} tokens, languages {list(data.languages)}, "
+        + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)"), flush=True)
+  write.write_split(rows, info, output=args.output, vocabulary_bytes=vocabulary_asset.model_bytes(data.vocabulary),
+                    max_rows=args.examples, shard_bytes=args.shard_mb << 20, overwrite=args.overwrite)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  return common.main_of(parse_args, run, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,323 @@
+"""The packed cache on disk: a manifest, ArrayRecord shards and the vocabulary, checked before use.
+
+    CACHE/                       one folder per split (`python -m flax_xalign.cache`)
+      train/
+        manifest.json            what the rows are and how they were made (`Manifest`)
+        vocabulary.model         the tokenizer the rows were made with (or vocabulary.txt)
+        shard-00000.array_record one record per row, `group_size:1` (random access)
+        ...
+      validation/ ...
+
+A record is one model row: the converter's features (`tokens, lang_ids,
+segment_ids, positions, pair_side`), each `[length]`, in `Manifest.features`
+order and each in the narrowest unsigned dtype its values fit (tokens of a
+32k vocabulary: uint16), concatenated. `record_dtype` turns a list of
+records into a structured NumPy array in one `frombuffer`; `decode` widens
+it to the int32 arrays the loop takes.
+
+`open_split` refuses anything that does not read back as written, before a
+run touches its MODEL_DIR: a missing manifest or shard, a shard whose size or
+sha256 differs from the manifest (truncated, partial, edited), a manifest of
+another format version. Nothing here imports TensorFlow or seqio: a process
+that trains from a cache needs neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from flax_xalign.data.vocab.specials import SpecialTokens
+from flax_xalign.errors import UserError
+from flax_xalign.run_spec import VocabularySpec
+
+FORMAT = "flax_xalign.packed"
+VERSION = 1
+MANIFEST = "manifest.json"
+FEATURES = ("tokens", "lang_ids", "segment_ids", "positions", "pair_side")
+SCHEME = "cache:"
+
+
+def shard_name(index: int) -> str:
+  return f"shard-{index:05d}.array_record"
+
+
+def dtype_for(bound: int) -> str:
+  """The narrowest unsigned dtype holding 0 .. bound - 1."""
+  for name in ("uint8", "uint16", "uint32"):
+    if bound <= np.iinfo(name).max + 1:
+      return name
+  raise ValueError(f"no unsigned dtype holds values below {bound}")
+
+
+def feature_bounds(*, vocab_size: int, num_languages: int, length: int) -> dict[str, int]:
+  """An exclusive upper bound of each feature's values (what picks its dtype).
+
+  Positions and segment ids never exceed the row length; pair_side is 0, 1 or 2.
+  """
+  return {"tokens": vocab_size, "lang_ids": num_languages + 1, "segment_ids": length + 1,
+          "positions": length + 1, "pair_side": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+  file: str
+  examples: int
+  bytes: int
+  sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+  """What a cached split holds and how it was made.
+
+  Attributes:
+    task: the seqio task or mixture the rows came from.
+    split: its split.
+    length: the row length (TASK_FEATURE_LENGTHS['tokens']).
+    pack: several examples per row (segment ids 1..k) or one.
+    pair_layout, both_directions: how translation pairs fill a row.
+    languages, language_pairs: the task's languages (id = index + 1) and bitext pairs.
+    vocabulary: the vocabulary's manifest record (file, sha256, size, specials).
+    task_definitions: how to re-register a user-defined task (None: registered by name).
+    features: (name, dtype) of each feature, in record order.
+    examples: rows in all shards.
+    shards: each shard's file, rows, size and sha256.
+    seed: the seed the rows were drawn with.
+    order: how they were drawn ("shuffled" or "in order") and how many
+      (`epochs` passes, or the first `examples` rows of the endless stream).
+    writer: the flax_xalign version that wrote it.
+  """
+
+  task: str
+  split: str
+  length: int
+  pack: bool
+  pair_layout: str
+  both_directions: bool
+  languages: tuple[str, ...]
+  language_pairs: tuple[tuple[str, str], ...]
+  vocabulary: VocabularySpec
+  task_definitions: tuple[dict[str, Any], ...] | None
+  features: tuple[tuple[str, str], ...]
+  examples: int
+  shards: tuple[Shard, ...]
+  seed: int | None
+  order: Mapping[str, Any]
+  writer: str = ""
+
+  @property
+  def record_bytes(self) -> int:
+    return sum(np.dtype(dtype).itemsize for _, dtype in self.features) * self.length
+
+  def to_json(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["vocabulary"]["specials"] = self.vocabulary.specials.as_dict()
+    return {"format": FORMAT, "version": VERSION, **json.loads(json.dumps(out))}
+
+  @classmethod
+  def from_json(cls, data: Mapping[str, Any], *, where: str) -> "Manifest":
+    if data.get("format") != FORMAT:
+      raise UserError(f"{where} is not a flax_xalign packed-cache manifest (format {data.get('format')!r}); "
+                      "build the cache with `python -m flax_xalign.cache`.")
+    if data.get("version") != VERSION:
+      raise UserError(f"{where} is a packed cache of format version {data.get('version')!r}; this flax_xalign "
+                      f"reads version {VERSION}: rebuild it with `python -m flax_xalign.cache`.")
+    try:
+      fields = {k: v for k, v in data.items() if k not in ("format", "version")}
+      vocabulary = dict(fields.pop("vocabulary"))
+      vocabulary["specials"] = SpecialTokens.from_dict(vocabulary["specials"])
+      definitions = fields.pop("task_definitions")
+      return cls(**{**fields, "languages": tuple(fields["languages"]),
+                    "language_pairs": tuple(tuple(p) for p in fields["language_pairs"]),
+                    "features": tuple((str(n), str(d)) for n, d in fields["features"]),
+                    "shards": tuple(Shard(**s) for s in fields["shards"]),
+                    "vocabulary": VocabularySpec(**vocabulary),
+                    "task_definitions": None if definitions is None else tuple(definitions)})
+    except (KeyError, TypeError, ValueError) as e:
+      raise UserError(f"{where} is not a readable packed-cache manifest ({type(e).__name__}: {e}); rebuild the "
+                      "cache with `python -m flax_xalign.cache`.") from None
+
+
+def record_dtype(features: Sequence[tuple[str, str]], length: int) -> np.dtype:
+  """The structured dtype of one record: each feature a `[length]` field."""
+  return np.dtype([(name, np.dtype(dtype).newbyteorder("<"), (length,)) for name, dtype in features])
+
+
+def encode(row: Mapping[str, np.ndarray], dtype: np.dtype, bounds: Mapping[str, int]) -> bytes:
+  """One row's record; ValueError when a value does not fit its feature's bound."""
+  record = np.zeros((), dtype)
+  for name in dtype.names:
+    values = np.asarray(row[name])
+    if values.size and (values.min() < 0 or values.max() >= bounds[name]):
+      raise ValueError(f"feature {name!r} holds {int(values.min())}..{int(values.max())}, outside "
+                       f"[0, {bounds[name]})")
+    record[name] = values
+  return record.tobytes()
+
+
+def decode(records: Sequence[bytes], dtype: np.dtype) -> dict[str, np.ndarray]:
+  """Records -> {feature: int32 [len(records), length]}."""
+  rows = np.frombuffer(b"".join(records), dtype=dtype)
+  return {name: rows[name].astype(np.int32) for name in dtype.names}
+
+
+def parse_source(value: str) -> str | None:
+  """The cache folder of `train.data="cache:DIR"`; None for "seqio" (the default)."""
+  if value in ("seqio", "", None):
+    return None
+  if not isinstance(value, str) or not value.startswith(SCHEME) or not value[len(SCHEME):]:
+    raise UserError(f"train.data={value!r} is not a data source; use \"seqio\" (the task registry, the default) "
+                    f"or \"cache:DIR\" (a folder written by `python -m flax_xalign.cache --output=DIR`).")
+  return os.path.expanduser(value[len(SCHEME):])
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedSplit:
+  """A verified split of a cache: its folder, manifest and shard paths."""
+
+  directory: str
+  manifest: Manifest
+
+  @property
+  def paths(self) -> list[str]:
+    return [os.path.join(self.directory, shard.file) for shard in self.manifest.shards]
+
+  @property
+  def vocabulary_path(self) -> str:
+    return os.path.join(self.directory, self.manifest.vocabulary.file)
+
+  def check_run(self, *, task: str, length: int, pair_layout: str, both_directions: bool,
+                pack: bool = True, languages: Sequence[str] | None = None) -> None:
+    """Refuses, in one line, a cache made for another task, row length, pair layout or language set."""
+    m = self.manifest
+    wanted = [("task", m.task, task, "MIXTURE_OR_TASK_NAME"),
+              ("row length", m.length, int(length), "TASK_FEATURE_LENGTHS"),
+              ("pair layout", m.pair_layout, pair_layout, "train.pair_layout"),
+              ("both directions", m.both_directions, bool(both_directions), "train.bitext_both_directions"),
+              ("packing", m.pack, bool(pack), "pack")]
+    if languages is not None:
+      wanted.append(("languages", list(m.languages), sorted(set(languages)), "train.languages"))
+    for what, cached, run, setting in wanted:
+      if cached != run:
+        raise UserError(f"the packed cache {self.directory} was built with {what} {cached!r}, this run uses "
+                        f"{run!r} ({setting}); rebuild it with `python -m flax_xalign.cache` for this run's "
+                        "settings, or set them to the cache's.")
+
+  def check_vocabulary(self, fingerprint: Mapping[str, Any], *, where: str) -> None:
+    if dict(self.manifest.vocabulary.fingerprint()) != dict(fingerprint):
+      raise UserError(f"the packed cache {self.directory} was tokenised with another vocabulary (sha256 "
+                      f"{self.manifest.vocabulary.sha256[:12]}...) than {where}; rebuild the cache with the "
+                      "run's vocabulary.")
+
+  def check_batch(self, batch_size: int) -> None:
+    if self.manifest.examples < batch_size:
+      raise UserError(f"the packed cache {self.directory} holds {self.manifest.examples} rows, fewer than one "
+                      f"global batch (BATCH_SIZE={batch_size}); rebuild it with more rows (--examples or "
+                      "--epochs) or lower BATCH_SIZE.")
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 22), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def split_dir(root: str, split: str) -> str:
+  return os.path.join(root, split)
+
+
+def has_split(root: str, split: str) -> bool:
+  return os.path.isfile(os.path.join(split_dir(root, split), MANIFEST))
+
+
+def open_split(root: str, split: str, *, verify: bool = True, log: Any = None) -> PackedSplit:
+  """The verified split `split` of the cache at `root` (UserError naming what is wrong and the fix).
+
+  `verify` checks every shard's size and sha256 against the manifest (a
+  progress line per GiB on `log`, default stderr, for large caches).
+  """
+  directory = split_dir(root, split)
+  path = os.path.join(directory, MANIFEST)
+  if not os.path.isfile(path):
+    present = sorted(s for s in os.listdir(root) if has_split(root, s)) if os.path.isdir(root) else []
+    where = (f"it holds the split(s) {', '.join(present)}" if present else
+             "no packed cache is there" if os.path.isdir(root) else "the folder does not exist")
+    raise UserError(f"{path} is missing: {where}; build it with `python -m flax_xalign.cache "
+                    f"--task=NAME --split={split} --output={root}`.")
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UserError(f"cannot read the packed-cache manifest {path} ({e}); rebuild the cache.") from None
+  if not isinstance(data, dict):
+    raise UserError(f"{path} holds a {type(data).__name__}, not a packed-cache manifest; rebuild the cache.")
+  manifest = Manifest.from_json(data, where=path)
+  if manifest.split != split:
+    raise UserError(f"{path} describes split {manifest.split!r}, not {split!r}; the folder was moved or "
+                    "renamed: rebuild the cache.")
+  packed = PackedSplit(directory, manifest)
+  if not os.path.isfile(packed.vocabulary_path):
+    raise UserError(f"the packed cache's vocabulary {packed.vocabulary_path} is missing; rebuild the cache.")
+  if sum(s.examples for s in manifest.shards) != manifest.examples:
+    raise UserError(f"{path} lists shards of {sum(s.examples for s in manifest.shards)} rows but "
+                    f"{manifest.examples} rows in all; the manifest was edited: rebuild the cache.")
+  _check_shards(packed, verify=verify, log=log or sys.stderr)
+  return packed
+
+
+def _check_shards(packed: PackedSplit, *, verify: bool, log: Any) -> None:
+  start, done, reported = time.monotonic(), 0, 0
+  total = sum(s.bytes for s in packed.manifest.shards)
+  for shard, path in zip(packed.manifest.shards, packed.paths):
+    if not os.path.isfile(path):
+      raise UserError(f"shard {path} of the packed cache is missing; rebuild the cache (or restore the file).")
+    size = os.path.getsize(path)
+    if size != shard.bytes:
+      raise UserError(f"shard {path} has {size} bytes, the manifest says {shard.bytes} (a partial or damaged "
+                      "copy); rebuild the cache (or restore the file).")
+    if verify:
+      if _sha256(path) != shard.sha256:
+        raise UserError(f"shard {path} does not match its sha256 in the manifest (damaged or edited); rebuild "
+                        "the cache (or restore the file).")
+      done += size
+      if done - reported >= 1 << 30:
+        reported = done
+        print(f"verifying {packed.directory}: {done / 2**30:.1f}/{total / 2**30:.1f} GiB "
+              f"({time.monotonic() - start:.0f} s)", file=log, flush=True)
+
+
+class FileVocabulary:
+  """The cached vocabulary file, shaped as the vocabulary asset reads a seqio vocabulary.
+
+  A run from a cache writes this file into MODEL_DIR as its vocabulary, so
+  evaluation and export read the exact tokenizer the rows were made with,
+  without importing seqio.
+  """
+
+  def __init__(self, spec: VocabularySpec, data: bytes):
+    self.kind, self.lower_case = spec.kind, spec.lower_case
+    self.sp_model = self.model_bytes = data
+    self.vocab_size = spec.size
+
+  def __repr__(self) -> str:
+    return f"FileVocabulary({self.kind}, {self.vocab_size} ids)"
+
+
+def file_vocabulary(packed: PackedSplit) -> FileVocabulary:
+  with open(packed.vocabulary_path, "rb") as f:
+    data = f.read()
+  if hashlib.sha256(data).hexdigest() != packed.manifest.vocabulary.sha256:
+    raise UserError(f"{packed.vocabulary_path} does not match the vocabulary sha256 in the cache's manifest; "
+                    "rebuild the cache.")
+  return FileVocabulary(packed.manifest.vocabulary, data)

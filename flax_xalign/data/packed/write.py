@@ -1,0 +1,168 @@
+"""Writing a packed cache split: rows -> ArrayRecord shards + vocabulary + manifest, all or nothing.
+
+The rows come from the seqio pipeline (`flax_xalign.data.pipeline.converted_examples`,
+called by `python -m flax_xalign.cache`), so the cache holds exactly what the
+trainer would have been fed; seqio stays the one registry. The split is
+written into a temporary folder next to its target and renamed into place
+once every shard is closed and hashed: an interrupted write leaves no
+half-cache that could be trained on (only a `.<split>.tmp-*` folder, removed
+on the next write).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
+
+from array_record.python import array_record_module
+
+import flax_xalign
+from flax_xalign.data.packed import format as format_lib
+from flax_xalign.errors import UserError
+from flax_xalign.fileio import no_space_error, write_atomically
+
+SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per process on large caches.
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+  """What the rows are; becomes the manifest (with shards, count and features filled in)."""
+
+  task: str
+  split: str
+  length: int
+  pack: bool
+  pair_layout: str
+  both_directions: bool
+  languages: tuple[str, ...]
+  language_pairs: tuple[tuple[str, str], ...]
+  vocabulary: Any  # VocabularySpec
+  task_definitions: tuple[dict[str, Any], ...] | None
+  seed: int | None
+  order: Mapping[str, Any]
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 22), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def check_output(root: str, split: str, *, overwrite: bool) -> str:
+  """The split's folder; refuses an existing one unless `overwrite` (nothing written yet)."""
+  target = format_lib.split_dir(root, split)
+  if os.path.exists(target) and not overwrite:
+    raise UserError(f"{target} already exists; choose another --output, remove it, or add --overwrite to "
+                    "replace it.")
+  if os.path.exists(root) and not os.path.isdir(root):
+    raise UserError(f"--output={root} is a file, not a folder; name a folder for the cache.")
+  return target
+
+
+def write_split(rows: Iterable[Mapping[str, Any]], info: SplitInfo, *, output: str, vocabulary_bytes: bytes,
+                max_rows: int | None = None, shard_bytes: int = SHARD_BYTES, overwrite: bool = False,
+                log: TextIO | None = None, report_every_s: float = 10.0) -> format_lib.Manifest:
+  """Writes `rows` (dicts of int arrays `[length]`) as the split `info.split` of the cache at `output`.
+
+  Stops after `max_rows` rows (None: when `rows` ends). Prints a progress line
+  every `report_every_s` seconds. Returns the manifest written.
+  """
+  log = log or sys.stdout
+  target = check_output(output, info.split, overwrite=overwrite)
+  spec = info.vocabulary
+  bounds = format_lib.feature_bounds(vocab_size=spec.size, num_languages=len(info.languages), length=info.length)
+  features = tuple((name, format_lib.dtype_for(bounds[name])) for name in format_lib.FEATURES)
+  dtype = format_lib.record_dtype(features, info.length)
+  per_shard = max(1, shard_bytes // dtype.itemsize)
+  os.makedirs(output, exist_ok=True)
+  for stale in os.listdir(output):
+    if stale.startswith(f".{info.split}.tmp-"):
+      shutil.rmtree(os.path.join(output, stale), ignore_errors=True)
+  tmp = os.path.join(output, f".{info.split}.tmp-{os.getpid()}")
+  os.makedirs(tmp)
+  shards, writer, in_shard, count = [], None, 0, 0
+  start = last_report = time.monotonic()
+  try:
+    for row in rows:
+      if max_rows is not None and count >= max_rows:
+        break
+      if writer is None:
+        writer = array_record_module.ArrayRecordWriter(os.path.join(tmp, format_lib.shard_name(len(shards))),
+                                                       "group_size:1")
+      try:
+        writer.write(format_lib.encode(row, dtype, bounds))
+      except ValueError as e:
+        raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
+                        "task's vocabulary or languages disagree with its rows.") from None
+      count, in_shard = count + 1, in_shard + 1
+      if in_shard == per_shard:
+        writer.close()
+        shards.append(in_shard)
+        writer, in_shard = None, 0
+      now = time.monotonic()
+      if now - last_report >= report_every_s:
+        last_report = now
+        print(f"  {count:,} rows ({count * info.length / 1e6:.1f}M tokens) in {now - start:.0f} s, "
+              f"{count / (now - start):,.0f} rows/s", file=log, flush=True)
+    if writer is not None:
+      writer.close()
+      shards.append(in_shard)
+    if count == 0:
+      raise UserError(f"{info.task} gave no {info.split!r} rows of length {info.length}; check the task's files "
+                      "for that split.")
+    manifest = _finish(tmp, info, features, shards, count, vocabulary_bytes)
+    _move_into_place(tmp, target)
+  except OSError as e:
+    shutil.rmtree(tmp, ignore_errors=True)
+    error = no_space_error(e, tmp)
+    if error is None:
+      raise
+    raise error from e
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  took = time.monotonic() - start
+  print(f"wrote {count:,} rows of {info.length} tokens ({len(shards)} shard(s), "
+        f"{sum(s.bytes for s in manifest.shards) / 2**20:.1f} MiB) to {target} in {took:.0f} s", file=log,
+        flush=True)
+  return manifest
+
+
+def _finish(tmp: str, info: SplitInfo, features, shard_rows: list[int], count: int,
+            vocabulary_bytes: bytes) -> format_lib.Manifest:
+  shards = []
+  for index, rows in enumerate(shard_rows):
+    path = os.path.join(tmp, format_lib.shard_name(index))
+    shards.append(format_lib.Shard(file=format_lib.shard_name(index), examples=rows, bytes=os.path.getsize(path),
+                                   sha256=_sha256(path)))
+  if hashlib.sha256(vocabulary_bytes).hexdigest() != info.vocabulary.sha256:
+    raise ValueError("the vocabulary bytes do not match the vocabulary record's sha256")
+  write_atomically(os.path.join(tmp, info.vocabulary.file), vocabulary_bytes)
+  manifest = format_lib.Manifest(
+      task=info.task, split=info.split, length=info.length, pack=info.pack, pair_layout=info.pair_layout,
+      both_directions=info.both_directions, languages=tuple(info.languages),
+      language_pairs=tuple(tuple(p) for p in info.language_pairs), vocabulary=info.vocabulary,
+      task_definitions=info.task_definitions, features=features, examples=count, shards=tuple(shards),
+      seed=info.seed, order=dict(info.order), writer=flax_xalign.__version__)
+  write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
+  return manifest
+
+
+def _move_into_place(tmp: str, target: str) -> None:
+  """Renames the finished split into place; an old one (--overwrite) is moved aside first, then removed."""
+  old = None
+  if os.path.exists(target):
+    old = f"{target}.old-{os.getpid()}"
+    os.rename(target, old)
+  os.rename(tmp, target)
+  if old:
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,150 @@
+"""The data position in a checkpoint: one Orbax item per data backend (`TaskData.batches`).
+
+  data_iterator/        seqio: each process's tf.data iterator, a tf.train.Checkpoint
+                        (process_<i>/iterator.*), as every run before the packed cache
+  data_iterator_cache/  packed cache: each process's Grain position, JSON (process_<i>.json),
+                        with what it belongs to (the shards' hashes, seed, batch, rows)
+
+An iterator's `backend` attribute picks its item (`iterator_item`); a bare
+tf.data iterator is seqio's. TensorFlow is imported by the seqio item only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from etils import epath
+
+from flax_xalign.errors import UserError
+
+DATA_ITERATOR, DATA_ITERATOR_CACHE = "data_iterator", "data_iterator_cache"
+
+
+def _damaged():
+  from flax_xalign.training.checkpoints import DamagedCheckpointError  # The module that imports this one.
+
+  return DamagedCheckpointError
+
+
+def _first_line(error: BaseException) -> str:
+  from flax_xalign.training.checkpoints import _first_line as first_line  # pylint: disable=protected-access
+
+  return first_line(error)
+
+
+def _tf_iterator(iterator: Any) -> Any:
+  """The tf.data iterator of the seqio backend (`SeqioBatches.tf_iterator`), or `iterator` itself."""
+  return getattr(iterator, "tf_iterator", iterator)
+
+
+def iterator_item(iterator: Any) -> str:
+  """The checkpoint item that holds the position of `iterator` (by its backend; tf.data: `data_iterator`)."""
+  return DATA_ITERATOR_CACHE if getattr(iterator, "backend", "seqio") == "cache" else DATA_ITERATOR
+
+
+class DataIteratorHandler(ocp.CheckpointHandler):
+  """Saves each process's tf.data iterator (the seqio backend) with tf.train.Checkpoint."""
+
+  def _prefix(self, directory: epath.Path) -> epath.Path:
+    return directory / f"process_{jax.process_index()}" / "iterator"
+
+  def save(self, directory: epath.Path, args: "DataIteratorSave") -> None:
+    import tensorflow as tf  # Only the data pipeline needs TF.
+
+    prefix = self._prefix(directory)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).write(str(prefix))
+
+  def restore(self, directory: epath.Path, args: "DataIteratorRestore") -> Any:
+    import tensorflow as tf
+
+    prefix = self._prefix(directory)
+    if not prefix.parent.exists():
+      error = _other_process_count(directory) if directory.exists() else None
+      if error is not None:
+        raise error
+      raise _damaged()(directory.parent, f"{DATA_ITERATOR}/{prefix.parent.name} is missing")
+    tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).read(str(prefix)).assert_consumed()
+    return args.iterator
+
+
+def _other_process_count(directory: epath.Path) -> UserError | None:
+  written = sorted(p.name for p in directory.iterdir() if p.name.startswith("process_")) \
+      if directory.exists() else []
+  if written and len(written) != jax.process_count():
+    return UserError(
+        f"{directory} holds the data-iterator state of {len(written)} process(es), this run has "
+        f"{jax.process_count()}; resume with the number of processes that wrote the checkpoint, or "
+        "add --gin.train.fresh_data_iterator=True to resume the model with a new data iterator.")
+  return None
+
+
+class CacheIteratorHandler(ocp.CheckpointHandler):
+  """Saves each process's packed-cache position (`PackedBatches.get_state()`, JSON) as process_<i>.json."""
+
+  def _path(self, directory: epath.Path) -> epath.Path:
+    return directory / f"process_{jax.process_index()}.json"
+
+  def save(self, directory: epath.Path, args: "CacheIteratorSave") -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    self._path(directory).write_text(json.dumps(args.iterator.get_state(), sort_keys=True))
+
+  def restore(self, directory: epath.Path, args: "CacheIteratorRestore") -> Any:
+    path = self._path(directory)
+    if not path.exists():
+      error = _other_process_count(directory) if directory.exists() else None
+      if error is not None:
+        raise error
+      raise _damaged()(directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is missing")
+    try:
+      state = json.loads(path.read_text())
+      if not isinstance(state, dict) or "position" not in state:
+        raise ValueError("not a saved data position")
+    except ValueError as e:
+      raise _damaged()(directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is unreadable: "
+                                   f"{_first_line(e)}") from None
+    args.iterator.set_state(state)
+    return args.iterator
+
+
+@ocp.args.register_with_handler(CacheIteratorHandler, for_save=True)
+@dataclasses.dataclass
+class CacheIteratorSave(ocp.args.CheckpointArgs):
+  iterator: Any
+
+
+@ocp.args.register_with_handler(CacheIteratorHandler, for_restore=True)
+@dataclasses.dataclass
+class CacheIteratorRestore(ocp.args.CheckpointArgs):
+  iterator: Any
+
+
+@ocp.args.register_with_handler(DataIteratorHandler, for_save=True)
+@dataclasses.dataclass
+class DataIteratorSave(ocp.args.CheckpointArgs):
+  iterator: Any
+
+
+@ocp.args.register_with_handler(DataIteratorHandler, for_restore=True)
+@dataclasses.dataclass
+class DataIteratorRestore(ocp.args.CheckpointArgs):
+  iterator: Any
+
+
+def iterator_files_problem(prefix: epath.Path) -> str | None:
+  """What is wrong with a tf.train.Checkpoint's files, or None when every tensor reads back (CRC-checked)."""
+  import tensorflow as tf
+
+  try:
+    reader = tf.train.load_checkpoint(os.fspath(prefix))
+    dtypes = reader.get_variable_to_dtype_map()
+    tf.raw_ops.RestoreV2(prefix=os.fspath(prefix), tensor_names=list(dtypes), shape_and_slices=[""] * len(dtypes),
+                         dtypes=list(dtypes.values()))
+  except Exception as e:  # pylint: disable=broad-except  (any failure to read back is damage)
+    return f"{DATA_ITERATOR}/ is unreadable: {_first_line(e)}"
+  return None

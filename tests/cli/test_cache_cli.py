@@ -1,0 +1,125 @@
+"""`python -m flax_xalign.cache` in-process (the contract tier): a split written, and one `error:` line for bad
+input, from the command and from `train` pointed at a cache that does not fit the run (MODEL_DIR untouched).
+The format and reader are tested in tests/data/test_packed.py; training from a cache without TensorFlow and
+its exact resume in tests/training/test_train_from_cache.py."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from flax_xalign.data.packed import format as format_lib
+from tests import testlib
+from tests.hardening import harness
+
+pytestmark = pytest.mark.contract
+
+
+@pytest.fixture(scope="module")
+def cache(tiny_corpus, tmp_path_factory):
+  root = tmp_path_factory.mktemp("cache_cli") / "cache"
+  from flax_xalign.cli import cache as cache_cli
+
+  assert cache_cli.main(["--task=tiny_mix", f"--output={root}", "--length=19", "--examples=24"]) == 0
+  return root
+
+
+def test_writes_a_split_with_its_manifest_and_vocabulary(cache, tiny_corpus, tmp_path, capfd):
+  outcome = harness.run_main(capfd, "cache", ["--task=tiny_de_en", "--split=validation", f"--output={tmp_path}",
+                                              "--length=23", "--epochs=2"])
+  assert outcome.code == 0, outcome.err[-2000:]
+  assert "wrote" in outcome.out and "rows of 23 tokens" in outcome.out
+  packed = format_lib.open_split(str(tmp_path), "validation")
+  assert packed.manifest.order == {"shuffled": False, "epochs": 2} and packed.manifest.language_pairs == (("de", "en"),)
+  with open(tiny_corpus["vocab"], "rb") as f:
+    assert open(packed.vocabulary_path, "rb").read() == f.read()
+  assert sorted(os.listdir(tmp_path)) == ["validation"]  # No temporary folder left behind.
+
+
+def test_a_gin_run_names_the_task_its_definitions_and_the_row_length(tiny_corpus, tmp_path, capfd):
+  gin_file = harness.write_run_gin(tmp_path / "run.gin", tiny_corpus, tag="cc")
+  outcome = harness.run_main(capfd, "cache", [f"--gin_file={gin_file}", f"--output={tmp_path / 'c'}",
+                                              "--examples=12"])
+  assert outcome.code == 0, outcome.err[-2000:]
+  manifest = format_lib.open_split(str(tmp_path / "c"), "train").manifest
+  assert manifest.task == "cc_mix" and manifest.length == 19 and manifest.examples == 12
+  assert [d["args"]["name"] for d in manifest.task_definitions] == ["cc_en", "cc_de_en", "cc_mix"]
+
+
+def test_an_existing_split_is_kept_unless_overwrite(cache, capfd):
+  before = harness.tree_digest(cache)
+  outcome = harness.run_main(capfd, "cache", ["--task=tiny_mix", f"--output={cache}", "--length=19",
+                                              "--examples=24"])
+  harness.assert_user_error(outcome, "already exists", "--overwrite")
+  assert harness.tree_digest(cache) == before
+
+
+@pytest.mark.parametrize("flags, keywords", [
+    (["--task=no_such_task"], ("no_such_task",)),
+    (["--task=tiny_mix", "--examples=3", "--epochs=2"], ("--epochs", "--examples")),
+    (["--task=tiny_mix", "--length=0"], ("--length=0",)),
+    (["--task=tiny_mix", "--split=test"], ("no 'test' split", "--split")),
+    (["--output={file}", "--task=tiny_mix"], ("is a file",)),
+    ([], ("--task",)),
+    (["--task=tiny_mix", "--bogus=1"], ("--bogus",)),
+], ids=["unknown_task", "examples_and_epochs", "zero_length", "missing_split", "output_is_a_file", "no_task",
+        "unknown_flag"])
+def test_refuses_bad_input(flags, keywords, tiny_corpus, tmp_path, capfd):
+  (tmp_path / "file").write_text("x")
+  argv = [f.format(file=tmp_path / "file") for f in flags]
+  if not any(f.startswith("--output") for f in argv):
+    argv.append(f"--output={tmp_path / 'out'}")
+  outcome = harness.run_main(capfd, "cache", argv)
+  harness.assert_user_error(outcome, *keywords)
+  assert not (tmp_path / "out").exists()
+
+
+# --- train from a cache that does not fit: refused before MODEL_DIR is touched --------------------------
+
+
+def _train_gin(tmp_path, cache, extra=""):
+  path = tmp_path / "run.gin"
+  path.write_text(f"include 'runs/pretrain.gin'\n{testlib.tiny_encoder_gin()}\nMIXTURE_OR_TASK_NAME = 'tiny_mix'\n"
+                  f"TASK_FEATURE_LENGTHS = {{'tokens': 19}}\nBATCH_SIZE = 6\nTRAIN_STEPS = 2\nEVAL_EVERY = 0\n"
+                  f"train.data = 'cache:{cache}'\n{extra}\n")
+  return str(path)
+
+
+def _damage_shard(root):
+  path = os.path.join(root, "train", format_lib.shard_name(0))
+  with open(path, "r+b") as f:
+    f.seek(50)
+    byte = f.read(1)
+    f.seek(50)
+    f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _other_vocabulary(root):
+  path = os.path.join(root, "train", format_lib.MANIFEST)
+  manifest = json.load(open(path))
+  manifest["vocabulary"]["sha256"] = "0" * 64
+  json.dump(manifest, open(path, "w"))
+
+
+@pytest.mark.parametrize("bindings, damage, keywords", [
+    (["--gin.MIXTURE_OR_TASK_NAME='tiny_en'"], None, ("tiny_mix", "MIXTURE_OR_TASK_NAME")),
+    (["--gin.TASK_FEATURE_LENGTHS={'tokens': 17}"], None, ("row length 19", "TASK_FEATURE_LENGTHS")),
+    (["--gin.BATCH_SIZE=30"], None, ("fewer than one global batch", "BATCH_SIZE")),
+    (["--gin.train.pair_layout='continuous'"], None, ("pair layout", "train.pair_layout")),
+    ([], _damage_shard, ("sha256", "rebuild")),
+    ([], _other_vocabulary, ("vocabulary", "sha256")),
+    (["--gin.train.data='cache:{cache}-nowhere'"], None, ("does not exist", "python -m flax_xalign.cache")),
+    (["--gin.train.data='grain:{cache}'"], None, ("not a data source", "cache:DIR")),
+], ids=["other_task", "other_length", "batch_larger_than_cache", "other_pair_layout", "damaged_shard",
+        "vocabulary_file_not_the_manifests", "no_cache", "bad_scheme"])
+def test_train_refuses_a_cache_that_does_not_fit(bindings, damage, keywords, cache, tmp_path, capfd):
+  copy = tmp_path / "cache"
+  shutil.copytree(cache, copy)
+  if damage:
+    damage(str(copy))
+  model_dir = tmp_path / "model"
+  argv = harness.train_argv(_train_gin(tmp_path, copy), model_dir, *[b.replace("{cache}", str(copy)) for b in bindings])
+  outcome = harness.run_main(capfd, "train", argv)
+  harness.assert_user_error(outcome, *keywords)
+  assert not model_dir.exists()
