@@ -53,52 +53,12 @@ OPTIONS = ("languages", "min_count", "split")
 COLUMNS = ("lang", "id", "piece", "count")
 _INT32_MAX = np.iinfo(np.int32).max
 _PROGRESS_SECONDS = 5.0
-_BATCH = 1024  # Examples per host transfer of the counting pass.
 
 # (task, split, languages, vocab_size, max_examples) -> counts; see `cached_counts`.
 _COUNTS: dict[tuple[Any, ...], np.ndarray] = {}
 
 
 # ---------------------------------------------------------------- counting
-
-
-def _member_sides(task: Any, languages: Sequence[str], vocab_size: int, split: str, max_examples: int | None):
-  """One task's split as batches of flat keys `language index * vocab_size + id` (-1: not counted)."""
-  import tensorflow as tf
-
-  ds = task.get_dataset(None, split=split, shuffle=False, num_epochs=1, trim_output_features=False)
-  spec = ds.element_spec
-  if "tokens" not in spec:
-    raise UserError(f"task {task.name!r} has no 'tokens' feature (it has {sorted(spec)}); the language-specific "
-                    "vocabulary counts the token ids of 'tokens' (and 'tokens_b').")
-  if "lang" not in spec:
-    raise UserError(f"task {task.name!r} has no 'lang' feature, so its tokens cannot be counted for a language; "
-                    "with two languages every example needs 'lang' (a tf.string scalar), see docs/INTERFACES.md.")
-  if max_examples is not None:
-    ds = ds.take(int(max_examples))
-  known = tf.constant(list(languages))
-  index_of = tf.range(len(languages), dtype=tf.int64)
-
-  def side_keys(ids, lang):
-    ids = tf.cast(tf.reshape(ids, [-1]), tf.int64)
-    index = tf.reduce_sum(tf.where(tf.equal(known, lang), index_of + 1, 0)) - 1  # -1: not counted.
-    bad = tf.reduce_sum(tf.cast((ids < 0) | (ids >= vocab_size), tf.int64))
-    keys = tf.where(index >= 0, index * vocab_size + ids, -1)
-    return keys, bad, tf.size(ids, out_type=tf.int64)
-
-  def keys_of(ex):
-    keys, bad, n = side_keys(ex["tokens"], ex["lang"])
-    if "tokens_b" in ex and "lang_b" in ex:
-      keys_b, bad_b, n_b = side_keys(ex["tokens_b"], ex["lang_b"])
-      keys, bad, n = tf.concat([keys, keys_b], 0), bad + bad_b, n + n_b
-    return {"keys": keys, "bad": bad, "tokens": n}
-
-  ds = ds.map(keys_of, num_parallel_calls=tf.data.AUTOTUNE).ragged_batch(_BATCH)
-  ds = ds.map(lambda b: {"keys": b["keys"].flat_values, "bad": tf.reduce_sum(b["bad"]),
-                         "tokens": tf.reduce_sum(b["tokens"]), "examples": tf.size(b["bad"], out_type=tf.int64)})
-  options = tf.data.Options()
-  options.deterministic = True
-  return ds.with_options(options).as_numpy_iterator()
 
 
 def count_tokens(task: str, *, languages: Sequence[str], vocab_size: int, split: str = DEFAULT_SPLIT,
@@ -123,7 +83,7 @@ def count_tokens(task: str, *, languages: Sequence[str], vocab_size: int, split:
       `lang`, or ids outside [0, vocab_size).
   """
   from flax_xalign import tasks
-  from flax_xalign.data import pipeline
+  from flax_xalign.data import pipeline, task_reads
 
   languages = tuple(languages)
   members = [t for t in pipeline.tasks_of(tasks.get_provider(task)) if split in t.splits]
@@ -133,7 +93,7 @@ def count_tokens(task: str, *, languages: Sequence[str], vocab_size: int, split:
   start = last = time.perf_counter()
   examples = tokens = 0
   for member in members:
-    for batch in _member_sides(member, languages, vocab_size, split, max_examples):
+    for batch in task_reads.language_key_batches(member, languages, vocab_size, split, max_examples):
       if batch["bad"]:
         raise UserError(f"task {member.name!r} ({split}) yields token ids outside [0, {vocab_size}); its vocabulary "
                         "is not the run's.")

@@ -12,6 +12,7 @@ user's own files re-registers its tasks from the manifest
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any, Mapping, Sequence
 
@@ -47,6 +48,7 @@ def evaluate(
     relocate: Mapping[str, str] | None = None,
     import_modules: Sequence[str] = (),
     user_tasks: Sequence[Any] = (),
+    data: str = "seqio",
 ) -> dict[str, Any]:
   """Masked-token accuracy per language on `split`, written to MODEL_DIR/eval.json.
 
@@ -67,6 +69,9 @@ def evaluate(
       that the run manifest could not record (a script's __main__).
     user_tasks: TextTask / TsvBitextTask / AlphaMixture specs to register
       first (e.g. to evaluate on another task).
+    data: "seqio" (the task registry) or "cache:DIR", a packed cache of the
+      run's task (`python -m flax_xalign.cache`): `split` is read from
+      DIR/<split> and the unigram baseline from DIR/train, without seqio.
   """
   from flax_xalign.evaluation.alignment_score import run_alignment
   from flax_xalign.runs import Run
@@ -81,27 +86,32 @@ def evaluate(
   handle = Run.open(run_dir)
   model, run, step = handle.model, handle.spec, handle.step
   params = handle.params(num_partitions=num_partitions)
-  data = handle.task_data(split, name=mixture_or_task_name, relocate=relocate, import_modules=import_modules,
-                          user_tasks=user_tasks)
   name = mixture_or_task_name or run.task
+  if data == "seqio":
+    data = handle.task_data(split, name=mixture_or_task_name, relocate=relocate, import_modules=import_modules,
+                            user_tasks=user_tasks)
+  else:
+    from flax_xalign.training.data import resolve_task
+
+    data = resolve_task(name, languages=run.languages, data=data)
   lengths = dict(run.task_feature_lengths)
   languages = list(run.languages)
   vocab = data.vocabulary
 
   layout = {"pair_layout": run.pair_layout, "both_directions": run.bitext_both_directions}
-  train_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
-  counts = unigram_counts(train_ds.take(baseline_batches).as_numpy_iterator(), len(languages),
+  train_batches = data.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
+  counts = unigram_counts(itertools.islice(train_batches, baseline_batches), len(languages),
                           model.config.vocab_size, first_regular_id=run.vocabulary.specials.first_regular)
   top_token = counts.argmax(axis=1)
 
-  eval_ds = data.dataset(feature_lengths=lengths, batch_size=batch_size, seed=seed,
-                         split=split, shuffle=False, num_epochs=1, **layout)
+  eval_batches = data.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed,
+                              split=split, shuffle=False, num_epochs=1, **layout)
   predict = jax.jit(model.masked_predictions)
   base_rng = jax.random.key(seed)
   n = len(languages) + 1
   correct, baseline, total = np.zeros(n), np.zeros(n), np.zeros(n)
   batches = 0
-  for i, batch in enumerate(eval_ds.as_numpy_iterator()):
+  for i, batch in enumerate(eval_batches):
     if max_batches and i >= max_batches:
       break
     out = jax.device_get(predict(params, batch, jax.random.fold_in(base_rng, i)))

@@ -80,3 +80,37 @@ def test_train_from_a_cache_without_tensorflow_resumes_exactly_after_sigkill(cac
   assert sorted(losses) == sorted(expected)
   differ = {step: (values, expected[step]) for step, values in losses.items() if values != expected[step]}
   assert not differ, f"losses differ from the uninterrupted run: {differ}"
+
+
+def test_a_run_is_evaluated_on_the_cached_split_as_on_seqios(tiny_corpus, tmp_path_factory, tmp_path):
+  """The MLM evaluator reading DIR/validation scores the same rows as the seqio stream: the same accuracy."""
+  from flax_xalign.cli import cache as cache_cli
+  from flax_xalign.evaluation import mlm_eval
+  from tests.runs.tiny_run import tiny_mix_run
+
+  model_dir = tiny_mix_run(tmp_path_factory, tiny_corpus, "eval_from_cache")
+  cache = tmp_path / "cache"
+  for split, extra in (("train", ["--examples=60"]), ("validation", [])):
+    assert cache_cli.main(["--task=tiny_mix", f"--split={split}", f"--output={cache}", "--length=19", *extra]) == 0
+  common = dict(model_dir=str(model_dir), split="validation", batch_size=6, max_batches=4, baseline_batches=3,
+                output=None)
+  from_seqio = mlm_eval.evaluate(**common)
+  from_cache = mlm_eval.evaluate(**common, data=f"cache:{cache}")
+  assert from_cache["batches"] == from_seqio["batches"] == 4
+  assert from_cache["overall"]["accuracy"] == from_seqio["overall"]["accuracy"]
+  for lang, scores in from_seqio["languages"].items():
+    assert from_cache["languages"][lang]["predictions"] == scores["predictions"]
+    assert from_cache["languages"][lang]["accuracy"] == scores["accuracy"]
+
+
+def test_resuming_with_the_other_data_backend_is_refused():
+  from flax_xalign.training import checkpoints
+
+  loop = dict(batch_size=6, task_feature_lengths={"tokens": 19}, task="tiny_mix", data_shards=None, seed=0,
+              train_steps=4)
+  cache_run = checkpoints.loop_record(**loop, source="cache")
+  seqio_run = checkpoints.loop_record(**loop)
+  assert checkpoints.loop_differences(seqio_run, cache_run) == ['train.data="seqio", this run "cache"']
+  old = {k: v for k, v in seqio_run.items() if k != "data"}  # Recorded before the setting existed: seqio.
+  assert checkpoints.loop_differences(old, seqio_run) == []
+  assert checkpoints.loop_differences(old, cache_run) == ['train.data="seqio", this run "cache"']

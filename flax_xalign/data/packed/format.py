@@ -313,6 +313,18 @@ class FileVocabulary:
   def __repr__(self) -> str:
     return f"FileVocabulary({self.kind}, {self.vocab_size} ids)"
 
+  def decode(self, ids: Sequence[int]) -> str:
+    """Text of `ids` (SentencePiece: its decoder; WordPiece: pieces joined, `##` glued)."""
+    if self.kind == "wordpiece":
+      pieces = self.model_bytes.decode("utf-8").splitlines()
+      text = " ".join(pieces[i] for i in ids if 0 <= i < len(pieces))
+      return text.replace(" ##", "")
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=self.sp_model)
+    pieces = processor.get_piece_size()
+    return processor.decode([int(i) % pieces for i in ids])  # Doubled vocabularies: ids V.. are copies.
+
 
 def file_vocabulary(packed: PackedSplit) -> FileVocabulary:
   with open(packed.vocabulary_path, "rb") as f:

@@ -221,19 +221,14 @@ def monolingual_sentences(task_name: str, code: str, *, split: str = "train",
   Raises:
     UserError: no monolingual example of `code` in `split` of `task_name`.
   """
+  from flax_xalign.data import task_reads
+
   sentences: list[np.ndarray] = []
   for task in _member_tasks(task_name, code, split):
     left = None if max_sentences is None else max_sentences - len(sentences)
     if left is not None and left <= 0:
       break
-    ds = task.get_dataset(None, split=split, shuffle=False, num_epochs=1, trim_output_features=False)
-    if "lang" not in ds.element_spec:
-      continue
-    has_b = "lang_b" in ds.element_spec
-    ds = ds.filter(lambda ex, has_b=has_b: (ex["lang"] == code) & ((ex["lang_b"] == "") if has_b else True))
-    if left is not None:
-      ds = ds.take(left)
-    sentences.extend(np.asarray(ex["tokens"], np.int32) for ex in ds.as_numpy_iterator())
+    sentences.extend(task_reads.monolingual_tokens(task, code, split=split, limit=left))
   if not sentences:
     raise UserError(f"{task_name!r} has no monolingual {code!r} text in its {split!r} split, so layer > 0 "
                     "representations cannot be averaged; use --layer=0 or a task with that language's text.")
