@@ -32,7 +32,6 @@ command.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 import pathlib
@@ -44,6 +43,7 @@ from flax_xalign import errors
 from flax_xalign.data.sources import paths
 from flax_xalign.data.vocab import sentencepiece as vocab_lib
 from flax_xalign.data.sources.debian import SPLITS
+from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.fileio import write_atomically
 
 from . import registry, user
@@ -70,14 +70,6 @@ def _bitext_file(data_dir: str, lang: str, split: str) -> str:
   return os.path.join(data_dir, "help_bitext", f"en-{lang}.{split}.tsv")
 
 
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def help_vocabulary(data_dir: str, languages: Sequence[str], vocab_size: int = DEFAULT_VOCAB_SIZE, *,
                     seed: int = vocab_lib.DEFAULT_SEED) -> pathlib.Path:
   """The SentencePiece model of the help text of `languages` (English included), trained on
@@ -86,7 +78,7 @@ def help_vocabulary(data_dir: str, languages: Sequence[str], vocab_size: int = D
   languages = sorted(set(languages) | {"en"})
   files = {lang: _text_file(data_dir, lang, "train") for lang in languages}
   inputs = {"recipe_version": VOCAB_RECIPE_VERSION, "alpha": VOCAB_ALPHA, "seed": seed,
-            "files": {lang: _sha256(path) for lang, path in files.items()},
+            "files": {lang: sha256_of(path) for lang, path in files.items()},
             "trainer": vocab_lib.trainer_options(vocab_size=vocab_size, model_type=VOCAB_MODEL_TYPE)}
   stem = pathlib.Path(data_dir) / "vocab" / f"debian_help_{'_'.join(languages)}_{VOCAB_MODEL_TYPE}{vocab_size}"
   model_path, manifest_path = stem.with_suffix(".model"), stem.with_suffix(".json")

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> None:
       specials=data.vocabulary_spec.specials, pair_layout=args.pair_layout, both_directions=args.both_directions)
   order = ({"shuffled": train, "examples": args.examples} if args.examples else
            {"shuffled": train, "epochs": epochs})
-  info = write.SplitInfo(
+  info = write.split_info(
       task=args.task, split=args.split, length=args.length, pack=not args.no_pack, pair_layout=args.pair_layout,
       both_directions=args.both_directions, languages=data.languages, language_pairs=data.language_pairs,
       vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=args.seed, order=order)

@@ -242,6 +242,36 @@ def test_two_processes_stop_resume_and_match_one_process(tmp_path, run_gin, cros
 
 
 @pytest.mark.slow  # Minutes: two-process jobs of the real entry point.
+def test_two_processes_read_their_rows_of_a_packed_cache_and_match_one_process(tmp_path, run_gin,
+                                                                                cross_process_collectives):
+  """From a cache each process reads its half of every global batch: the same run as one process."""
+  from flax_xalign.cli import cache as cache_cli
+
+  cache_gin = tmp_path / "cache.gin"  # The run's tasks and lengths, without its step hooks module.
+  cache_gin.write_text((run_gin / "run.gin").read_text().replace("import mp_hooks\n", ""))
+  assert cache_cli.main([f"--gin_file={cache_gin}", f"--output={tmp_path / 'cache'}", "--examples=96"]) == 0
+  data = [f"--gin.train.data='cache:{tmp_path / 'cache'}'"]
+  model_dir, reference_dir = tmp_path / "two", tmp_path / "one"
+  two = _launch(tmp_path, _train_argv(run_gin, model_dir, *data), num_processes=2, devices=2, name="two",
+                import_dir=run_gin)
+  assert [rc for rc, _, _ in two] == [0, 0], _tails(two)
+  positions = sorted(os.listdir(model_dir / "checkpoints" / "6" / "data_iterator_cache"))
+  assert [p for p in positions if p.startswith("process_")] == ["process_0.json", "process_1.json"], positions
+  states = [json.loads((model_dir / "checkpoints" / "6" / "data_iterator_cache" / f"process_{i}.json").read_text())
+            for i in range(2)]
+  assert [s["rows"] for s in states] == [[0, 4], [4, 8]]
+  one = _launch(tmp_path, _train_argv(run_gin, reference_dir, *data), num_processes=1, devices=4, name="one",
+                import_dir=run_gin)
+  assert all(rc == 0 for rc, _, _ in one), _tails(one)
+  rows_two, rows_one = ({r["step"]: r for r in _rows(d)} for d in (model_dir, reference_dir))
+  assert sorted(rows_two) == sorted(rows_one) == [1, 2, 3, 4, 5, 6]
+  for step in range(1, 7):
+    for key in COMPARED:
+      np.testing.assert_allclose(rows_two[step][key], rows_one[step][key], rtol=1e-5, atol=2e-6,
+                                 err_msg=f"{key} at step {step}")
+
+
+@pytest.mark.slow  # Minutes: two-process jobs of the real entry point.
 def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, run_gin, cross_process_collectives):
   """A preemption notice reaches one host only: every process must still stop after the same step.
 

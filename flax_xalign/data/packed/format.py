@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.run_spec import VocabularySpec
@@ -225,14 +226,6 @@ class PackedSplit:
                       "--epochs) or lower BATCH_SIZE.")
 
 
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 22), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def split_dir(root: str, split: str) -> str:
   return os.path.join(root, split)
 
@@ -287,7 +280,7 @@ def _check_shards(packed: PackedSplit, *, verify: bool, log: Any) -> None:
       raise UserError(f"shard {path} has {size} bytes, the manifest says {shard.bytes} (a partial or damaged "
                       "copy); rebuild the cache (or restore the file).")
     if verify:
-      if _sha256(path) != shard.sha256:
+      if sha256_of(path) != shard.sha256:
         raise UserError(f"shard {path} does not match its sha256 in the manifest (damaged or edited); rebuild "
                         "the cache (or restore the file).")
       done += size

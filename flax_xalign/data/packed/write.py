@@ -18,43 +18,31 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from array_record.python import array_record_module
 
 import flax_xalign
 from flax_xalign.data.packed import format as format_lib
+from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import no_space_error, write_atomically
 
 SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per process on large caches.
 
 
-@dataclasses.dataclass(frozen=True)
-class SplitInfo:
-  """What the rows are; becomes the manifest (with shards, count and features filled in)."""
-
-  task: str
-  split: str
-  length: int
-  pack: bool
-  pair_layout: str
-  both_directions: bool
-  languages: tuple[str, ...]
-  language_pairs: tuple[tuple[str, str], ...]
-  vocabulary: Any  # VocabularySpec
-  task_definitions: tuple[dict[str, Any], ...] | None
-  seed: int | None
-  order: Mapping[str, Any]
-
-
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 22), b""):
-      digest.update(block)
-  return digest.hexdigest()
+def split_info(*, task: str, split: str, length: int, pack: bool, pair_layout: str, both_directions: bool,
+               languages: Sequence[str], language_pairs: Sequence[Sequence[str]], vocabulary: Any,
+               task_definitions: Sequence[Mapping[str, Any]] | None, seed: int | None,
+               order: Mapping[str, Any]) -> format_lib.Manifest:
+  """What a split's rows are: its manifest before the rows are written (no features, rows or shards yet)."""
+  return format_lib.Manifest(
+      task=task, split=split, length=int(length), pack=bool(pack), pair_layout=pair_layout,
+      both_directions=bool(both_directions), languages=tuple(languages),
+      language_pairs=tuple(tuple(p) for p in language_pairs), vocabulary=vocabulary,
+      task_definitions=None if task_definitions is None else tuple(task_definitions), features=(), examples=0,
+      shards=(), seed=seed, order=dict(order))
 
 
 def check_output(root: str, split: str, *, overwrite: bool) -> str:
@@ -68,10 +56,13 @@ def check_output(root: str, split: str, *, overwrite: bool) -> str:
   return target
 
 
-def write_split(rows: Iterable[Mapping[str, Any]], info: SplitInfo, *, output: str, vocabulary_bytes: bytes,
+def write_split(rows: Iterable[Mapping[str, Any]], info: format_lib.Manifest, *, output: str, vocabulary_bytes: bytes,
                 max_rows: int | None = None, shard_bytes: int = SHARD_BYTES, overwrite: bool = False,
                 log: TextIO | None = None, report_every_s: float = 10.0) -> format_lib.Manifest:
   """Writes `rows` (dicts of int arrays `[length]`) as the split `info.split` of the cache at `output`.
+
+  `info` says what the rows are (`split_info`); its features, row count and
+  shards are filled in here.
 
   Stops after `max_rows` rows (None: when `rows` ends). Prints a progress line
   every `report_every_s` seconds. Returns the manifest written.
@@ -137,22 +128,18 @@ def write_split(rows: Iterable[Mapping[str, Any]], info: SplitInfo, *, output: s
   return manifest
 
 
-def _finish(tmp: str, info: SplitInfo, features, shard_rows: list[int], count: int,
+def _finish(tmp: str, info: format_lib.Manifest, features, shard_rows: list[int], count: int,
             vocabulary_bytes: bytes) -> format_lib.Manifest:
   shards = []
   for index, rows in enumerate(shard_rows):
     path = os.path.join(tmp, format_lib.shard_name(index))
     shards.append(format_lib.Shard(file=format_lib.shard_name(index), examples=rows, bytes=os.path.getsize(path),
-                                   sha256=_sha256(path)))
+                                   sha256=sha256_of(path)))
   if hashlib.sha256(vocabulary_bytes).hexdigest() != info.vocabulary.sha256:
     raise ValueError("the vocabulary bytes do not match the vocabulary record's sha256")
   write_atomically(os.path.join(tmp, info.vocabulary.file), vocabulary_bytes)
-  manifest = format_lib.Manifest(
-      task=info.task, split=info.split, length=info.length, pack=info.pack, pair_layout=info.pair_layout,
-      both_directions=info.both_directions, languages=tuple(info.languages),
-      language_pairs=tuple(tuple(p) for p in info.language_pairs), vocabulary=info.vocabulary,
-      task_definitions=info.task_definitions, features=features, examples=count, shards=tuple(shards),
-      seed=info.seed, order=dict(info.order), writer=flax_xalign.__version__)
+  manifest = dataclasses.replace(info, features=tuple(features), examples=count, shards=tuple(shards),
+                                 writer=flax_xalign.__version__)
   write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
   return manifest
 
