@@ -202,9 +202,11 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
     _check_warm_start(c.init_from_checkpoint, run)
   eval_every = c.eval_every
   if eval_every and not data.has_split(c.eval_split):
-    print(f"warning: task {c.mixture_or_task_name} has no {c.eval_split!r} split; training without evaluation "
-          f"(add that split to the task, name another with train.eval_split, or set EVAL_EVERY=0)",
-          file=sys.stderr, flush=True)
+    fix = (f"build it with `python -m flax_xalign.cache --task={c.mixture_or_task_name} --split={c.eval_split} "
+           f"--output={data.cache}`" if data.cache else "add that split to the task")
+    where = f"the packed cache {data.cache}" if data.cache else f"task {c.mixture_or_task_name}"
+    print(f"warning: {where} has no {c.eval_split!r} split; training without evaluation ({fix}, name another "
+          "with train.eval_split, or set EVAL_EVERY=0)", file=sys.stderr, flush=True)
     eval_every = 0
   run, run_assets = asset_setup.prepare(run, assets, model_dir=model_dir, resume=resume)
   if c.assets_only:

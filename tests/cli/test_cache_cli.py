@@ -123,3 +123,15 @@ def test_train_refuses_a_cache_that_does_not_fit(bindings, damage, keywords, cac
   outcome = harness.run_main(capfd, "train", argv)
   harness.assert_user_error(outcome, *keywords)
   assert not model_dir.exists()
+
+
+def test_train_without_a_cached_eval_split_warns_and_trains(cache, tmp_path, capfd):
+  """The module's cache has no validation split: one warning naming the command that builds it."""
+  model_dir = tmp_path / "model"
+  argv = harness.train_argv(_train_gin(tmp_path, cache), model_dir, "--gin.EVAL_EVERY=2", "--gin.CHECKPOINT_EVERY=2")
+  outcome = harness.run_main(capfd, "train", argv)
+  assert outcome.code == 0, outcome.err[-2000:]
+  warnings = harness.warning_lines(outcome.err)
+  assert len(warnings) == 1 and f"packed cache {cache} has no 'validation' split" in warnings[0], warnings
+  assert "--split=validation" in warnings[0] and "eval: loss" not in outcome.out
+  assert (model_dir / "checkpoints" / "2" / "data_iterator_cache").is_dir()
