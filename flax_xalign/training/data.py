@@ -74,11 +74,12 @@ class TaskData:
 
     Same arguments as `dataset`. From seqio, the batches are exactly
     `dataset(...)`'s; from a cache, global batch b is rows [b*B, (b+1)*B) of
-    the cache's seeded permutation (`flax_xalign.data.packed.read`) and this
-    host reads its `data_shards / hosts` shards' rows of it.
+    the cache's seeded permutation (`flax_xalign.data.packed.read`) and host
+    h of H reads its rows [h*B/H, (h+1)*B/H): `data_shards` (still checked)
+    does not change a cache's batches.
     """
     hosts, host = jax.process_count(), jax.process_index()
-    shards = _check_shards(data_shards, batch_size, hosts)
+    _check_shards(data_shards, batch_size, hosts)
     if self.cache is None:
       from flax_xalign.data import pipeline
 
@@ -92,7 +93,6 @@ class TaskData:
     packed.check_run(task=self.name, length=feature_lengths["tokens"], pair_layout=pair_layout,
                      both_directions=both_directions, pack=pack, languages=self.languages)
     per_host = batch_size // hosts
-    del shards  # With a cache the global batch does not depend on the shards: rows are split by host.
     return read.PackedBatches(packed, batch_size=batch_size, seed=seed, shuffle=shuffle, num_epochs=num_epochs,
                               rows=(host * per_host, (host + 1) * per_host))
 
