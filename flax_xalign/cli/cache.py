@@ -49,6 +49,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--no_pack", action="store_true", help="one example per row (padding) instead of packing")
   parser.add_argument("--shard_mb", type=int, default=256, help="shard size in MiB (default 256)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/<split>")
+  parser.add_argument("--workers", type=int, default=1, help="processes writing in parallel, one seqio shard "
+                      "each (default 1: the one-stream order)")
   args, rest = parser.parse_known_args(argv)
   args.gin = None
   if rest:
@@ -59,7 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
       parser.error(f"unrecognized arguments: {' '.join(rest)}")
   elif args.task is None:
     parser.error("--task is required (or --gin_file of a run that sets MIXTURE_OR_TASK_NAME)")
-  for name in ("length", "examples", "epochs", "shard_mb"):
+  for name in ("length", "examples", "epochs", "shard_mb", "workers"):
     value = getattr(args, name)
     if value is not None and value < 1:
       parser.error(f"--{name}={value} must be at least 1")
@@ -124,20 +126,40 @@ def run(args: argparse.Namespace) -> None:
   if mixture and epochs is not None and train:
     print(f"note: --epochs reads each task of mixture {args.task} once per pass (its sampling rates apply only to "
           "the endless stream); --examples=N writes N rows sampled at the mixture's rates", flush=True)
-  rows = pipeline.converted_rows(
-      data.provider, languages=data.languages, split=args.split, feature_lengths={"tokens": args.length},
-      seed=args.seed, shuffle=train, pack=not args.no_pack, num_epochs=epochs,
-      specials=data.vocabulary_spec.specials, pair_layout=args.pair_layout, both_directions=args.both_directions)
   order = ({"shuffled": train, "examples": args.examples} if args.examples else
            {"shuffled": train, "epochs": epochs})
+  if args.workers > 1:
+    order["workers"] = args.workers
   info = write.split_info(
       task=args.task, split=args.split, length=args.length, pack=not args.no_pack, pair_layout=args.pair_layout,
       both_directions=args.both_directions, languages=data.languages, language_pairs=data.language_pairs,
       vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=args.seed, order=order)
   print(f"caching {args.task}/{args.split}: rows of {args.length} tokens, languages {list(data.languages)}, "
-        + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)"), flush=True)
-  write.write_split(rows, info, output=args.output, vocabulary_bytes=vocabulary_asset.model_bytes(data.vocabulary),
-                    max_rows=args.examples, shard_bytes=args.shard_mb << 20, overwrite=args.overwrite)
+        + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)")
+        + (f", {args.workers} workers" if args.workers > 1 else ""), flush=True)
+  vocabulary_bytes = vocabulary_asset.model_bytes(data.vocabulary)
+  if args.workers == 1:
+    rows = pipeline.converted_rows(
+        data.provider, languages=data.languages, split=args.split, feature_lengths={"tokens": args.length},
+        seed=args.seed, shuffle=train, pack=not args.no_pack, num_epochs=epochs,
+        specials=data.vocabulary_spec.specials, pair_layout=args.pair_layout, both_directions=args.both_directions)
+    write.write_split(rows, info, output=args.output, vocabulary_bytes=vocabulary_bytes, max_rows=args.examples,
+                      shard_bytes=args.shard_mb << 20, overwrite=args.overwrite)
+    return
+  import time
+
+  from flax_xalign.cli import cache_workers
+
+  start = time.monotonic()
+  with write.staged(args.output, args.split, overwrite=args.overwrite) as (tmp, target):
+    spec = dict(task=args.task, definitions=data.definitions, languages=languages, split=args.split,
+                length=args.length, seed=args.seed, shuffle=train, pack=not args.no_pack, epochs=epochs,
+                pair_layout=args.pair_layout, both_directions=args.both_directions, workers=args.workers,
+                max_rows=cache_workers.split_rows(args.examples, args.workers), tmp=tmp,
+                shard_bytes=args.shard_mb << 20, info=info)
+    parts = cache_workers.write_parallel(spec)
+    manifest = write.commit(tmp, info, parts, target=target, vocabulary_bytes=vocabulary_bytes)
+  write.report(manifest, target, time.monotonic() - start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -163,16 +163,18 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
 def converted_rows(provider: Provider, *, languages: Sequence[str], split: str,
                    feature_lengths: Mapping[str, int], seed: int | None, shuffle: bool = True,
                    pack: bool = True, num_epochs: int | None = None, specials: SpecialTokens = PROJECT,
-                   pair_layout: str = "restart", both_directions: bool = False):
+                   pair_layout: str = "restart", both_directions: bool = False, shard_id: int = 0,
+                   num_shards: int = 1):
   """The rows `get_dataset` batches, one by one, as dicts of int32 NumPy `[L]` arrays.
 
   What `python -m flax_xalign.cache` writes to disk. Same arguments as
-  `get_dataset` for one shard; the rows come in the order that stream's
-  batches hold them.
+  `get_dataset` (one shard of `num_shards`); the rows come in the order that
+  stream's batches hold them.
   """
   ds = get_dataset(provider, languages=languages, split=split, feature_lengths=feature_lengths, batch_size=1,
                    seed=seed, shuffle=shuffle, pack=pack, num_epochs=num_epochs, specials=specials,
-                   pair_layout=pair_layout, both_directions=both_directions).unbatch()
+                   pair_layout=pair_layout, both_directions=both_directions, shard_id=shard_id,
+                   num_shards=num_shards).unbatch()
   return ds.as_numpy_iterator()
 
 

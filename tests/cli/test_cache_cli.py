@@ -135,3 +135,39 @@ def test_train_without_a_cached_eval_split_warns_and_trains(cache, tmp_path, cap
   assert len(warnings) == 1 and f"packed cache {cache} has no 'validation' split" in warnings[0], warnings
   assert "--split=validation" in warnings[0] and "eval: loss" not in outcome.out
   assert (model_dir / "checkpoints" / "2" / "data_iterator_cache").is_dir()
+
+
+@pytest.mark.subprocess  # Two spawned worker processes.
+def test_workers_write_the_union_of_the_seqio_shard_streams(tiny_corpus, tmp_path, capfd):
+  import collections
+
+  import numpy as np
+
+  from flax_xalign.data import pipeline
+  from flax_xalign.data.packed import read
+  from flax_xalign.training.data import resolve_task
+
+  outcome = harness.run_main(capfd, "cache", ["--task=tiny_mix", "--split=validation", f"--output={tmp_path}",
+                                              "--length=19", "--workers=2", "--shard_mb=1"])
+  assert outcome.code == 0, outcome.err[-3000:]
+  packed = format_lib.open_split(str(tmp_path), "validation")
+  assert packed.manifest.order == {"shuffled": False, "epochs": 1, "workers": 2}
+  assert sorted(os.listdir(tmp_path / "validation")) == ["manifest.json", "shard-00000.array_record",
+                                                         "shard-00001.array_record", "vocabulary.model"]
+  names = format_lib.FEATURES
+
+  def keys(batch):
+    return [tuple(np.concatenate([batch[n][i] for n in names]).tolist()) for i in range(len(batch["tokens"]))]
+
+  cached = [k for b in read.PackedBatches(packed, batch_size=1, seed=None, shuffle=False, num_epochs=1)
+            for k in keys(b)]
+  data = resolve_task("tiny_mix")
+  reference = []
+  for shard in range(2):
+    for row in pipeline.converted_rows(data.provider, languages=data.languages, split="validation",
+                                       feature_lengths={"tokens": 19}, seed=0, shuffle=False,
+                                       specials=data.vocabulary_spec.specials, num_epochs=1, shard_id=shard,
+                                       num_shards=2):
+      reference += keys({n: row[n][None] for n in names})
+  assert cached == reference  # Worker 0's rows (shard 0), then worker 1's.
+  assert collections.Counter(cached) == collections.Counter(reference) and len(cached) == packed.manifest.examples

@@ -11,6 +11,7 @@ on the next write).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -18,7 +19,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from array_record.python import array_record_module
@@ -56,62 +57,93 @@ def check_output(root: str, split: str, *, overwrite: bool) -> str:
   return target
 
 
-def write_split(rows: Iterable[Mapping[str, Any]], info: format_lib.Manifest, *, output: str, vocabulary_bytes: bytes,
-                max_rows: int | None = None, shard_bytes: int = SHARD_BYTES, overwrite: bool = False,
-                log: TextIO | None = None, report_every_s: float = 10.0) -> format_lib.Manifest:
-  """Writes `rows` (dicts of int arrays `[length]`) as the split `info.split` of the cache at `output`.
+def layout_of(info: format_lib.Manifest) -> tuple[tuple[tuple[str, str], ...], dict[str, int]]:
+  """(features with their dtypes, each feature's value bound) of the rows `info` describes."""
+  bounds = format_lib.feature_bounds(vocab_size=info.vocabulary.size, num_languages=len(info.languages),
+                                     length=info.length)
+  return tuple((name, format_lib.dtype_for(bounds[name])) for name in format_lib.FEATURES), bounds
 
-  `info` says what the rows are (`split_info`); its features, row count and
-  shards are filled in here.
 
-  Stops after `max_rows` rows (None: when `rows` ends). Prints a progress line
-  every `report_every_s` seconds. Returns the manifest written.
-  """
-  log = log or sys.stdout
-  target = check_output(output, info.split, overwrite=overwrite)
-  spec = info.vocabulary
-  bounds = format_lib.feature_bounds(vocab_size=spec.size, num_languages=len(info.languages), length=info.length)
-  features = tuple((name, format_lib.dtype_for(bounds[name])) for name in format_lib.FEATURES)
-  dtype = format_lib.record_dtype(features, info.length)
-  per_shard = max(1, shard_bytes // dtype.itemsize)
+def stage(output: str, split: str) -> str:
+  """A fresh temporary folder for `split` next to its target (stale ones of killed writes are removed)."""
   os.makedirs(output, exist_ok=True)
   for stale in os.listdir(output):
-    if stale.startswith(f".{info.split}.tmp-"):
+    if stale.startswith(f".{split}.tmp-"):
       shutil.rmtree(os.path.join(output, stale), ignore_errors=True)
-  tmp = os.path.join(output, f".{info.split}.tmp-{os.getpid()}")
+  tmp = os.path.join(output, f".{split}.tmp-{os.getpid()}")
   os.makedirs(tmp)
-  shards, writer, in_shard, count = [], None, 0, 0
-  start = last_report = time.monotonic()
-  try:
-    for row in rows:
-      if max_rows is not None and count >= max_rows:
-        break
-      if writer is None:
-        writer = array_record_module.ArrayRecordWriter(os.path.join(tmp, format_lib.shard_name(len(shards))),
-                                                       "group_size:1")
-      try:
-        writer.write(format_lib.encode(row, dtype, bounds))
-      except ValueError as e:
-        raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
-                        "task's vocabulary or languages disagree with its rows.") from None
-      count, in_shard = count + 1, in_shard + 1
-      if in_shard == per_shard:
-        writer.close()
-        shards.append(in_shard)
-        writer, in_shard = None, 0
-      now = time.monotonic()
-      if now - last_report >= report_every_s:
-        last_report = now
-        print(f"  {count:,} rows ({count * info.length / 1e6:.1f}M tokens) in {now - start:.0f} s, "
-              f"{count / (now - start):,.0f} rows/s", file=log, flush=True)
-    if writer is not None:
+  return tmp
+
+
+def write_rows(rows: Iterable[Mapping[str, Any]], directory: str, info: format_lib.Manifest, *, prefix: str,
+               max_rows: int | None = None, shard_bytes: int = SHARD_BYTES,
+               progress: Callable[[int], None] | None = None) -> list[tuple[str, int]]:
+  """Writes `rows` as shards `<prefix>-<k>.array_record` in `directory`: [(file name, rows)].
+
+  Stops after `max_rows` rows (None: when `rows` ends); `progress(count)`
+  is called after every row (keep it cheap).
+  """
+  features, bounds = layout_of(info)
+  dtype = format_lib.record_dtype(features, info.length)
+  per_shard = max(1, shard_bytes // dtype.itemsize)
+  parts, writer, in_shard, count = [], None, 0, 0
+  for row in rows:
+    if max_rows is not None and count >= max_rows:
+      break
+    if writer is None:
+      name = f"{prefix}-{len(parts):05d}.array_record"
+      writer = array_record_module.ArrayRecordWriter(os.path.join(directory, name), "group_size:1")
+    try:
+      writer.write(format_lib.encode(row, dtype, bounds))
+    except ValueError as e:
+      raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
+                      "task's vocabulary or languages disagree with its rows.") from None
+    count, in_shard = count + 1, in_shard + 1
+    if in_shard == per_shard:
       writer.close()
-      shards.append(in_shard)
-    if count == 0:
-      raise UserError(f"{info.task} gave no {info.split!r} rows of length {info.length}; check the task's files "
-                      "for that split.")
-    manifest = _finish(tmp, info, features, shards, count, vocabulary_bytes)
-    _move_into_place(tmp, target)
+      parts.append((name, in_shard))
+      writer, in_shard = None, 0
+    if progress is not None:
+      progress(count)
+  if writer is not None:
+    writer.close()
+    parts.append((name, in_shard))
+  return parts
+
+
+def commit(tmp: str, info: format_lib.Manifest, parts: Sequence[tuple[str, int]], *, target: str,
+           vocabulary_bytes: bytes) -> format_lib.Manifest:
+  """Names the parts' shards in order, hashes them, writes vocabulary and manifest, renames `tmp` to `target`."""
+  count = sum(rows for _, rows in parts)
+  if count == 0:
+    raise UserError(f"{info.task} gave no {info.split!r} rows of length {info.length}; check the task's files "
+                    "for that split.")
+  shards = []
+  for index, (name, rows) in enumerate(parts):
+    path = os.path.join(tmp, format_lib.shard_name(index))
+    os.rename(os.path.join(tmp, name), path)
+    shards.append(format_lib.Shard(file=format_lib.shard_name(index), examples=rows, bytes=os.path.getsize(path),
+                                   sha256=sha256_of(path)))
+  if hashlib.sha256(vocabulary_bytes).hexdigest() != info.vocabulary.sha256:
+    raise ValueError("the vocabulary bytes do not match the vocabulary record's sha256")
+  write_atomically(os.path.join(tmp, info.vocabulary.file), vocabulary_bytes)
+  manifest = dataclasses.replace(info, features=layout_of(info)[0], examples=count, shards=tuple(shards),
+                                 writer=flax_xalign.__version__)
+  write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
+  _move_into_place(tmp, target)
+  return manifest
+
+
+@contextlib.contextmanager
+def staged(output: str, split: str, *, overwrite: bool) -> Iterator[tuple[str, str]]:
+  """(temporary folder, target) of a split's write; the folder is removed when the write fails.
+
+  A full disk becomes one UserError.
+  """
+  target = check_output(output, split, overwrite=overwrite)
+  tmp = stage(output, split)
+  try:
+    yield tmp, target
   except OSError as e:
     shutil.rmtree(tmp, ignore_errors=True)
     error = no_space_error(e, tmp)
@@ -121,26 +153,44 @@ def write_split(rows: Iterable[Mapping[str, Any]], info: format_lib.Manifest, *,
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
-  took = time.monotonic() - start
-  print(f"wrote {count:,} rows of {info.length} tokens ({len(shards)} shard(s), "
-        f"{sum(s.bytes for s in manifest.shards) / 2**20:.1f} MiB) to {target} in {took:.0f} s", file=log,
-        flush=True)
-  return manifest
 
 
-def _finish(tmp: str, info: format_lib.Manifest, features, shard_rows: list[int], count: int,
-            vocabulary_bytes: bytes) -> format_lib.Manifest:
-  shards = []
-  for index, rows in enumerate(shard_rows):
-    path = os.path.join(tmp, format_lib.shard_name(index))
-    shards.append(format_lib.Shard(file=format_lib.shard_name(index), examples=rows, bytes=os.path.getsize(path),
-                                   sha256=sha256_of(path)))
-  if hashlib.sha256(vocabulary_bytes).hexdigest() != info.vocabulary.sha256:
-    raise ValueError("the vocabulary bytes do not match the vocabulary record's sha256")
-  write_atomically(os.path.join(tmp, info.vocabulary.file), vocabulary_bytes)
-  manifest = dataclasses.replace(info, features=tuple(features), examples=count, shards=tuple(shards),
-                                 writer=flax_xalign.__version__)
-  write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
+def report(manifest: format_lib.Manifest, target: str, seconds: float, log: TextIO | None = None) -> None:
+  print(f"wrote {manifest.examples:,} rows of {manifest.length} tokens ({len(manifest.shards)} shard(s), "
+        f"{sum(s.bytes for s in manifest.shards) / 2**20:.1f} MiB) to {target} in {seconds:.0f} s",
+        file=log or sys.stdout, flush=True)
+
+
+def progress_line(count: int, length: int, seconds: float) -> str:
+  return (f"  {count:,} rows ({count * length / 1e6:.1f}M tokens) in {seconds:.0f} s, "
+          f"{count / max(seconds, 1e-9):,.0f} rows/s")
+
+
+def write_split(rows: Iterable[Mapping[str, Any]], info: format_lib.Manifest, *, output: str, vocabulary_bytes: bytes,
+                max_rows: int | None = None, shard_bytes: int = SHARD_BYTES, overwrite: bool = False,
+                log: TextIO | None = None, report_every_s: float = 10.0) -> format_lib.Manifest:
+  """Writes `rows` (dicts of int arrays `[length]`) as the split `info.split` of the cache at `output`.
+
+  `info` says what the rows are (`split_info`); its features, row count and
+  shards are filled in here. Stops after `max_rows` rows (None: when `rows`
+  ends). Prints a progress line every `report_every_s` seconds. Returns the
+  manifest written.
+  """
+  log = log or sys.stdout
+  start = time.monotonic()
+  last = [start]
+
+  def progress(count: int) -> None:
+    now = time.monotonic()
+    if now - last[0] >= report_every_s:
+      last[0] = now
+      print(progress_line(count, info.length, now - start), file=log, flush=True)
+
+  with staged(output, info.split, overwrite=overwrite) as (tmp, target):
+    parts = write_rows(rows, tmp, info, prefix="part", max_rows=max_rows, shard_bytes=shard_bytes,
+                       progress=progress)
+    manifest = commit(tmp, info, parts, target=target, vocabulary_bytes=vocabulary_bytes)
+  report(manifest, target, time.monotonic() - start, log)
   return manifest
 
 

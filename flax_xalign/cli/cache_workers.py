@@ -1,0 +1,112 @@
+"""`python -m flax_xalign.cache --workers=N`: N processes each write the rows of one seqio shard.
+
+The task's examples are split into N shards (seqio's `ShardInfo`, as
+`data_shards` does for training) and worker i writes the converted rows of
+shard i into the split's temporary folder; the parent then names the shards
+in worker order, hashes them and writes the manifest (`write.commit`). Each
+worker is a fresh Python (multiprocessing "spawn": TensorFlow is not fork
+safe) that re-registers the task from its definitions (`tasks.describe`), so a
+task registered by code the workers cannot rerun is refused. The rows are the
+union of the N shard streams: not the one-stream order of `--workers=1`
+(training reshuffles them all by its seed anyway), and the manifest records N.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from flax_xalign.errors import UserError
+
+POLL_S = 1.0
+
+
+def _part(index: int) -> str:
+  return f"part{index:04d}"
+
+
+def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:
+  """Worker `index`: writes its shard's rows into spec['tmp'] and lists them in part<index>.json."""
+  from flax_xalign.cli._process import setup_process
+
+  setup_process()
+  try:
+    from flax_xalign import tasks
+    from flax_xalign.data import pipeline
+    from flax_xalign.data.packed import write
+    from flax_xalign.training.data import resolve_task
+
+    if spec["definitions"]:
+      tasks.registry.register_described(spec["definitions"])
+    data = resolve_task(spec["task"], languages=spec["languages"])
+    rows = pipeline.converted_rows(
+        data.provider, languages=data.languages, split=spec["split"], feature_lengths={"tokens": spec["length"]},
+        seed=spec["seed"], shuffle=spec["shuffle"], pack=spec["pack"], num_epochs=spec["epochs"],
+        specials=data.vocabulary_spec.specials, pair_layout=spec["pair_layout"],
+        both_directions=spec["both_directions"], shard_id=index, num_shards=spec["workers"])
+
+    def progress(count: int) -> None:
+      counts[index] = count
+
+    parts = write.write_rows(rows, spec["tmp"], spec["info"], prefix=_part(index), max_rows=spec["max_rows"][index],
+                             shard_bytes=spec["shard_bytes"], progress=progress)
+    with open(os.path.join(spec["tmp"], _part(index) + ".json"), "w") as f:
+      json.dump(parts, f)
+  except BaseException as e:  # noqa: BLE001 -- reported to the parent as one line, then this worker fails.
+    with open(os.path.join(spec["tmp"], _part(index) + ".error"), "w") as f:
+      f.write(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    sys.exit(1)
+
+
+def split_rows(total: int | None, workers: int) -> list[int | None]:
+  """Rows per worker: `total` shared out as evenly as possible (None: each writes its shard's stream)."""
+  if total is None:
+    return [None] * workers
+  return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
+
+
+def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> list[tuple[str, int]]:
+  """Runs spec['workers'] workers into spec['tmp']; [(shard file, rows)] in worker order, or one UserError."""
+  if spec["definitions"] is None:
+    raise UserError(f"task {spec['task']!r} was registered by code the worker processes cannot run again (no "
+                    "task definitions recorded); use --workers=1, or register it from a gin file or a module.")
+  workers = spec["workers"]
+  context = multiprocessing.get_context("spawn")
+  counts = context.Array("q", workers, lock=False)
+  procs = [context.Process(target=write_part, args=(spec, counts, i), daemon=True, name=f"cache-worker-{i}")
+           for i in range(workers)]
+  start = last = time.monotonic()
+  for proc in procs:
+    proc.start()
+  try:
+    while any(proc.is_alive() for proc in procs):
+      time.sleep(POLL_S)
+      now = time.monotonic()
+      if now - last >= report_every_s:
+        last = now
+        from flax_xalign.data.packed import write
+
+        print(write.progress_line(sum(counts), spec["length"], now - start) + f" ({workers} workers)", flush=True)
+  finally:
+    for proc in procs:
+      if proc.is_alive():
+        proc.terminate()
+      proc.join()
+  parts = []
+  for index, proc in enumerate(procs):
+    error = os.path.join(spec["tmp"], _part(index) + ".error")
+    if os.path.exists(error):
+      with open(error) as f:
+        raise UserError(f"cache worker {index}: {f.read().strip()}")
+    if proc.exitcode != 0:
+      raise UserError(f"cache worker {index} ended with exit status {proc.exitcode} (killed? out of memory?); "
+                      "rerun with fewer --workers.")
+    with open(os.path.join(spec["tmp"], _part(index) + ".json")) as f:
+      parts += [(name, rows) for name, rows in json.load(f)]
+    os.remove(os.path.join(spec["tmp"], _part(index) + ".json"))
+  return parts
