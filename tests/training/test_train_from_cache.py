@@ -82,6 +82,7 @@ def test_train_from_a_cache_without_tensorflow_resumes_exactly_after_sigkill(cac
   assert not differ, f"losses differ from the uninterrupted run: {differ}"
 
 
+@pytest.mark.contract  # The MLM evaluator's `data` setting on a trained run (~10 s): the eval contract.
 def test_a_run_is_evaluated_on_the_cached_split_as_on_seqios(tiny_corpus, tmp_path_factory, tmp_path):
   """The MLM evaluator reading DIR/validation scores the same rows as the seqio stream: the same accuracy."""
   from flax_xalign.cli import cache as cache_cli
