@@ -1,12 +1,12 @@
 r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
 
   python -m flax_xalign.align --model_dir=runs/demo --input=pairs.tsv --output=out.txt \
-      [--layer=3] [--method=argmax|itermax|sinkhorn|sinkhorn_itermax] \
+      [--layer=3] [--method=argmax|itermax|sinkhorn|sinkhorn_itermax|softmax] \
       [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
       [--normalize=nfd_strip_marks] [--encoding=joint|separate] [--pair_layout=restart|continuous] \
       [--sinkhorn_kernel=clamped|entropic --sinkhorn_order=rows_first|columns_first \
        --sinkhorn_extraction=plan|pi_xi --mu=1.0 --[no-]relative_mu --sinkhorn_iters=2 \
-       --itermax_alpha=0.9 --itermax_rounds=2] \
+       --itermax_alpha=0.9 --itermax_rounds=2 --softmax_threshold=1e-3] \
       [--gold=gold.txt --gold_format=pharaoh|naacl [--sweep]]
   python -m flax_xalign.align --model_dir=runs/e5 --bible_gold=test --output=runs/e5/aer/links.txt --sweep
 
@@ -63,7 +63,7 @@ def _solver_flags(parser: argparse.ArgumentParser) -> None:
              "sinkhorn_extraction": word_align.SINKHORN_EXTRACTIONS}
   for name, values in choices.items():
     parser.add_argument(f"--{name}", choices=values, default=defaults[name])
-  for name in ("mu", "clamp_epsilon", "itermax_alpha"):
+  for name in ("mu", "clamp_epsilon", "itermax_alpha", "softmax_threshold"):
     parser.add_argument(f"--{name}", type=float, default=defaults[name])
   for name in ("sinkhorn_iters", "itermax_rounds"):
     parser.add_argument(f"--{name}", type=int, default=defaults[name])

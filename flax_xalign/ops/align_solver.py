@@ -11,8 +11,10 @@ defaults: dot products, the kernel `K = max(eps, S)^(1/mu)` (Eq. 1 + 5), two
 row-then-column iterations from `v = 1` with all-ones marginals (Eq. 6), both
 argmaxes on the plan (Eq. 7), Itermax with alpha 0.9 and 2 rounds. The
 aligner's methods (`METHODS`) are the mutual argmax, SimAlign's Itermax, the
-Sinkhorn argmaxes (Eq. 7) and Sinkhorn followed by Itermax (§3.1, Eq. 7-9:
-what DWA self-labels with and the paper's Table 2 scores).
+Sinkhorn argmaxes (Eq. 7), Sinkhorn followed by Itermax (§3.1, Eq. 7-9:
+what DWA self-labels with and the paper's Table 2 scores) and awesome-align's
+softmax thresholding (Dou & Neubig 2021: a link where both the row softmax and
+the column softmax of the similarity exceed a threshold, 1e-3).
 
 Switches to the released code's choices (microsoft/unilm infoxlm, the
 XLM-Align aligner), see `ops.sinkhorn`: `sinkhorn_order="columns_first"`
@@ -43,7 +45,7 @@ SIMILARITIES = ("dot", "cosine")
 SINKHORN_KERNELS = KERNELS
 SINKHORN_ORDERS = ORDERS
 SINKHORN_EXTRACTIONS = ("plan", "pi_xi")
-METHODS = ("argmax", "itermax", "sinkhorn", "sinkhorn_itermax")
+METHODS = ("argmax", "itermax", "sinkhorn", "sinkhorn_itermax", "softmax")
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -76,6 +78,8 @@ class AlignmentSolver:
       iterate, column argmaxes on the last column-normalised one).
     itermax_alpha: Itermax discount of already aligned rows/columns (paper: 0.9).
     itermax_rounds: Itermax rounds (paper: 2).
+    softmax_threshold: the "softmax" method's threshold on both softmaxes
+      (awesome-align's default: 1e-3).
   """
 
   similarity: str = "dot"
@@ -88,6 +92,7 @@ class AlignmentSolver:
   sinkhorn_extraction: str = "plan"
   itermax_alpha: float = 0.9
   itermax_rounds: int = 2
+  softmax_threshold: float = 1e-3
 
   def __post_init__(self):
     _one_of("similarity", self.similarity, SIMILARITIES)
@@ -96,6 +101,10 @@ class AlignmentSolver:
     _one_of("sinkhorn_extraction", self.sinkhorn_extraction, SINKHORN_EXTRACTIONS)
     if not isinstance(self.relative_mu, bool):
       raise UserError(f"AlignmentSolver.relative_mu must be True or False, got {self.relative_mu!r}.")
+    threshold = self.softmax_threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 < threshold < 1:
+      raise UserError(f"AlignmentSolver.softmax_threshold must be in (0, 1) (awesome-align: 1e-3), got "
+                      f"{threshold!r}.")
     for name in ("mu", "clamp_epsilon"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
@@ -144,6 +153,11 @@ class AlignmentSolver:
       Transport (Section 3.1)"): Itermax on the Sinkhorn plan, exactly the
       labels DWA trains on (`self_labels`); `sinkhorn_extraction` does not
       apply (Itermax reads the plan, as the released `iter_max(pi)`).
+    * "softmax": awesome-align's extraction: the softmax of each row and of
+      each column of the similarity over its problem's valid entries, a link
+      where both exceed `softmax_threshold`. awesome-align applies it to dot
+      products (`similarity="dot"`); on cosines (values in [-1, 1]) the
+      softmaxes are nearly flat and most pairs pass the threshold.
 
     Args:
       similarity: [..., n, m] float similarities.
@@ -165,6 +179,8 @@ class AlignmentSolver:
     elif method == "itermax":
       scores = (similarity + 1.0) / 2.0 if self.similarity == "cosine" else similarity
       links = self.itermax(scores, mask, **segments)
+    elif method == "softmax":
+      links = softmax_links(similarity, mask, threshold=self.softmax_threshold)
     elif method == "sinkhorn_itermax":
       # One code path with DWA's self-labelling, so the aligner scores the very labels DWA learns from.
       links, _ = self.self_labels(similarity, mask, **segments)
@@ -195,6 +211,23 @@ class AlignmentSolver:
     links = self.itermax(result.plan, mask, row_segments=row_segments, col_segments=col_segments,
                          tie_break=scores)
     return links & mask, result
+
+
+def softmax_links(similarity: jax.Array, mask: jax.Array, *, threshold: float) -> jax.Array:
+  """[..., n, m] bool: both the row softmax and the column softmax of `similarity` over `mask` > `threshold`.
+
+  Rows or columns without a valid entry have no link (and no NaN reaches the result).
+  """
+  safe = jnp.where(mask, similarity, 0.0)
+
+  def masked_softmax(axis: int) -> jax.Array:
+    top = jnp.max(jnp.where(mask, safe, -jnp.inf), axis=axis, keepdims=True)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    weights = jnp.where(mask, jnp.exp(safe - top), 0.0)
+    total = jnp.sum(weights, axis=axis, keepdims=True)
+    return weights / jnp.where(total > 0, total, 1.0)
+
+  return (masked_softmax(-1) > threshold) & (masked_softmax(-2) > threshold) & mask
 
 
 def _one_of_methods(method: str) -> None:

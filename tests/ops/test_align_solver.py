@@ -255,7 +255,8 @@ def test_self_labels_on_packed_pairs_equal_each_pair_alone():
 @pytest.mark.parametrize("field,value", [
     ("similarity", "l2"), ("sinkhorn_kernel", "exp"), ("sinkhorn_order", "diagonal"),
     ("sinkhorn_extraction", "xi"), ("mu", 0.0), ("clamp_epsilon", -1.0), ("relative_mu", "yes"),
-    ("sinkhorn_iters", 0), ("itermax_rounds", 1.5), ("itermax_alpha", 1.5)])
+    ("sinkhorn_iters", 0), ("itermax_rounds", 1.5), ("itermax_alpha", 1.5), ("softmax_threshold", 0.0),
+    ("softmax_threshold", 1.0)])
 def test_bad_settings_raise_one_user_error_naming_the_field(field, value):
   with pytest.raises(UserError, match=field):
     AlignmentSolver(**{field: value})
@@ -299,3 +300,55 @@ def test_sinkhorn_itermax_equals_simalign_itermax_on_the_float64_plan():
   # And it is exactly what DWA self-labels with.
   labels, _ = jax.jit(solver.self_labels)(dots, mask)
   np.testing.assert_array_equal(got, np.asarray(labels))
+
+
+def awesome_align_softmax_links(sim, threshold=1e-3):
+  """awesome-align's extraction on one unpadded [n, m] problem, from its description (Dou & Neubig 2021, §2.2):
+  softmax over each row and over each column of the similarity, a link where both exceed the threshold
+  (float64 here; awesome-align computes in float32 torch)."""
+  sim = np.asarray(sim, np.float64)
+  rows = np.exp(sim - sim.max(axis=1, keepdims=True))
+  rows /= rows.sum(axis=1, keepdims=True)
+  cols = np.exp(sim - sim.max(axis=0, keepdims=True))
+  cols /= cols.sum(axis=0, keepdims=True)
+  return (rows > threshold) & (cols > threshold)
+
+
+@pytest.mark.parametrize("threshold", [1e-3, 0.1])
+def test_softmax_links_equal_awesome_aligns_extraction(threshold):
+  rng = np.random.default_rng(7)
+  _, dots, mask, sizes = _random_problems(rng, 200)
+  got = _links(AlignmentSolver(softmax_threshold=threshold), dots, mask, "softmax")
+  assert not np.any(got[~mask])
+  near = 0
+  for k, (n, m) in enumerate(sizes):
+    expected = awesome_align_softmax_links(dots[k, :n, :m], threshold)
+    differ = got[k, :n, :m] != expected
+    if differ.any():  # Only where a float32 softmax sits within rounding of the threshold.
+      sim = np.asarray(dots[k, :n, :m], np.float64)
+      rows = np.exp(sim - sim.max(1, keepdims=True))
+      rows /= rows.sum(1, keepdims=True)
+      cols = np.exp(sim - sim.max(0, keepdims=True))
+      cols /= cols.sum(0, keepdims=True)
+      closest = np.minimum(np.abs(rows - threshold), np.abs(cols - threshold))[differ]
+      assert np.all(closest < 1e-6 * max(threshold, 1e-3) * 10), (k, n, m, closest)
+      near += int(differ.sum())
+  assert near <= 2
+  # A one-by-one problem links; a larger threshold links less.
+  assert got[[k for k, (n, m) in enumerate(sizes) if (n, m) == (1, 1)][0], 0, 0]
+
+
+def test_softmax_links_of_packed_pairs_equal_each_pair_alone():
+  rng = np.random.default_rng(8)
+  a, b = rng.normal(size=(3, 8)) * 3, rng.normal(size=(4, 8)) * 3
+  c, d = rng.normal(size=(2, 8)) * 3, rng.normal(size=(5, 8)) * 3
+  solver = AlignmentSolver()
+  packed = np.zeros((5, 9), np.float32)
+  packed[:3, :4], packed[3:, 4:] = a @ b.T, c @ d.T
+  packed[:3, 4:], packed[3:, :4] = 50.0, 50.0  # Across problems: large, and masked out.
+  mask = np.zeros((5, 9), bool)
+  mask[:3, :4] = mask[3:, 4:] = True
+  got = _links(solver, packed[None], mask[None], "softmax")[0]
+  np.testing.assert_array_equal(got[:3, :4], awesome_align_softmax_links(a @ b.T))
+  np.testing.assert_array_equal(got[3:, 4:], awesome_align_softmax_links(c @ d.T))
+  assert not got[:3, 4:].any() and not got[3:, :4].any()

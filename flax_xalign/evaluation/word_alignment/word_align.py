@@ -528,7 +528,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
     {"model_dir", "step", "task", "split", "pairs", "src_lang", "tgt_lang",
      every AlignmentSolver field ("similarity", "sinkhorn_kernel",
      "sinkhorn_order", "mu", "relative_mu", "clamp_epsilon", "sinkhorn_iters",
-     "sinkhorn_extraction", "itermax_alpha", "itermax_rounds"), "normalize",
+     "sinkhorn_extraction", "itermax_alpha", "itermax_rounds", "softmax_threshold"), "normalize",
      "encoding", "pair_layout", "layers", "methods",
      "scores": {method: {layer (str): {precision, recall, f1, aer, num_*}}},
      "best": {method: {"layer", precision, recall, f1, aer, ...}},
