@@ -1,7 +1,7 @@
 r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
 
   python -m flax_xalign.align --model_dir=runs/demo --input=pairs.tsv --output=out.txt \
-      [--layer=3] [--method=argmax|itermax|sinkhorn|sinkhorn_itermax|softmax] \
+      [--layer=3] [--method=argmax|itermax|sinkhorn|sinkhorn_itermax|softmax|match] \
       [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
       [--normalize=nfd_strip_marks] [--encoding=joint|separate] [--pair_layout=restart|continuous] \
       [--sinkhorn_kernel=clamped|entropic --sinkhorn_order=rows_first|columns_first \

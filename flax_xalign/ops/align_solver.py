@@ -14,7 +14,9 @@ aligner's methods (`METHODS`) are the mutual argmax, SimAlign's Itermax, the
 Sinkhorn argmaxes (Eq. 7), Sinkhorn followed by Itermax (§3.1, Eq. 7-9:
 what DWA self-labels with and the paper's Table 2 scores) and awesome-align's
 softmax thresholding (Dou & Neubig 2021: a link where both the row softmax and
-the column softmax of the similarity exceed a threshold, 1e-3).
+the column softmax of the similarity exceed a threshold, 1e-3), and SimAlign's
+"match" (`mwmf`: a maximum-weight matching of the similarity with min(n, m)
+links; solved on the host by `match_links`, as it is no array program).
 
 Switches to the released code's choices (microsoft/unilm infoxlm, the
 XLM-Align aligner), see `ops.sinkhorn`: `sinkhorn_order="columns_first"`
@@ -35,6 +37,7 @@ import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax_xalign.errors import UserError
 from flax_xalign.ops.itermax import argmax_intersection, itermax
@@ -45,7 +48,9 @@ SIMILARITIES = ("dot", "cosine")
 SINKHORN_KERNELS = KERNELS
 SINKHORN_ORDERS = ORDERS
 SINKHORN_EXTRACTIONS = ("plan", "pi_xi")
-METHODS = ("argmax", "itermax", "sinkhorn", "sinkhorn_itermax", "softmax")
+METHODS = ("argmax", "itermax", "sinkhorn", "sinkhorn_itermax", "softmax", "match")
+# Methods solved on the host, per problem, from the similarity (`match_links`), not inside `links`.
+HOST_METHODS = ("match",)
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -171,6 +176,8 @@ class AlignmentSolver:
       [..., n, m] bool links, False where `~mask`.
     """
     _one_of_methods(method)
+    if method in HOST_METHODS:
+      raise ValueError(f"method {method!r} is solved on the host from the similarity: use match_links")
     similarity = jnp.asarray(similarity).astype(jnp.float32)
     mask = jnp.broadcast_to(jnp.asarray(mask, dtype=bool), similarity.shape)
     segments = {"row_segments": row_segments, "col_segments": col_segments}
@@ -228,6 +235,24 @@ def softmax_links(similarity: jax.Array, mask: jax.Array, *, threshold: float) -
     return weights / jnp.where(total > 0, total, 1.0)
 
   return (masked_softmax(-1) > threshold) & (masked_softmax(-2) > threshold) & mask
+
+
+def match_links(similarity: np.ndarray) -> np.ndarray:
+  """SimAlign's "match" (mwmf) on one unpadded [n, m] problem: bool [n, m] links of a maximum-weight matching.
+
+  SimAlign runs networkx's max_weight_matching(maxcardinality=True) on `(cos + 1) / 2`; with every edge
+  present that is a rectangular assignment of min(n, m) links maximising the summed similarity, which is
+  unchanged by adding a constant to, or positively scaling, every entry: cosines, shifted cosines and dot
+  products of one problem give the same matching up to ties. Solved with scipy's linear_sum_assignment.
+  """
+  from scipy.optimize import linear_sum_assignment
+
+  similarity = np.asarray(similarity, np.float64)
+  links = np.zeros(similarity.shape, bool)
+  if similarity.size:
+    rows, cols = linear_sum_assignment(similarity, maximize=True)
+    links[rows, cols] = True
+  return links
 
 
 def _one_of_methods(method: str) -> None:

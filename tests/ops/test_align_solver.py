@@ -6,6 +6,7 @@ import pytest
 
 from flax_xalign.errors import UserError
 from flax_xalign.ops import AlignmentSolver, argmax_intersection, itermax, sinkhorn
+from flax_xalign.ops import align_solver
 
 SIZE = 20  # problems of 1..20 tokens per side, padded to SIZE x SIZE
 
@@ -352,3 +353,39 @@ def test_softmax_links_of_packed_pairs_equal_each_pair_alone():
   np.testing.assert_array_equal(got[:3, :4], awesome_align_softmax_links(a @ b.T))
   np.testing.assert_array_equal(got[3:, 4:], awesome_align_softmax_links(c @ d.T))
   assert not got[:3, 4:].any() and not got[3:, :4].any()
+
+
+def brute_force_max_weight_matching(sim):
+  """Every matching of min(n, m) links of one small [n, m] problem, the heaviest (float64)."""
+  import itertools
+
+  n, m = sim.shape
+  best, best_links = -np.inf, None
+  if n <= m:
+    candidates = ([(i, j) for i, j in enumerate(cols)] for cols in itertools.permutations(range(m), n))
+  else:
+    candidates = ([(i, j) for j, i in enumerate(rows)] for rows in itertools.permutations(range(n), m))
+  for links in candidates:
+    weight = sum(float(sim[i, j]) for i, j in links)
+    if weight > best:
+      best, best_links = weight, links
+  out = np.zeros((n, m), bool)
+  for i, j in best_links:
+    out[i, j] = True
+  return out
+
+
+def test_match_links_are_the_heaviest_matching_of_min_n_m_links():
+  rng = np.random.default_rng(9)
+  for k in range(60):
+    n, m = (1, 1) if k == 0 else (1, 6) if k == 1 else (6, 2) if k == 2 else tuple(rng.integers(1, 7, size=2))
+    cosines = np.tanh(rng.normal(size=(n, m))).astype(np.float32)
+    expected = brute_force_max_weight_matching(cosines.astype(np.float64))
+    got = align_solver.match_links(cosines)
+    np.testing.assert_array_equal(got, expected, err_msg=f"problem {k}: {n}x{m}")
+    assert got.sum() == min(n, m)
+    # SimAlign feeds (cos + 1) / 2: the same matching.
+    np.testing.assert_array_equal(align_solver.match_links((cosines + 1) / 2), expected)
+  dots = np.ones((1, 3, 3), np.float32)
+  with pytest.raises(ValueError, match="host"):
+    AlignmentSolver().links(dots, np.ones_like(dots, bool), "match")

@@ -204,7 +204,9 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
 
   Returns:
     {method: bool [len(layers), rows, L - 3, L - 3]} (L - 3: the longest side
-    of either layout); only [:num_src, :num_tgt] of a row can be True.
+    of either layout); only [:num_src, :num_tgt] of a row can be True. A
+    host method ("match") gets the float similarity instead, solved per pair
+    by the caller.
   """
   out = encoder.apply({"params": params}, batch["tokens"], lang_ids=batch["lang_ids"],
                       positions=batch["positions"], segment_ids=batch["segment_ids"],
@@ -219,7 +221,8 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
   valid_src = span[None, :] < batch["num_src"][:, None]
   valid_tgt = span[None, :] < batch["num_tgt"][:, None]
   mask = jnp.broadcast_to((valid_src[:, :, None] & valid_tgt[:, None, :])[None], similarity.shape)
-  return {method: options.links(similarity, mask, method) for method in methods}
+  return {method: similarity if method in ops.align_solver.HOST_METHODS else options.links(similarity, mask, method)
+          for method in methods}
 
 
 @functools.lru_cache(maxsize=64)
@@ -392,7 +395,10 @@ class WordAligner:
         na, nb = len(e.src_words), len(e.tgt_words)
         for method in methods:
           for k, layer in enumerate(layers):
-            result[(method, layer)][index] = word_links(links[method][k, r, :na, :nb], e.src_words, e.tgt_words)
+            sub = links[method][k, r, :na, :nb]
+            if method in ops.align_solver.HOST_METHODS:
+              sub = ops.align_solver.match_links(sub)
+            result[(method, layer)][index] = word_links(sub, e.src_words, e.tgt_words)
       if verbose and ((c + 1) % progress_every == 0 or c + 1 == len(chunks)):
         done = sum(len(x) for x in chunks[:c + 1])
         print(f"  aligned {done}/{len(pairs)} pairs ({time.perf_counter() - start:.1f} s)", flush=True)
