@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 
 from flax_xalign.cli import common
@@ -106,7 +107,6 @@ def _fill_from_gin(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.assets import vocabulary as vocabulary_asset
-  from flax_xalign.data import pipeline
   from flax_xalign.data.packed import write
   from flax_xalign.training.data import resolve_task
 
@@ -120,10 +120,9 @@ def run(args: argparse.Namespace) -> None:
   if not data.has_split(args.split):
     raise UserError(f"task {args.task!r} has no {args.split!r} split (or a task of the mixture lacks it); "
                     "name one it has with --split.")
-  mixture = hasattr(data.provider, "tasks") and not hasattr(data.provider, "source")
   train = args.split == "train"
   epochs = None if args.examples else (args.epochs or 1)
-  if mixture and epochs is not None and train:
+  if data.is_mixture and epochs is not None and train:
     print(f"note: --epochs reads each task of mixture {args.task} once per pass (its sampling rates apply only to "
           "the endless stream); --examples=N writes N rows sampled at the mixture's rates", flush=True)
   order = ({"shuffled": train, "examples": args.examples} if args.examples else
@@ -138,26 +137,21 @@ def run(args: argparse.Namespace) -> None:
         + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)")
         + (f", {args.workers} workers" if args.workers > 1 else ""), flush=True)
   vocabulary_bytes = vocabulary_asset.model_bytes(data.vocabulary)
-  if args.workers == 1:
-    rows = pipeline.converted_rows(
-        data.provider, languages=data.languages, split=args.split, feature_lengths={"tokens": args.length},
-        seed=args.seed, shuffle=train, pack=not args.no_pack, num_epochs=epochs,
-        specials=data.vocabulary_spec.specials, pair_layout=args.pair_layout, both_directions=args.both_directions)
-    write.write_split(rows, info, output=args.output, vocabulary_bytes=vocabulary_bytes, max_rows=args.examples,
-                      shard_bytes=args.shard_mb << 20, overwrite=args.overwrite)
-    return
-  import time
-
   from flax_xalign.cli import cache_workers
 
+  spec = dict(task=args.task, definitions=data.definitions, languages=languages, split=args.split,
+              length=args.length, seed=args.seed, shuffle=train, pack=not args.no_pack, epochs=epochs,
+              pair_layout=args.pair_layout, both_directions=args.both_directions, workers=args.workers,
+              max_rows=cache_workers.split_rows(args.examples, args.workers), shard_bytes=args.shard_mb << 20,
+              info=info)
+  if args.workers == 1:
+    write.write_split(cache_workers.shard_rows(data, spec, 0), info, output=args.output,
+                      vocabulary_bytes=vocabulary_bytes, max_rows=args.examples, shard_bytes=spec["shard_bytes"],
+                      overwrite=args.overwrite)
+    return
   start = time.monotonic()
   with write.staged(args.output, args.split, overwrite=args.overwrite) as (tmp, target):
-    spec = dict(task=args.task, definitions=data.definitions, languages=languages, split=args.split,
-                length=args.length, seed=args.seed, shuffle=train, pack=not args.no_pack, epochs=epochs,
-                pair_layout=args.pair_layout, both_directions=args.both_directions, workers=args.workers,
-                max_rows=cache_workers.split_rows(args.examples, args.workers), tmp=tmp,
-                shard_bytes=args.shard_mb << 20, info=info)
-    parts = cache_workers.write_parallel(spec)
+    parts = cache_workers.write_parallel({**spec, "tmp": tmp})
     manifest = write.commit(tmp, info, parts, target=target, vocabulary_bytes=vocabulary_bytes)
   write.report(manifest, target, time.monotonic() - start)
 

@@ -30,6 +30,17 @@ def _part(index: int) -> str:
   return f"part{index:04d}"
 
 
+def shard_rows(data: Any, spec: Mapping[str, Any], index: int):
+  """The converted rows of seqio shard `index` of spec['workers'] (all rows for one worker), as NumPy dicts."""
+  from flax_xalign.data import pipeline
+
+  return pipeline.converted_rows(
+      data.provider, languages=data.languages, split=spec["split"], feature_lengths={"tokens": spec["length"]},
+      seed=spec["seed"], shuffle=spec["shuffle"], pack=spec["pack"], num_epochs=spec["epochs"],
+      specials=data.vocabulary_spec.specials, pair_layout=spec["pair_layout"],
+      both_directions=spec["both_directions"], shard_id=index, num_shards=spec["workers"])
+
+
 def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:
   """Worker `index`: writes its shard's rows into spec['tmp'] and lists them in part<index>.json."""
   from flax_xalign.cli._process import setup_process
@@ -37,18 +48,12 @@ def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:
   setup_process()
   try:
     from flax_xalign import tasks
-    from flax_xalign.data import pipeline
     from flax_xalign.data.packed import write
     from flax_xalign.training.data import resolve_task
 
     if spec["definitions"]:
       tasks.registry.register_described(spec["definitions"])
-    data = resolve_task(spec["task"], languages=spec["languages"])
-    rows = pipeline.converted_rows(
-        data.provider, languages=data.languages, split=spec["split"], feature_lengths={"tokens": spec["length"]},
-        seed=spec["seed"], shuffle=spec["shuffle"], pack=spec["pack"], num_epochs=spec["epochs"],
-        specials=data.vocabulary_spec.specials, pair_layout=spec["pair_layout"],
-        both_directions=spec["both_directions"], shard_id=index, num_shards=spec["workers"])
+    rows = shard_rows(resolve_task(spec["task"], languages=spec["languages"]), spec, index)
 
     def progress(count: int) -> None:
       counts[index] = count
@@ -75,6 +80,8 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
   if spec["definitions"] is None:
     raise UserError(f"task {spec['task']!r} was registered by code the worker processes cannot run again (no "
                     "task definitions recorded); use --workers=1, or register it from a gin file or a module.")
+  from flax_xalign.data.packed import write
+
   workers = spec["workers"]
   context = multiprocessing.get_context("spawn")
   counts = context.Array("q", workers, lock=False)
@@ -89,8 +96,6 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
       now = time.monotonic()
       if now - last >= report_every_s:
         last = now
-        from flax_xalign.data.packed import write
-
         print(write.progress_line(sum(counts), spec["length"], now - start) + f" ({workers} workers)", flush=True)
   finally:
     for proc in procs:

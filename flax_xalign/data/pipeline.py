@@ -204,7 +204,6 @@ class SeqioBatches:
   backend = "seqio"
 
   def __init__(self, dataset: tf.data.Dataset):
-    self.dataset = dataset
     self.tf_iterator = iter(dataset)
 
   def __iter__(self) -> "SeqioBatches":

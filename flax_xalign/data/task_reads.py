@@ -1,9 +1,10 @@
 """Reading a seqio task's raw (unconverted) examples for counts and analyses, as NumPy.
 
-The one place outside the training pipeline (`pipeline.py`) where tf.data is
-iterated: the language-specific vocabulary's token counts
-(`assets.lang_vocab`) and BLI's monolingual sentences (`evaluation.lexicon.bli`)
-read a task's split once, unshuffled, through these functions.
+Besides the training pipeline (`pipeline.py`) and the co-occurrence counter
+(`cooc/sources.py`), the one place where tf.data is iterated: the
+language-specific vocabulary's token counts (`assets.lang_vocab`) and BLI's
+monolingual sentences (`evaluation.lexicon.bli`) read a task's split once,
+unshuffled, through these functions.
 """
 
 from __future__ import annotations

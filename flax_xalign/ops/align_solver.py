@@ -49,8 +49,6 @@ SINKHORN_KERNELS = KERNELS
 SINKHORN_ORDERS = ORDERS
 SINKHORN_EXTRACTIONS = ("plan", "pi_xi")
 METHODS = ("argmax", "itermax", "sinkhorn", "sinkhorn_itermax", "softmax", "match")
-# Methods solved on the host, per problem, from the similarity (`match_links`), not inside `links`.
-HOST_METHODS = ("match",)
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -177,7 +175,7 @@ class AlignmentSolver:
     """
     _one_of_methods(method)
     if method in HOST_METHODS:
-      raise ValueError(f"method {method!r} is solved on the host from the similarity: use match_links")
+      raise ValueError(f"method {method!r} is solved on the host from the similarity: use HOST_METHODS[{method!r}]")
     similarity = jnp.asarray(similarity).astype(jnp.float32)
     mask = jnp.broadcast_to(jnp.asarray(mask, dtype=bool), similarity.shape)
     segments = {"row_segments": row_segments, "col_segments": col_segments}
@@ -253,6 +251,10 @@ def match_links(similarity: np.ndarray) -> np.ndarray:
     rows, cols = linear_sum_assignment(similarity, maximize=True)
     links[rows, cols] = True
   return links
+
+
+# Methods solved on the host, one unpadded [n, m] problem at a time, from the similarity: not inside `links`.
+HOST_METHODS = {"match": match_links}
 
 
 def _one_of_methods(method: str) -> None:

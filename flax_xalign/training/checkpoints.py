@@ -50,9 +50,8 @@ from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
-from flax_xalign.training.data_positions import (DATA_ITERATOR, DATA_ITERATOR_CACHE, CacheIteratorHandler,
-                                                 CacheIteratorRestore, CacheIteratorSave, DataIteratorHandler,
-                                                 DataIteratorRestore, DataIteratorSave, iterator_files_problem,
+from flax_xalign.training.data_positions import (DATA_ITERATOR, DATA_ITERATOR_CACHE, ITEM_ARGS,
+                                                 CacheIteratorHandler, DataIteratorHandler, iterator_files_problem,
                                                  iterator_item)
 
 STATE, META, ASSETS = "state", "meta", "assets"
@@ -268,7 +267,7 @@ class Checkpointer:
     items = {STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(dict(meta))}
     if iterator is not None:  # None: an imported model, which no data has touched yet.
       item = iterator_item(iterator)
-      items[item] = (CacheIteratorSave if item == DATA_ITERATOR_CACHE else DataIteratorSave)(iterator)
+      items[item] = ITEM_ARGS[item][0](iterator)
     if assets:
       items[ASSETS] = AssetsSave(dict(assets), dict(asset_values or {}))
     with self._no_space_guard():  # A previous async save's error surfaces here.
@@ -331,21 +330,14 @@ class Checkpointer:
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
     except Exception as e:  # pylint: disable=broad-except
       raise _damage_of(step_dir, STATE, e) from None
-    if item == DATA_ITERATOR_CACHE:
+    if item is not None:
       try:
-        self._manager.restore(step, args=ocp.args.Composite(**{item: CacheIteratorRestore(iterator)}))
-      except DamagedCheckpointError:
-        raise
-      except UserError as e:
-        raise UserError(f"checkpoint step {step}: {e}. {fresh_iterator_advice()}") from None
-    elif iterator is not None:
-      try:
-        self._manager.restore(step, args=ocp.args.Composite(**{DATA_ITERATOR: DataIteratorRestore(iterator)}))
+        self._manager.restore(step, args=ocp.args.Composite(**{item: ITEM_ARGS[item][1](iterator)}))
       except UserError:
         raise
       except Exception as e:  # pylint: disable=broad-except
         prefix = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}" / "iterator"
-        problem = iterator_files_problem(prefix)
+        problem = iterator_files_problem(prefix) if item == DATA_ITERATOR else None
         if problem:
           raise DamagedCheckpointError(step_dir, problem) from None
         raise UserError(f"the data-iterator state of checkpoint step {step} does not fit this run's input "

@@ -61,6 +61,11 @@ class TaskData:
     """"seqio" or "cache" (what `batches` reads, and the loop record's `data`)."""
     return "seqio" if self.cache is None else "cache"
 
+  @property
+  def is_mixture(self) -> bool:
+    """A seqio Mixture (not a task, not a cache)."""
+    return _is_mixture(self.provider)
+
   def has_split(self, split: str) -> bool:
     """Whether batches of `split` can be made (a cache: whether that split was built)."""
     if self.cache is not None:
@@ -131,10 +136,14 @@ class TaskData:
         for shard in range(host * per_host, (host + 1) * per_host)])
 
 
+def _is_mixture(provider: Any) -> bool:
+  return getattr(provider, "tasks", None) is not None and not hasattr(provider, "source")
+
+
 def _provider_has_split(provider: Any, split: str) -> bool:
   """Whether a seqio task, or every task of a mixture, has `split`."""
-  tasks = getattr(provider, "tasks", None)
-  if tasks is not None and not hasattr(provider, "source"):  # A mixture.
+  if _is_mixture(provider):
+    tasks = provider.tasks
     return bool(tasks) and all(_provider_has_split(task, split) for task in tasks)
   splits = getattr(provider, "splits", None)
   return splits is None or split in splits

@@ -25,16 +25,27 @@ from flax_xalign.errors import UserError
 DATA_ITERATOR, DATA_ITERATOR_CACHE = "data_iterator", "data_iterator_cache"
 
 
-def _damaged():
-  from flax_xalign.training.checkpoints import DamagedCheckpointError  # The module that imports this one.
+def _checkpoints():
+  """flax_xalign.training.checkpoints (DamagedCheckpointError, the advice): the module that imports this one."""
+  from flax_xalign.training import checkpoints
 
-  return DamagedCheckpointError
+  return checkpoints
 
 
 def _first_line(error: BaseException) -> str:
-  from flax_xalign.training.checkpoints import _first_line as first_line  # pylint: disable=protected-access
+  return _checkpoints()._first_line(error)  # pylint: disable=protected-access
 
-  return first_line(error)
+
+def _refuse_missing(directory: epath.Path, missing: str) -> None:
+  """Raises for a process's missing position: another process count (UserError) or a damaged step."""
+  written = sorted(p.name for p in directory.iterdir() if p.name.startswith("process_")) \
+      if directory.exists() else []
+  if written and len(written) != jax.process_count():
+    raise UserError(
+        f"{directory} holds the data-iterator state of {len(written)} process(es), this run has "
+        f"{jax.process_count()}; resume with the number of processes that wrote the checkpoint, or "
+        "add --gin.train.fresh_data_iterator=True to resume the model with a new data iterator.")
+  raise _checkpoints().DamagedCheckpointError(directory.parent, f"{directory.name}/{missing} is missing")
 
 
 def _tf_iterator(iterator: Any) -> Any:
@@ -65,23 +76,9 @@ class DataIteratorHandler(ocp.CheckpointHandler):
 
     prefix = self._prefix(directory)
     if not prefix.parent.exists():
-      error = _other_process_count(directory) if directory.exists() else None
-      if error is not None:
-        raise error
-      raise _damaged()(directory.parent, f"{DATA_ITERATOR}/{prefix.parent.name} is missing")
+      _refuse_missing(directory, prefix.parent.name)
     tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).read(str(prefix)).assert_consumed()
     return args.iterator
-
-
-def _other_process_count(directory: epath.Path) -> UserError | None:
-  written = sorted(p.name for p in directory.iterdir() if p.name.startswith("process_")) \
-      if directory.exists() else []
-  if written and len(written) != jax.process_count():
-    return UserError(
-        f"{directory} holds the data-iterator state of {len(written)} process(es), this run has "
-        f"{jax.process_count()}; resume with the number of processes that wrote the checkpoint, or "
-        "add --gin.train.fresh_data_iterator=True to resume the model with a new data iterator.")
-  return None
 
 
 class CacheIteratorHandler(ocp.CheckpointHandler):
@@ -97,18 +94,19 @@ class CacheIteratorHandler(ocp.CheckpointHandler):
   def restore(self, directory: epath.Path, args: "CacheIteratorRestore") -> Any:
     path = self._path(directory)
     if not path.exists():
-      error = _other_process_count(directory) if directory.exists() else None
-      if error is not None:
-        raise error
-      raise _damaged()(directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is missing")
+      _refuse_missing(directory, path.name)
     try:
       state = json.loads(path.read_text())
       if not isinstance(state, dict) or "position" not in state:
         raise ValueError("not a saved data position")
     except ValueError as e:
-      raise _damaged()(directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is unreadable: "
-                                   f"{_first_line(e)}") from None
-    args.iterator.set_state(state)
+      raise _checkpoints().DamagedCheckpointError(
+          directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is unreadable: {_first_line(e)}") from None
+    try:
+      args.iterator.set_state(state)
+    except UserError as e:  # Another cache, seed, batch or rows: the run may start the data order afresh.
+      raise UserError(f"checkpoint step {directory.parent.name}: {e}. {_checkpoints().fresh_iterator_advice()}"
+                      ) from None
     return args.iterator
 
 
@@ -134,6 +132,11 @@ class DataIteratorSave(ocp.args.CheckpointArgs):
 @dataclasses.dataclass
 class DataIteratorRestore(ocp.args.CheckpointArgs):
   iterator: Any
+
+
+# Each backend's item: its save and restore arguments (Orbax needs one class per handler and direction).
+ITEM_ARGS = {DATA_ITERATOR: (DataIteratorSave, DataIteratorRestore),
+             DATA_ITERATOR_CACHE: (CacheIteratorSave, CacheIteratorRestore)}
 
 
 def iterator_files_problem(prefix: epath.Path) -> str | None:

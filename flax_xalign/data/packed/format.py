@@ -115,10 +115,6 @@ class Manifest:
   order: Mapping[str, Any]
   writer: str = ""
 
-  @property
-  def record_bytes(self) -> int:
-    return sum(np.dtype(dtype).itemsize for _, dtype in self.features) * self.length
-
   def to_json(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
     out["vocabulary"]["specials"] = self.vocabulary.specials.as_dict()
@@ -213,12 +209,6 @@ class PackedSplit:
                         f"{run!r} ({setting}); rebuild it with `python -m flax_xalign.cache` for this run's "
                         "settings, or set them to the cache's.")
 
-  def check_vocabulary(self, fingerprint: Mapping[str, Any], *, where: str) -> None:
-    if dict(self.manifest.vocabulary.fingerprint()) != dict(fingerprint):
-      raise UserError(f"the packed cache {self.directory} was tokenised with another vocabulary (sha256 "
-                      f"{self.manifest.vocabulary.sha256[:12]}...) than {where}; rebuild the cache with the "
-                      "run's vocabulary.")
-
   def check_batch(self, batch_size: int) -> None:
     if self.manifest.examples < batch_size:
       raise UserError(f"the packed cache {self.directory} holds {self.manifest.examples} rows, fewer than one "
@@ -234,11 +224,11 @@ def has_split(root: str, split: str) -> bool:
   return os.path.isfile(os.path.join(split_dir(root, split), MANIFEST))
 
 
-def open_split(root: str, split: str, *, verify: bool = True, log: Any = None) -> PackedSplit:
+def open_split(root: str, split: str) -> PackedSplit:
   """The verified split `split` of the cache at `root` (UserError naming what is wrong and the fix).
 
-  `verify` checks every shard's size and sha256 against the manifest (a
-  progress line per GiB on `log`, default stderr, for large caches).
+  Every shard's size and sha256 are checked against the manifest (a progress
+  line on stderr per GiB hashed, for large caches).
   """
   directory = split_dir(root, split)
   path = os.path.join(directory, MANIFEST)
@@ -265,11 +255,11 @@ def open_split(root: str, split: str, *, verify: bool = True, log: Any = None) -
   if sum(s.examples for s in manifest.shards) != manifest.examples:
     raise UserError(f"{path} lists shards of {sum(s.examples for s in manifest.shards)} rows but "
                     f"{manifest.examples} rows in all; the manifest was edited: rebuild the cache.")
-  _check_shards(packed, verify=verify, log=log or sys.stderr)
+  _check_shards(packed)
   return packed
 
 
-def _check_shards(packed: PackedSplit, *, verify: bool, log: Any) -> None:
+def _check_shards(packed: PackedSplit) -> None:
   start, done, reported = time.monotonic(), 0, 0
   total = sum(s.bytes for s in packed.manifest.shards)
   for shard, path in zip(packed.manifest.shards, packed.paths):
@@ -279,15 +269,14 @@ def _check_shards(packed: PackedSplit, *, verify: bool, log: Any) -> None:
     if size != shard.bytes:
       raise UserError(f"shard {path} has {size} bytes, the manifest says {shard.bytes} (a partial or damaged "
                       "copy); rebuild the cache (or restore the file).")
-    if verify:
-      if sha256_of(path) != shard.sha256:
-        raise UserError(f"shard {path} does not match its sha256 in the manifest (damaged or edited); rebuild "
-                        "the cache (or restore the file).")
-      done += size
-      if done - reported >= 1 << 30:
-        reported = done
-        print(f"verifying {packed.directory}: {done / 2**30:.1f}/{total / 2**30:.1f} GiB "
-              f"({time.monotonic() - start:.0f} s)", file=log, flush=True)
+    if sha256_of(path) != shard.sha256:
+      raise UserError(f"shard {path} does not match its sha256 in the manifest (damaged or edited); rebuild "
+                      "the cache (or restore the file).")
+    done += size
+    if done - reported >= 1 << 30:
+      reported = done
+      print(f"verifying {packed.directory}: {done / 2**30:.1f}/{total / 2**30:.1f} GiB "
+            f"({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
 
 
 class FileVocabulary:

@@ -397,7 +397,7 @@ class WordAligner:
           for k, layer in enumerate(layers):
             sub = links[method][k, r, :na, :nb]
             if method in ops.align_solver.HOST_METHODS:
-              sub = ops.align_solver.match_links(sub)
+              sub = ops.align_solver.HOST_METHODS[method](sub)
             result[(method, layer)][index] = word_links(sub, e.src_words, e.tgt_words)
       if verbose and ((c + 1) % progress_every == 0 or c + 1 == len(chunks)):
         done = sum(len(x) for x in chunks[:c + 1])
