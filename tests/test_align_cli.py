@@ -60,6 +60,7 @@ def test_sweep_prints_table_writes_plot_and_best_links(tmp_path, checkpoint, pai
                           "--batch_size=4"])
   assert code == 0, capsys.readouterr().err
   text = capsys.readouterr().out
+  assert "aligner settings: encoding=" in text and "similarity=cosine (as passed)" in text
   assert "| method | layer | P | R | F1 | AER |" in text
   for method in ("argmax", "itermax", "sinkhorn"):
     assert f"| {method} | 2 |" in text

@@ -20,10 +20,17 @@ paper's §3.1 Sinkhorn + Itermax) against --gold, prints the table, writes
 <output>_layers.png beside --output and writes the alignments of the best
 (method, layer) unless --layer/--method pin one. --normalize normalises every
 word before tokenising it (e.g. nfd_strip_marks drops polytonic Greek's
-diacritics); word indices
-refer to the input words either way. --encoding=separate encodes each side as
-if alone (SimAlign's way; best for sentence encoders such as multilingual-e5),
-joint (the default, XLM-Align's) encodes the pair in one attention segment.
+diacritics); word indices refer to the input words either way.
+--encoding=separate encodes each side as if alone (SimAlign's way; best for
+sentence encoders such as multilingual-e5), joint (XLM-Align's) encodes the
+pair in one attention segment.
+
+Unset, --encoding, --similarity and --normalize follow the model, and the
+command prints what it chose and why: a model trained with DWA aligns as DWA
+self-labelled, one trained with TLM joint with dot products, anything else
+(e.g. an imported sentence encoder) separate with cosine; the normaliser is
+the one its training tasks or its trimmed vocabulary used (run manifest,
+origin.json, followed through the run it was warm-started from).
 --pair_layout defaults to the layout the checkpoint was trained with (run
 manifest). The solver flags are `ops.AlignmentSolver`'s fields, with the
 paper's defaults (kernel max(eps, S)^(1/mu), rows first, mu 1, 2 iterations,
@@ -62,7 +69,8 @@ def _solver_flags(parser: argparse.ArgumentParser) -> None:
              "sinkhorn_order": word_align.SINKHORN_ORDERS,
              "sinkhorn_extraction": word_align.SINKHORN_EXTRACTIONS}
   for name, values in choices.items():
-    parser.add_argument(f"--{name}", choices=values, default=defaults[name])
+    # similarity=None: follow the model (model_defaults); the others default to the paper's values.
+    parser.add_argument(f"--{name}", choices=values, default=None if name == "similarity" else defaults[name])
   for name in ("mu", "clamp_epsilon", "itermax_alpha", "softmax_threshold"):
     parser.add_argument(f"--{name}", type=float, default=defaults[name])
   for name in ("sinkhorn_iters", "itermax_rounds"):
@@ -72,10 +80,12 @@ def _solver_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def solver_from_args(args: argparse.Namespace):
-  """The AlignmentSolver the flags describe (UserError for a bad value)."""
+  """The AlignmentSolver the flags describe (UserError for a bad value); an unset similarity stays the
+  field's default until load_aligner replaces it with the model's."""
   from flax_xalign import ops
 
-  return ops.AlignmentSolver(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ops.AlignmentSolver)})
+  fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ops.AlignmentSolver)}
+  return ops.AlignmentSolver(**{k: v for k, v in fields.items() if v is not None})
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -100,10 +110,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--max_length", type=int, default=256, help="positions per pair (both sides + 4)")
   parser.add_argument("--vocabulary", default=None, help="SentencePiece model, if the task is not known here")
-  parser.add_argument("--normalize", choices=normalize.NORMALIZERS, default="",
-                      help="text normaliser applied to each word before tokenising (default: none)")
-  parser.add_argument("--encoding", choices=word_align.ENCODINGS, default="joint",
-                      help="joint: one attention segment per pair (XLM-Align); separate: each side alone (SimAlign)")
+  parser.add_argument("--normalize", choices=normalize.NORMALIZERS, default=None,
+                      help="text normaliser applied to each word before tokenising (default: the one the model's "
+                           "training text or trimmed vocabulary went through, else none)")
+  parser.add_argument("--encoding", choices=word_align.ENCODINGS, default=None,
+                      help="joint: one attention segment per pair (XLM-Align); separate: each side alone "
+                           "(SimAlign). Default: joint if the model was trained on pairs (TLM/DWA), else separate")
   parser.add_argument("--pair_layout", choices=PAIR_LAYOUTS, default=None,
                       help="restart: <s> a </s> <s> b </s>; continuous: <s> a </s> b </s> (default: the run's)")
   parser.add_argument("--gold", default=None, help="gold alignments, one entry per input pair")
@@ -139,8 +151,10 @@ def run(args: argparse.Namespace) -> None:
   options = solver_from_args(args)
   aligner, _, step = word_align.load_aligner(
       args.model_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
-      max_length=args.max_length, batch_size=args.batch_size, options=options, normalize=args.normalize,
-      encoding=args.encoding, pair_layout=args.pair_layout)
+      max_length=args.max_length, batch_size=args.batch_size, options=options, similarity=args.similarity,
+      normalize=args.normalize, encoding=args.encoding, pair_layout=args.pair_layout)
+  options = aligner.options
+  print(aligner.settings.describe(), flush=True)
   layer = args.layer if args.layer is not None else round(2 * aligner.num_layers / 3)
   method = args.method or "sinkhorn"
   aligner.validate([layer], [method])
@@ -154,7 +168,7 @@ def run(args: argparse.Namespace) -> None:
     every = aligner.run(pairs, layers=range(aligner.num_layers + 1), methods=methods, verbose=True)
     sure, possible = [g.sure for g in gold], [g.possible for g in gold]
     table = {key: aer.score(links, sure, possible) for key, links in every.items()}
-    print(aer.format_table(table, title=f"{os.path.basename(args.gold)}, {args.similarity} similarity"))
+    print(aer.format_table(table, title=f"{os.path.basename(args.gold)}, {options.similarity} similarity"))
     plot = os.path.splitext(args.output)[0] + "_layers.png"
     aer.plot_layer_curve(table, plot, title=f"{aligner.src_lang}-{aligner.tgt_lang} word alignment")
     print(f"wrote {plot}")
@@ -165,7 +179,7 @@ def run(args: argparse.Namespace) -> None:
     links = aligner.align(pairs, layer=layer, method=method)
   seconds = time.perf_counter() - start
   aer.write_pharaoh(args.output, links)
-  print(f"wrote {args.output}: {method}, layer {layer}, {args.similarity} similarity "
+  print(f"wrote {args.output}: {method}, layer {layer}, {options.similarity} similarity "
         f"({seconds:.1f} s, {1000 * seconds / len(pairs):.0f} s per 1000 pairs)")
   if gold is not None:
     print(f"{method} layer {layer}: " + _scores_line(aer.score(links, [g.sure for g in gold],

@@ -107,7 +107,6 @@ E5_ALIGNER = {"encoding": "separate", "normalize": "nfd_strip_marks"}
 
 def e5_demo(model_dir: str, align_steps: int | None) -> int:
   """The paper's setting: import multilingual-e5-small, align zero-shot, continue with XLM-Align, align again."""
-  from flax_xalign import ops
   from flax_xalign.cli import e5_small
   from flax_xalign.evaluation.word_alignment import aer as aer_lib
   from flax_xalign.evaluation.word_alignment import report
@@ -133,8 +132,7 @@ def e5_demo(model_dir: str, align_steps: int | None) -> int:
     return code
   print("\nflax_xalign demo (e5) 3/3: word alignment against the manual gold (test books), each side "
         "encoded alone, cosine, Greek diacritics stripped ...", flush=True)
-  solver = ops.AlignmentSolver(similarity="cosine")
-  results = {name: word_align.evaluate_alignment(path, split="test", methods=METHODS, options=solver,
+  results = {name: word_align.evaluate_alignment(path, split="test", methods=METHODS, similarity="cosine",
                                                  verbose=False, **E5_ALIGNER)
              for name, path in (("e5-small", e5), ("e5-small + XLM-Align", aligned))}
   peers = statistical_peer()

@@ -31,8 +31,13 @@ def init_model(config=CONFIG, seed=0):
 
 
 def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language_pairs=(), config=CONFIG,
-                     pair_layout="restart"):
-  """A MODEL_DIR with one checkpoint, written the way the trainer writes it (manifest + vocabulary asset)."""
+                     pair_layout="restart", objectives=(("mlm", 1.0), ("tlm", 1.0)), objective_options=None,
+                     task_definitions=None, init_from_checkpoint=None):
+  """A MODEL_DIR with one checkpoint, written the way the trainer writes it (manifest + vocabulary asset).
+
+  The default objectives (MLM + TLM: joint pairs) make the aligner's model defaults joint encoding and dot
+  products, the settings most tests here were written for.
+  """
   import tensorflow as tf
 
   from flax_xalign.assets.vocabulary import VocabularyAsset, spec_of
@@ -42,7 +47,8 @@ def write_checkpoint(model_dir, params, vocabulary, *, task, languages, language
   asset = VocabularyAsset(vocabulary)
   run = RunSpec(task=task, languages=tuple(languages), language_pairs=tuple(language_pairs),
                 task_feature_lengths={"tokens": 19}, vocabulary=spec_of(vocabulary), model=config,
-                objectives={"mlm": 1.0}, task_definitions=None, pair_layout=pair_layout)
+                objectives=dict(objectives), objective_options=objective_options or {},
+                task_definitions=task_definitions, pair_layout=pair_layout, init_from_checkpoint=init_from_checkpoint)
   value = asset.build(run)
   run = run.replace(assets={"vocabulary": asset.fingerprint(value)})
   model_dir.mkdir(parents=True, exist_ok=True)
@@ -392,3 +398,85 @@ def test_separate_encoding_equals_encoding_each_side_alone(tiny_model, vocabular
   with pytest.raises(UserError, match="unknown encoding"):
     word_align.WordAligner(model, params, vocabulary, languages=["de", "en"], src_lang="de", tgt_lang="en",
                            encoding="both")
+
+
+# ------------------------------------------------------------- model defaults
+
+
+def _bible_definition(normalize):
+  return ({"kind": "BibleTasks", "args": {"prefix": "e5_bible", "normalize": normalize}},)
+
+
+@pytest.mark.parametrize("objectives, options, want", [
+    ((), None, ("separate", "cosine")),                     # an import: never saw a pair
+    ((("mlm", 1.0),), None, ("separate", "cosine")),         # MLM alone reads monolingual slots only
+    ((("mlm", 1.0), ("tlm", 1.0)), None, ("joint", "dot")),  # TLM: pairs in one segment
+    ((("tlm", 1.0), ("dwa", 1.0)), {"dwa": {"self_label_encoding": "separate", "solver": {"similarity": "cosine"}}},
+     ("separate", "cosine")),                                 # as DWA self-labelled
+    ((("tlm", 1.0), ("dwa", 1.0)), {"dwa": {"self_label_encoding": "joint", "solver": {"similarity": "dot"}}},
+     ("joint", "dot")),
+])
+def test_aligner_defaults_follow_what_the_model_was_trained_on(tmp_path, tiny_model, vocabulary, objectives,
+                                                                options, want):
+  _, params = tiny_model
+  model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_mix", languages=["de", "en"],
+                               language_pairs=[("de", "en")], objectives=objectives, objective_options=options)
+  loaded, _, _ = word_align.load_aligner(str(model_dir))
+  assert (loaded.encoding, loaded.options.similarity) == want
+  assert loaded.settings.sources["encoding"] != "flag"
+  line = loaded.settings.describe()
+  assert f"encoding={want[0]}" in line and f"similarity={want[1]}" in line and "normalize=none" in line
+  # Every flag wins over the model; a passed encoding brings its own family's similarity.
+  other = {"joint": "separate", "separate": "joint"}[want[0]]
+  flagged, _, _ = word_align.load_aligner(str(model_dir), encoding=other, normalize="nfd_strip_marks")
+  assert flagged.encoding == other and flagged.normalize == "nfd_strip_marks"
+  assert flagged.options.similarity == {"joint": "dot", "separate": "cosine"}[other]
+  assert flagged.settings.sources["encoding"] == flagged.settings.sources["normalize"] == "flag"
+  pinned, _, _ = word_align.load_aligner(str(model_dir), similarity="cosine", options=AlignmentSolver(mu=2.0))
+  assert pinned.options == AlignmentSolver(mu=2.0, similarity="cosine")
+  assert "similarity=cosine (as passed)" in pinned.settings.describe()
+
+
+def test_aligner_normaliser_comes_from_the_tasks_the_trimmed_vocabulary_or_the_warm_start(
+    tmp_path, tiny_model, vocabulary):
+  _, params = tiny_model
+  common = dict(task="gone_mix", languages=["de", "en"], language_pairs=[("de", "en")])
+  trained = write_checkpoint(tmp_path / "trained", params, vocabulary, **common,
+                             task_definitions=_bible_definition("nfd_strip_marks"))
+  loaded, _, _ = word_align.load_aligner(str(trained))
+  assert loaded.normalize == "nfd_strip_marks" and "training tasks" in loaded.settings.sources["normalize"]
+
+  imported = write_checkpoint(tmp_path / "imported", params, vocabulary, **common, objectives=())
+  (imported / "origin.json").write_text(json.dumps({"normalizers": ["nfd_strip_marks"], "step": 0}))
+  loaded, _, _ = word_align.load_aligner(str(imported))
+  assert (loaded.normalize, loaded.encoding, loaded.options.similarity) == ("nfd_strip_marks", "separate", "cosine")
+  assert "origin.json" in loaded.settings.sources["normalize"]
+
+  # A run warm-started from the import inherits its normaliser; one warm-started from a TLM run, its encoding.
+  continued = write_checkpoint(tmp_path / "continued", params, vocabulary, **common, objectives=(("mlm", 1.0),),
+                               init_from_checkpoint=str(imported))
+  assert word_align.load_aligner(str(continued))[0].normalize == "nfd_strip_marks"
+  from_tlm = write_checkpoint(tmp_path / "from_tlm", params, vocabulary, **common, objectives=(("mlm", 1.0),),
+                              init_from_checkpoint=str(trained))
+  loaded, _, _ = word_align.load_aligner(str(from_tlm))
+  assert (loaded.encoding, loaded.normalize) == ("joint", "nfd_strip_marks")
+  assert str(trained) in loaded.settings.sources["encoding"]
+  # A warm-start source that is gone only ends the chain.
+  orphan = write_checkpoint(tmp_path / "orphan", params, vocabulary, **common, objectives=(("mlm", 1.0),),
+                            init_from_checkpoint=str(tmp_path / "deleted"))
+  loaded, _, _ = word_align.load_aligner(str(orphan))
+  assert (loaded.encoding, loaded.normalize) == ("separate", "")
+
+  # Tasks with two different normalisers: none is guessed, and the line says why.
+  mixed = write_checkpoint(tmp_path / "mixed", params, vocabulary, **common, task_definitions=(
+      _bible_definition("nfd_strip_marks")[0], {"kind": "TextTask", "args": {"normalize": "nfkc"}}))
+  loaded, _, _ = word_align.load_aligner(str(mixed))
+  assert loaded.normalize == "" and "several normalisers" in loaded.settings.describe()
+
+
+def test_the_continuous_layout_defaults_to_joint_encoding(tmp_path, tiny_model, vocabulary):
+  _, params = tiny_model
+  model_dir = write_checkpoint(tmp_path / "c", params, vocabulary, task="gone_mix", languages=["de", "en"],
+                               language_pairs=[("de", "en")], objectives=(), pair_layout="continuous")
+  loaded, _, _ = word_align.load_aligner(str(model_dir))
+  assert (loaded.pair_layout, loaded.encoding, loaded.options.similarity) == ("continuous", "joint", "dot")

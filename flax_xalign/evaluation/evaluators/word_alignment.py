@@ -28,7 +28,9 @@ class WordAlignment:
   `src_lang`/`tgt_lang` (default the run's bitext sides; grc/en for the
   Bible), `max_pairs`, the aligner's `max_length`, `batch_size`,
   `normalize`, `encoding`, `pair_layout`, and any `AlignmentSolver` field
-  (`similarity`, `sinkhorn_kernel`, `mu`, ...).
+  (`similarity`, `sinkhorn_kernel`, `mu`, ...). `normalize`, `encoding` and
+  `similarity` left out follow the model (`word_alignment.model_defaults`),
+  and the result records what was chosen (`settings_from`).
 
   Returns {"step", "pairs", "src_lang", "tgt_lang", "gold", "layers",
   "methods", "solver": {AlignmentSolver fields}, "scores": {method: {layer:
@@ -41,8 +43,9 @@ class WordAlignment:
   def __init__(self, run: Any, *, gold: str | None = None, input: str | None = None,  # noqa: A002 (the align flag)
                bible_gold: str | None = None, gold_format: str = "pharaoh", layers: Sequence[int] | None = None,
                methods: Sequence[str] | None = None, src_lang: str | None = None, tgt_lang: str | None = None,
-               max_pairs: int | None = None, max_length: int = 256, batch_size: int = 32, normalize: str = "",
-               encoding: str = "joint", pair_layout: str | None = None, verbose: bool = False, **solver: Any):
+               max_pairs: int | None = None, max_length: int = 256, batch_size: int = 32,
+               normalize: str | None = None, encoding: str | None = None, pair_layout: str | None = None,
+               verbose: bool = False, **solver: Any):
     from flax_xalign.ops.align_solver import METHODS, AlignmentSolver
 
     if bool(bible_gold) == bool(gold or input):
@@ -62,6 +65,7 @@ class WordAlignment:
     self.max_pairs, self.verbose = max_pairs, verbose
     self.aligner_options = {"max_length": max_length, "batch_size": batch_size, "normalize": normalize,
                             "encoding": encoding, "pair_layout": pair_layout}
+    self.similarity = solver.pop("similarity", None)
     self.solver = AlignmentSolver(**solver)
 
   @classmethod
@@ -89,10 +93,12 @@ class WordAlignment:
     if self.bible_gold:
       src_lang, tgt_lang = src_lang or "grc", tgt_lang or "en"
     aligner, _, step = word_align.load_aligner(self.run.dir.path, src_lang=src_lang, tgt_lang=tgt_lang,
-                                               options=self.solver, **self.aligner_options)
+                                               options=self.solver, similarity=self.similarity,
+                                               **self.aligner_options)
     table = aligner.sweep(pairs, sure, possible, layers=self.layers, methods=self.methods, verbose=self.verbose)
     scores, best = word_align.score_tables(table)
     return {"step": int(step), "pairs": len(pairs), "src_lang": aligner.src_lang, "tgt_lang": aligner.tgt_lang,
             "gold": self.gold or f"bible:{self.bible_gold}", "layers": sorted({l for _, l in table}),
-            "methods": list(self.methods), "solver": dataclasses.asdict(self.solver),
+            "methods": list(self.methods), "solver": dataclasses.asdict(aligner.options),
+            "normalize": aligner.settings.normalize, "settings_from": dict(aligner.settings.sources),
             "encoding": aligner.encoding, "pair_layout": aligner.pair_layout, "scores": scores, "best": best}

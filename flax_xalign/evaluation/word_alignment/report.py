@@ -157,10 +157,11 @@ def evaluate_alignment(model_dir: str, *, settings: Mapping[str, Any] | None = N
   if unknown:
     raise UserError(f"unknown aligner setting(s) {', '.join(unknown)}; use "
                     f"{', '.join(SOLVER_SETTINGS + ALIGNMENT_SETTINGS)}.")
+  similarity = settings.pop("similarity", None)  # None: the model's (word_alignment.model_defaults).
   solver = ops.AlignmentSolver(**{k: v for k, v in settings.items() if k in SOLVER_SETTINGS})
   options = {k: v for k, v in settings.items() if k in ALIGNMENT_SETTINGS}
   kwargs.setdefault("verbose", False)
-  return word_align.evaluate_alignment(model_dir, options=solver, **options, **kwargs)
+  return word_align.evaluate_alignment(model_dir, options=solver, similarity=similarity, **options, **kwargs)
 
 
 def _aligner_name(result: Mapping[str, Any]) -> str:

@@ -291,6 +291,8 @@ class WordAligner:
     self.specials = specials if specials is not None else special_tokens_of(vocabulary)
     self.last_run: dict[str, float] = {}
     self._pieces: dict[str, list[int]] = {}
+    # What load_aligner chose from the model (model_defaults.AlignerDefaults); None when built directly.
+    self.settings: Any = None
 
   @property
   def num_layers(self) -> int:
@@ -445,18 +447,28 @@ def checkpoint_language_pair(run: RunSpec) -> tuple[str, str] | None:
 
 def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str | None = None,
                  vocabulary_path: str | None = None, pair_layout: str | None = None,
+                 options: ops.AlignmentSolver | None = None, similarity: str | None = None,
+                 normalize: str | None = None, encoding: str | None = None,
                  **kwargs: Any) -> tuple[WordAligner, RunSpec, int]:
   """(WordAligner, run manifest, step) for the latest checkpoint in `model_dir`.
 
   The language pair defaults to the run's bitext task (side a -> side b);
   with two languages, naming one side picks the other. The pair layout
-  defaults to the run's (`RunSpec.pair_layout`). `kwargs` go to WordAligner
-  (max_length, batch_size, options, normalize, encoding).
+  defaults to the run's (`RunSpec.pair_layout`). `encoding`, `similarity`
+  and `normalize` left as None follow the model (`model_defaults.resolve`:
+  what it was trained for, its vocabulary's normaliser); `similarity`
+  replaces `options.similarity`. The aligner's `settings` records what was
+  chosen and why. `kwargs` go to WordAligner (max_length, batch_size).
   """
+  from flax_xalign.evaluation.word_alignment import model_defaults
   from flax_xalign.runs import Run
 
   handle = Run.open(model_dir)
   run, step = handle.spec, handle.step
+  pair_layout = pair_layout or run.pair_layout
+  settings = model_defaults.resolve(model_dir, run, normalize=normalize, encoding=encoding, similarity=similarity,
+                                    pair_layout=pair_layout)
+  options = dataclasses.replace(options or ops.AlignmentSolver(), similarity=settings.similarity)
   languages = list(run.languages)
   if src_lang is None or tgt_lang is None:
     if (src_lang or tgt_lang) and len(languages) == 2:
@@ -472,7 +484,9 @@ def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str |
   vocabulary = handle.vocabulary(path=vocabulary_path)
   aligner = WordAligner(handle.model, handle.params(), vocabulary, languages=languages, src_lang=src_lang,
                         tgt_lang=tgt_lang, specials=run.vocabulary.specials,
-                        pair_layout=pair_layout or run.pair_layout, **kwargs)
+                        pair_layout=pair_layout, options=options,
+                        normalize=settings.normalize, encoding=settings.encoding, **kwargs)
+  aligner.settings = settings
   return aligner, run, step
 
 
@@ -520,15 +534,16 @@ def score_tables(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[
 def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[int] | None = None,
                        methods: Sequence[str] = SWEEP_METHODS, output_dir: str | None = None,
                        max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
-                       options: ops.AlignmentSolver = ops.AlignmentSolver(), normalize: str = "",
-                       encoding: str = "joint", pair_layout: str | None = None,
-                       verbose: bool = True) -> dict[str, Any]:
+                       options: ops.AlignmentSolver | None = None, similarity: str | None = None,
+                       normalize: str | None = None, encoding: str | None = None,
+                       pair_layout: str | None = None, verbose: bool = True) -> dict[str, Any]:
   """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English).
 
   Writes `aer.json` (the returned dict), `aer.md` (markdown table) and
   `aer_layers.png` (AER against layer) into `output_dir` (default model_dir).
 
-  `pair_layout` defaults to the run's.
+  `pair_layout` defaults to the run's; `similarity`, `normalize` and
+  `encoding` left as None follow the model (see `load_aligner`).
 
   Returns:
     {"model_dir", "step", "task", "split", "pairs", "src_lang", "tgt_lang",
@@ -549,10 +564,12 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
     raise UserError(f"{model_dir} was trained on {languages}; the Bible gold alignments are Greek-English "
                     "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
   aligner, run, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
-                                    batch_size=batch_size, options=options, normalize=normalize,
-                                    encoding=encoding, pair_layout=pair_layout)
+                                    batch_size=batch_size, options=options, similarity=similarity,
+                                    normalize=normalize, encoding=encoding, pair_layout=pair_layout)
+  options, settings = aligner.options, aligner.settings
   pairs, sure = bible_gold(split, max_pairs=max_pairs)
   if verbose:
+    print(settings.describe(), flush=True)
     print(f"word alignment: {len(pairs)} Greek-English verses ({split}), layers 0..{aligner.num_layers}, "
           f"methods {', '.join(methods)}", flush=True)
   table = aligner.sweep(pairs, sure, layers=layers, methods=methods, verbose=verbose)
@@ -566,7 +583,8 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
   results = {
       "model_dir": model_dir, "step": int(step), "task": run.task, "split": split,
       "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", **dataclasses.asdict(options),
-      "normalize": normalize, "encoding": encoding, "pair_layout": aligner.pair_layout,
+      "normalize": settings.normalize, "encoding": settings.encoding, "pair_layout": aligner.pair_layout,
+      "settings_from": dict(settings.sources),
       "layers": sorted({l for _, l in table}),
       "methods": list(dict.fromkeys(m for m, _ in table)), "scores": scores, "best": best,
       "diagonal_baseline": aer.score(diagonal, sure).as_dict(),
