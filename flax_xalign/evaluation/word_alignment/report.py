@@ -32,7 +32,7 @@ from flax_xalign.run_spec import RunSpec
 SOLVER_SETTINGS = tuple(f.name for f in dataclasses.fields(ops.AlignmentSolver))
 ALIGNMENT_SETTINGS = ("normalize", "encoding", "pair_layout", "max_length", "batch_size", "layers", "methods")
 _HOW_TO_MAKE = ("make the models with `python -m flax_xalign.interop.e5_small --output=runs/e5` (the imported "
-                "multilingual-e5-small) or `make demo` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
+                "multilingual-e5-small) or `python -m flax_xalign.demo --start=scratch` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
                 "or change MODEL_DIRS")
 
 
