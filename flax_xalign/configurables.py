@@ -73,12 +73,14 @@ def register() -> None:
   from flax_xalign.models.config import EncoderConfig
   from flax_xalign.objectives.dwa import DwaConfig
   from flax_xalign.objectives.model import MaskingConfig
+  from flax_xalign.objectives.so import SoConfig
   from flax_xalign.ops.align_solver import AlignmentSolver
   from flax_xalign.training.checkpoints import CheckpointConfig
   from flax_xalign.training.config import TrainConfig
   from flax_xalign.training.optimizer import OptimizerConfig
 
-  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, AlignmentSolver):
+  for cls in (EncoderConfig, OptimizerConfig, MaskingConfig, CheckpointConfig, DwaConfig, SoConfig,
+              AlignmentSolver):
     gin.external_configurable(cls, name=cls.__name__, module="flax_xalign")
   # `train.<field>` bindings fill the fields of the run's TrainConfig; `train_job` runs it.
   gin.external_configurable(TrainConfig, name="train", module="flax_xalign")

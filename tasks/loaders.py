@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from flax_xalign import errors
 from flax_xalign.data.vocab import normalize as normalize_lib
+from . import links as links_lib
+
 Loader = Callable[[str], Mapping[str, Sequence[str]]]
 # Longest text (one side of a pair) tokenised whole; longer ones are cut first. A row keeps at most
 # L - 2 tokens and a SentencePiece piece spans at most 16 characters (its max_piece_length), so the
@@ -23,14 +25,23 @@ Loader = Callable[[str], Mapping[str, Sequence[str]]]
 # which SentencePiece collapses); and tokenising them takes ~15 ms.
 DEFAULT_MAX_LINE_CHARS = 20_000
 _WARNED_CUT: set = set()  # (task, split) whose cut lines were reported.
+_TEXT_COLUMNS = ("text", "text_b")
 
 
 def output_features(vocabulary: seqio.Vocabulary) -> Dict[str, seqio.Feature]:
-  """The four task output features, sharing one token vocabulary."""
+  """The task output features: tokens of both sides (one vocabulary), languages, link groups.
+
+  `link_groups`/`link_groups_b` (int32, one per token, 0 = no link; `tasks.links`) are all
+  zeros unless the task's loader gives word links; every task has them so that tasks with and
+  without links mix (seqio mixtures need equal features).
+  """
   tokens = seqio.Feature(vocabulary=vocabulary, add_eos=False)
   lang = seqio.Feature(vocabulary=seqio.PassThroughVocabulary(size=0),
                        add_eos=False, dtype=tf.string, rank=0)
-  return {"tokens": tokens, "tokens_b": tokens, "lang": lang, "lang_b": lang}
+  groups = seqio.Feature(vocabulary=seqio.PassThroughVocabulary(size=0), add_eos=False,
+                         dtype=tf.int32, rank=1)
+  return {"tokens": tokens, "tokens_b": tokens, "lang": lang, "lang_b": lang,
+          "link_groups": groups, "link_groups_b": groups}
 
 
 def _where(loader: Loader, split: str) -> str:
@@ -56,6 +67,9 @@ def cut_long_lines(task: str, split: str, columns: Mapping[str, Sequence[str]], 
   cut = {}
   count = 0
   for key, texts in columns.items():
+    if key not in _TEXT_COLUMNS:  # Word link groups: a cut text simply keeps none (tasks.links).
+      cut[key] = list(texts)
+      continue
     cut[key] = [t[:max_line_chars] for t in texts]
     count += sum(len(t) > max_line_chars for t in texts)
   if count and (task, split) not in _WARNED_CUT:
@@ -123,24 +137,35 @@ def tokenize_and_tag(dataset: tf.data.Dataset,
   `normalize` names a text normaliser (`flax_xalign.data.vocab.normalize`) applied
   to both sides before tokenisation; "" leaves the text as it is. `id_maps`
   optionally re-map each side's token ids (a [V] int table, e.g. a synthetic
-  language's transliteration id -> id + V) after tokenisation.
+  language's transliteration id -> id + V) after tokenisation. Word link
+  groups (`groups`, `groups_b` columns: one number per word, `tasks.links`)
+  become one per subword (`link_groups`, `link_groups_b`); without them both
+  are zeros.
   """
   vocabulary = output_features["tokens"].vocabulary
   tables = [None if m is None else tf.constant(list(m), tf.int32) for m in id_maps]
   normalize_lib.check_normalizer(normalize)
 
-  def encode(text, table):
-    text = normalize_lib.normalize_tf(text, normalize)
-    ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
+  def encode_raw(text):
+    return tf.cast(vocabulary.encode_tf(normalize_lib.normalize_tf(text, normalize)), tf.int32)
+
+  def remap(ids, table):
     return ids if table is None else tf.gather(table, ids)
 
+  starts = []  # The word-start table, built once and only for a task with links.
+
+  def groups_of(ids, key, ex):
+    if key not in ex:
+      return tf.zeros_like(ids)
+    if not starts:
+      starts.append(tf.constant(links_lib.word_start_table(vocabulary)))
+    return links_lib.subword_groups_tf(ids, ex[key], starts[0])
+
   def fn(ex):
-    tokens = encode(ex["text"], tables[0])
-    if "text_b" in ex:
-      tokens_b = encode(ex["text_b"], tables[1])
-    else:
-      tokens_b = tf.zeros([0], tf.int32)
-    return {"tokens": tokens, "tokens_b": tokens_b,
-            "lang": tf.constant(lang), "lang_b": tf.constant(lang_b)}
+    raw = encode_raw(ex["text"])
+    raw_b = encode_raw(ex["text_b"]) if "text_b" in ex else tf.zeros([0], tf.int32)
+    return {"tokens": remap(raw, tables[0]), "tokens_b": remap(raw_b, tables[1]) if "text_b" in ex else raw_b,
+            "lang": tf.constant(lang), "lang_b": tf.constant(lang_b),
+            "link_groups": groups_of(raw, "groups", ex), "link_groups_b": groups_of(raw_b, "groups_b", ex)}
 
   return dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE)

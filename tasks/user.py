@@ -60,6 +60,7 @@ from flax_xalign import errors
 from flax_xalign.fileio import utf8_lines
 from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.data.vocab import sentencepiece as vocab_lib
+from . import links as links_lib
 from . import registry
 
 Globs = Union[str, Sequence[str]]
@@ -81,6 +82,23 @@ def _normalise_files(task: str, files: Mapping[str, Globs]
           f"{files[split]!r}.")
     result.append((str(split), tuple(_absolute(g) for g in globs)))
   return tuple(result)
+
+
+def _normalise_links(task: str, links: Optional[Mapping[str, str]],
+                     files: Tuple[Tuple[str, Tuple[str, ...]], ...]) -> Tuple[Tuple[str, str], ...]:
+  if not links:
+    return ()
+  splits = [split for split, _ in files]
+  if not isinstance(links, Mapping) or not all(isinstance(p, str) and p for p in links.values()):
+    raise errors.UserError(
+        f"Task {task!r}: links must map split names to Pharaoh files, e.g. {{'train': '/data/train.links'}}; "
+        f"got {links!r}.")
+  unknown = sorted(set(links) - set(splits))
+  if unknown:
+    raise errors.UserError(
+        f"Task {task!r}: links names split(s) {', '.join(map(repr, unknown))} that files= does not have "
+        f"({', '.join(splits)}).")
+  return tuple((str(split), _absolute(path)) for split, path in sorted(links.items()))
 
 
 def _absolute(path: str) -> str:
@@ -116,6 +134,7 @@ class FileLoader:
   task: str
   files: Tuple[Tuple[str, Tuple[str, ...]], ...]
   tsv: bool
+  links: Tuple[Tuple[str, str], ...] = ()  # (split, Pharaoh file) of a bitext task's word links.
 
   def paths(self, split: str) -> List[str]:
     """The split's files, globs expanded (UserError: no such split, or a path matches nothing)."""
@@ -169,6 +188,11 @@ class FileLoader:
         columns["text_b"].append(b)
     if not columns["text"]:
       raise self._empty_corpus(split, paths)
+    links = dict(self.links).get(split)
+    if links:
+      alignments = links_lib.read_pharaoh(links, task=self.task, split=split)
+      columns.update(links_lib.group_columns(columns["text"], columns["text_b"], alignments,
+                                             task=self.task, split=split, path=links))
     return columns
 
 
@@ -224,7 +248,11 @@ class TsvBitextTask:
   """Tab-separated bitext files, `side A<TAB>side B` per line (TLM).
 
   `normalize` applies to both sides (see the module docstring), and so does
-  `max_line_chars` (each side is cut on its own).
+  `max_line_chars` (each side is cut on its own). `links` maps a split to a
+  Pharaoh file of word links for its pairs (`i-j`, 0-indexed positions of the
+  whitespace-separated words, one line per non-blank TSV line, in order;
+  e.g. eflomal's output), which the alignment objectives can learn from
+  (`DwaConfig.label_source`); they travel as `link_groups` (`tasks.links`).
   """
   name: str
   files: Mapping[str, Globs]
@@ -233,15 +261,18 @@ class TsvBitextTask:
   vocabulary_path: str
   normalize: str = ""
   max_line_chars: Optional[int] = registry.DEFAULT_MAX_LINE_CHARS
+  links: Optional[Mapping[str, str]] = None
 
   def register(self) -> "TsvBitextTask":
     """Registers the seqio task (idempotent); returns self."""
     files = _normalise_files(self.name, self.files)
+    links = _normalise_links(self.name, self.links, files)
     spec = dataclasses.replace(self, files=dict(files),
                                vocabulary_path=_vocabulary_path(self.name, self.vocabulary_path),
-                               normalize=_normalizer(self.name, self.normalize))
+                               normalize=_normalizer(self.name, self.normalize),
+                               links=dict(links) if links else None)
     registry.register_task(
-        self.name, loader=FileLoader(self.name, files, tsv=True),
+        self.name, loader=FileLoader(self.name, files, tsv=True, links=links),
         vocabulary=_vocabulary(spec.vocabulary_path),
         lang=self.lang_a, lang_b=self.lang_b,
         splits=[split for split, _ in files], definition=spec, spec=spec,

@@ -22,6 +22,10 @@ Output (int32 [L] each, L = `task_feature_lengths["tokens"]`):
 * `pair_side`: 0 monolingual / padding, 1 first side, 2 second side. The
   first side is `<s> a </s>`; the second is `<s> b </s>` ("restart") or
   `b </s>` ("continuous").
+* `link_groups` (only with `links=True`, for the alignment objectives that
+  learn from given word links): each subword's link group within its pair
+  (`tasks.links`: source i and target j are linked when equal and non-zero),
+  0 on special tokens, padding and monolingual text.
 
 Trimming: a monolingual text keeps at most L - 2 tokens. A pair keeps at most
 L - 4 ("restart") or L - 3 ("continuous") tokens in all: each side is
@@ -60,9 +64,11 @@ MODEL_FEATURE_KEYS = ("tokens", "lang_ids", "segment_ids", "positions",
                       "pair_side")
 _LAYOUT_KEYS = ("tokens", "lang_ids", "positions", "pair_side")
 # Keys where 0 is a real value: shifted by +1 through seqio's packer and padder.
-_SHIFTED_KEYS = ("tokens", "positions", "pair_side")
+_SHIFTED_KEYS = ("tokens", "positions", "pair_side", "link_groups")
 _INPUTS = {"tokens": (tf.int32, 1), "tokens_b": (tf.int32, 1),
-           "lang": (tf.string, 0), "lang_b": (tf.string, 0)}
+           "lang": (tf.string, 0), "lang_b": (tf.string, 0),
+           "link_groups": (tf.int32, 1), "link_groups_b": (tf.int32, 1)}
+LINK_FEATURE = "link_groups"
 # Shortest row that holds a pair with one token per side, per pair layout.
 MIN_LENGTH = {"restart": 6, "continuous": 5}
 # Special tokens a pair adds to its two sides, per pair layout.
@@ -98,6 +104,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
       see the module docstring).
     pair_layout: "restart" or "continuous" (see the module docstring).
     both_directions: also emit each pair swapped, (b, a).
+    links: also emit `link_groups` (a task without links gives zeros).
   """
 
   TASK_FEATURES = {"tokens": seqio.FeatureConverter.FeatureSpec(tf.int32)}
@@ -108,7 +115,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
   def __init__(self, languages: Sequence[str], pack: bool = True,
                specials: SpecialTokens = PROJECT, pair_layout: str = "restart",
-               both_directions: bool = False):
+               both_directions: bool = False, links: bool = False):
     if isinstance(languages, str) or not languages:
       raise errors.UserError(
           f"XAlignFeatureConverter needs a list of language codes, got "
@@ -125,6 +132,10 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     check_pair_layout(pair_layout, where="train.pair_layout")
     self.pair_layout = pair_layout
     self.both_directions = bool(both_directions)
+    self.links = bool(links)
+    self.output_keys = MODEL_FEATURE_KEYS + ((LINK_FEATURE,) if self.links else ())
+    if self.links:
+      self.MODEL_FEATURES = {k: seqio.FeatureConverter.FeatureSpec(tf.int32) for k in self.output_keys}
     # Lengths are enforced by our own trimming; seqio's length assertions
     # would only reject over-long raw inputs that we trim anyway.
     super().__init__(pack=pack, apply_length_check=False)
@@ -132,7 +143,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
   def get_model_feature_lengths(
       self, task_feature_lengths: Mapping[str, int]) -> Mapping[str, int]:
     length = task_feature_lengths["tokens"]
-    return {k: length for k in MODEL_FEATURE_KEYS}
+    return {k: length for k in self.output_keys}
 
   def _lang_id(self, lang: tf.Tensor) -> tf.Tensor:
     """Language id of a tf.string scalar; asserts that it is known."""
@@ -169,7 +180,14 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     lang_b = tf.cond(is_pair, lambda: self._lang_id(ex["lang_b"]),
                      lambda: tf.constant(0, tf.int32))
     side_a_code = tf.where(is_pair, 1, 0)
+    laid_out = {}
+    if self.links:
+      none = [0]
+      groups_b = tf.concat([none[:opens_b], ex["link_groups_b"][:keep_b], none], 0)[:span_b]
+      laid_out[LINK_FEATURE] = tf.concat([none, ex["link_groups"][:keep_a], none, groups_b], 0)
+      laid_out[LINK_FEATURE] *= tf.cast(is_pair, tf.int32)
     return {
+        **laid_out,
         "tokens": tf.concat([bos, a[:keep_a], eos, side_b], 0),
         "lang_ids": tf.concat([tf.fill([span_a], lang_a),
                                tf.fill([span_b], lang_b)], 0),
@@ -214,6 +232,9 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
         ex["lang"] = tf.constant(only)
       if "lang_b" not in ex:
         ex["lang_b"] = tf.where(tf.size(ex["tokens_b"]) > 0, only, "")
+      for key, side in (("link_groups", "tokens"), ("link_groups_b", "tokens_b")):
+        if key not in ex:
+          ex[key] = tf.zeros_like(ex[side], tf.int32)
       return ex
 
     return ds.map(fill, num_parallel_calls=tf.data.AUTOTUNE)
@@ -223,7 +244,8 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
 
     def both(ex):
       swapped = dict(ex, tokens=ex["tokens_b"], tokens_b=ex["tokens"],
-                     lang=ex["lang_b"], lang_b=ex["lang"])
+                     lang=ex["lang_b"], lang_b=ex["lang"],
+                     link_groups=ex["link_groups_b"], link_groups_b=ex["link_groups"])
       copies = tf.cast(tf.not_equal(ex["lang_b"], ""), tf.int64)
       return tf.data.Dataset.from_tensors(ex).concatenate(
           tf.data.Dataset.from_tensors(swapped).take(copies))
@@ -249,7 +271,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
       ds = self._add_reverse_pairs(ds)
     ds = ds.map(lambda ex: self._layout(ex, length),
                 num_parallel_calls=tf.data.AUTOTUNE)
-    lengths = {k: length for k in _LAYOUT_KEYS}
+    lengths = {k: length for k in _LAYOUT_KEYS + ((LINK_FEATURE,) if self.links else ())}
     ds = ds.map(_shift_up, num_parallel_calls=tf.data.AUTOTUNE)
     if self.pack:
       ds = seqio.utils.trim_and_pack_dataset(ds, lengths)
@@ -258,7 +280,7 @@ class XAlignFeatureConverter(seqio.FeatureConverter):
     pad = self.specials.pad
     ds = ds.map(lambda ex: _shift_down(ex, pad),
                 num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.map(lambda ex: _set_shapes(ex, length))
+    return ds.map(lambda ex: _set_shapes(ex, length, self.output_keys))
 
 
 
@@ -275,7 +297,9 @@ def _shift_down(ex: Mapping[str, tf.Tensor], pad: int) -> Dict[str, tf.Tensor]:
   occupied = tf.not_equal(ex["tokens"], 0)
   as_int = tf.cast(occupied, tf.int32)
   segment_ids = ex.get("tokens_segment_ids", as_int)
+  groups = {LINK_FEATURE: (ex[LINK_FEATURE] - 1) * as_int} if LINK_FEATURE in ex else {}
   return {
+      **groups,
       "tokens": tf.where(occupied, ex["tokens"] - 1, pad),
       "lang_ids": ex["lang_ids"],
       "segment_ids": segment_ids,
@@ -284,7 +308,7 @@ def _shift_down(ex: Mapping[str, tf.Tensor], pad: int) -> Dict[str, tf.Tensor]:
   }
 
 
-def _set_shapes(ex: Mapping[str, tf.Tensor],
-                length: int) -> Dict[str, tf.Tensor]:
+def _set_shapes(ex: Mapping[str, tf.Tensor], length: int,
+                keys: Sequence[str] = MODEL_FEATURE_KEYS) -> Dict[str, tf.Tensor]:
   return {k: tf.ensure_shape(tf.cast(ex[k], tf.int32), [length])
-          for k in MODEL_FEATURE_KEYS}
+          for k in keys}

@@ -107,7 +107,7 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
                 shard_id: int = 0, num_shards: int = 1, pack: bool = True,
                 num_epochs: int | None = None,
                 specials: SpecialTokens = PROJECT, pair_layout: str = "restart",
-                both_directions: bool = False) -> tf.data.Dataset:
+                both_directions: bool = False, links: bool = False) -> tf.data.Dataset:
   """Builds the batched model-feature dataset of a task or mixture.
 
   Args:
@@ -128,10 +128,12 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
     pair_layout: how a translation pair fills a row, "restart" or
       "continuous" (`feature_converter`, `specials.PAIR_LAYOUTS`).
     both_directions: also emit every translation pair swapped, (b, a).
+    links: also emit `link_groups`, the tasks' word links per subword
+      (`feature_converter`; zeros for tasks without links).
 
   Returns:
     A dataset of dicts of int32 `[batch_size, L]` tensors `tokens, lang_ids,
-    segment_ids, positions, pair_side`.
+    segment_ids, positions, pair_side` (+ `link_groups`).
 
   Raises:
     UserError: not a provider, unknown split, bad lengths / shard arguments,
@@ -141,7 +143,7 @@ def get_dataset(provider: Provider, *, languages: Sequence[str], split: str,
                    num_shards)
   converter = feature_converter.XAlignFeatureConverter(
       languages, pack=pack, specials=specials, pair_layout=pair_layout,
-      both_directions=both_directions)
+      both_directions=both_directions, links=links)
   lengths = {"tokens": int(feature_lengths["tokens"])}
   shard_info = (seqio.ShardInfo(index=shard_id, num_shards=num_shards)
                 if num_shards > 1 else None)

@@ -16,5 +16,6 @@ from flax_xalign.objectives import dict_mlm  # noqa: F401,E402  (dict_mlm)
 from flax_xalign.objectives import dwa  # noqa: F401,E402  (dwa)
 from flax_xalign.objectives import gc  # noqa: F401,E402  (gc)
 from flax_xalign.objectives import mlm  # noqa: F401,E402  (mlm, tlm)
+from flax_xalign.objectives import so  # noqa: F401,E402  (so: awesome-align's self-training)
 
 __all__ = ["LossTerm", "Objective", "StepContext", "get", "names", "register"]

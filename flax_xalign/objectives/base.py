@@ -156,6 +156,9 @@ class ObjectiveBase:
   requires: tuple[str, ...] = ()
   monitor_requires: tuple[str, ...] = ()
   needs_all_hidden: bool = False
+  # Optional batch features the objective reads besides the five every batch has
+  # ("link_groups": the tasks' given word links, `flax_xalign.data.feature_converter`).
+  batch_features: tuple[str, ...] = ()
 
   def check(self, run: "RunSpec") -> None:
     """Raise UserError for settings this objective cannot train with."""

@@ -28,6 +28,15 @@ the code's one mean over masked tokens and links together.
 Logged per step: `dwa_labels` (links per batch), `dwa_queries` (masked
 labelled queries), `dwa_entropy` (mean entropy in nats of a source token's
 normalised transport row), `dwa_accuracy` (pointer argmax hits a label).
+
+Where the labels come from is `label_source` (not in the paper, whose labels
+are always its own): "self" (the paper), "links" (word links that come with
+the bitext, e.g. a statistical aligner's Pharaoh output, through
+`TsvBitextTask(links=...)`: distils that aligner into the encoder, and the
+self-labelling pass is skipped), "intersection" (self-labels the given links
+confirm) or "union" (either). With given links the term also logs
+`dwa_given` (given links per batch) and `dwa_agreement` (the share of them
+the self-labels also find).
 """
 
 from __future__ import annotations
@@ -79,11 +88,16 @@ class DwaConfig:
   pointer_layer: int | None = None
   pointer_projections: bool = True
   self_label_encoding: str = "joint"
+  label_source: str = "self"
 
   def __post_init__(self):
     if self.self_label_encoding not in SELF_LABEL_ENCODINGS:
       raise UserError(f"DwaConfig.self_label_encoding={self.self_label_encoding!r} is unknown; use one of "
                       f"{', '.join(SELF_LABEL_ENCODINGS)}.")
+    if self.label_source not in LABEL_SOURCES:
+      raise UserError(f"DwaConfig.label_source={self.label_source!r} is unknown; use one of "
+                      f"{', '.join(LABEL_SOURCES)} (all but 'self' read word links given with the bitext: "
+                      "TsvBitextTask(links={'train': 'FILE.pharaoh'})).")
 
 
 def separate_sides(batch: Batch) -> tuple[jax.Array, jax.Array]:
@@ -107,6 +121,8 @@ def separate_sides(batch: Batch) -> tuple[jax.Array, jax.Array]:
 
 
 SELF_LABEL_ENCODINGS = ("joint", "separate")
+# Where DWA's alignment labels come from (DwaConfig.label_source).
+LABEL_SOURCES = ("self", "links", "intersection", "union")
 
 
 def default_self_label_layer(num_layers: int) -> int:
@@ -155,6 +171,17 @@ def self_label(hidden: jax.Array, batch: Batch, config: DwaConfig,
   seg = batch["segment_ids"]
   solver = config.solver
   return solver.self_labels(solver.scores(hidden, hidden), link_mask, row_segments=seg, col_segments=seg)
+
+
+def given_links(batch: Batch, link_mask: jax.Array) -> jax.Array:
+  """bool [batch, length, length]: source i and target j share a non-zero link group in the same pair.
+
+  Args:
+    batch: `link_groups` [batch, length] (`tasks.links`: each subword's word-link group, 0 = none).
+    link_mask: where links may lie (`pair_masks`).
+  """
+  groups = batch["link_groups"]
+  return link_mask & (groups[:, :, None] == groups[:, None, :]) & (groups[:, :, None] > 0)
 
 
 def row_entropy(log_plan: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -211,6 +238,10 @@ class DenoisingWordAlignment(ObjectiveBase):
   def needs_all_hidden(self) -> bool:
     return self.config.pointer_layer is not None
 
+  @property
+  def batch_features(self) -> tuple[str, ...]:
+    return () if self.config.label_source == "self" else ("link_groups",)
+
   @staticmethod
   def _clean_pass(ctx: StepContext, up_to_layer: int | None, encoding: str = "joint"):
     """The uncorrupted batch through the first `up_to_layer` layers, no gradient, no dropout."""
@@ -232,18 +263,32 @@ class DenoisingWordAlignment(ObjectiveBase):
     # computed only to be thrown away.
     full = None
     num_layers = ctx.num_layers
-    if num_layers is None:  # A context that does not know the depth: a full pass tells it.
-      full = self._clean_pass(ctx, None, cfg.self_label_encoding).all_hidden
-      num_layers = len(full) - 1
-    label_layer = _layer(cfg.self_label_layer, num_layers, default_self_label_layer(num_layers),
-                         "self_label_layer")
-    if full is None:
-      clean = self._clean_pass(ctx, label_layer, cfg.self_label_encoding).hidden
-    else:
-      clean = full[label_layer]
-    links, plan = self_label(jax.lax.stop_gradient(clean), batch, cfg, ctx.specials)
     link_mask, _, _ = pair_masks(batch, ctx.specials)
-    entropy_sum, entropy_rows = row_entropy(plan.log_plan, link_mask)
+    extra = {}
+    if cfg.label_source == "links":  # Nothing of the model's own: no self-labelling pass.
+      if num_layers is None and cfg.pointer_layer is not None:  # Only the pointer layer needs the depth.
+        num_layers = len(ctx.all_hidden) - 1
+      links = given_links(batch, link_mask)
+      entropy_sum = entropy_rows = jnp.zeros((), jnp.float32)
+      extra["given"] = jnp.sum(links).astype(jnp.float32)
+    else:
+      if num_layers is None:  # A context that does not know the depth: a full pass tells it.
+        full = self._clean_pass(ctx, None, cfg.self_label_encoding).all_hidden
+        num_layers = len(full) - 1
+      label_layer = _layer(cfg.self_label_layer, num_layers, default_self_label_layer(num_layers),
+                           "self_label_layer")
+      if full is None:
+        clean = self._clean_pass(ctx, label_layer, cfg.self_label_encoding).hidden
+      else:
+        clean = full[label_layer]
+      links, plan = self_label(jax.lax.stop_gradient(clean), batch, cfg, ctx.specials)
+      entropy_sum, entropy_rows = row_entropy(plan.log_plan, link_mask)
+      if cfg.label_source != "self":
+        given = given_links(batch, link_mask)
+        count = jnp.sum(given).astype(jnp.float32)
+        extra["given"] = count
+        extra["agreement"] = jnp.sum(given & links) / jnp.maximum(count, 1.0)
+        links = links & given if cfg.label_source == "intersection" else links | given
 
     if cfg.pointer_layer is None:
       states = ctx.hidden
@@ -270,6 +315,7 @@ class DenoisingWordAlignment(ObjectiveBase):
             "labels": jnp.sum(links).astype(jnp.float32),
             "queries": queries_used,
             "entropy": entropy_sum / jnp.maximum(entropy_rows, 1.0),
+            **extra,
         },
     )
 

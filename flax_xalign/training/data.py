@@ -74,24 +74,28 @@ class TaskData:
 
   def batches(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int, split: str = "train",
               shuffle: bool = True, num_epochs: int | None = None, pack: bool = True, pair_layout: str = "restart",
-              both_directions: bool = False, data_shards: int | None = None):
+              both_directions: bool = False, data_shards: int | None = None, links: bool = False):
     """This host's share of each global batch: an iterator of dicts of int32 NumPy arrays.
 
     Same arguments as `dataset`. From seqio, the batches are exactly
     `dataset(...)`'s; from a cache, global batch b is rows [b*B, (b+1)*B) of
     the cache's seeded permutation (`flax_xalign.data.packed.read`) and host
     h of H reads its rows [h*B/H, (h+1)*B/H): `data_shards` (still checked)
-    does not change a cache's batches.
+    does not change a cache's batches. `links` adds the tasks' word links
+    (`link_groups`), which only seqio reads today.
     """
     hosts, host = jax.process_count(), jax.process_index()
     _check_shards(data_shards, batch_size, hosts)
+    if self.cache is not None and links:
+      raise UserError(f"this run's objectives learn from given word links (link_groups), which a packed cache "
+                      f"does not store yet; train from seqio (train.data='seqio') instead of {self.cache}.")
     if self.cache is None:
       from flax_xalign.data import pipeline
 
       return pipeline.SeqioBatches(self.dataset(
           feature_lengths=feature_lengths, batch_size=batch_size, seed=seed, split=split, shuffle=shuffle,
           num_epochs=num_epochs, pack=pack, pair_layout=pair_layout, both_directions=both_directions,
-          data_shards=data_shards))
+          data_shards=data_shards, links=links))
     from flax_xalign.data.packed import read
 
     packed = self.open_cache(split)
@@ -109,7 +113,8 @@ class TaskData:
 
   def dataset(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int,
               split: str = "train", shuffle: bool = True, num_epochs: int | None = None, pack: bool = True,
-              pair_layout: str = "restart", both_directions: bool = False, data_shards: int | None = None):
+              pair_layout: str = "restart", both_directions: bool = False, data_shards: int | None = None,
+              links: bool = False):
     """This host's share of a global batch stream (`batch_size` is global).
 
     The examples are split into `data_shards` shards (default: one per host)
@@ -132,7 +137,7 @@ class TaskData:
             self.provider, languages=self.languages, split=split, feature_lengths=feature_lengths,
             batch_size=batch_size // shards, seed=seed, shuffle=shuffle, shard_id=shard, num_shards=shards,
             pack=pack, num_epochs=num_epochs, specials=self.vocabulary_spec.specials, pair_layout=pair_layout,
-            both_directions=both_directions)
+            both_directions=both_directions, links=links)
         for shard in range(host * per_host, (host + 1) * per_host)])
 
 

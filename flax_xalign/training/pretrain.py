@@ -75,6 +75,8 @@ class Assembly:
     model: the pretraining model (encoder + objectives + masking).
     task_feature_lengths: {'tokens': row length}.
     masking: the masking config (its rate sets the MLM predictions per row).
+    batch_features: optional batch features some objective reads (e.g.
+      "link_groups", the tasks' word links: `ObjectiveBase.batch_features`).
   """
 
   data: TaskData
@@ -83,6 +85,7 @@ class Assembly:
   model: PretrainingModel
   task_feature_lengths: Mapping[str, int]
   masking: MaskingConfig
+  batch_features: tuple[str, ...] = ()
 
   @property
   def length(self) -> int:
@@ -128,8 +131,10 @@ def assemble(config: TrainConfig) -> Assembly:
                            objective_options=dict(c.objective_options or {}), monitor_objectives=monitors,
                            specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
                            loss_normalization=c.loss_normalization)
+  batch_features = tuple(sorted({f for obj in built.values() for f in getattr(obj, "batch_features", ())}))
   return Assembly(data=data, encoder=encoder, run=run, model=model,
-                  task_feature_lengths=dict(c.task_feature_lengths), masking=c.masking)
+                  task_feature_lengths=dict(c.task_feature_lengths), masking=c.masking,
+                  batch_features=batch_features)
 
 
 def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
@@ -236,7 +241,7 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
   trainer = Trainer(model=assembly.model, optimizer=c.optimizer, partitioner=partitioner, loop=loop,
                     assets=run_assets)
   layout = {"pair_layout": c.pair_layout, "both_directions": c.bitext_both_directions,
-            "data_shards": c.data_shards}
+            "data_shards": c.data_shards, "links": "link_groups" in assembly.batch_features}
 
   def train_batches():
     return data.batches(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed, **layout)

@@ -261,3 +261,78 @@ def test_separate_encoding_equals_each_side_encoded_alone(tiny_encoder):
 def test_self_label_encoding_is_validated():
   with pytest.raises(UserError, match="self_label_encoding"):
     dwa.DwaConfig(self_label_encoding="concatenated")
+
+
+def test_given_links_by_hand():
+  batch = _batch()
+  # Pair 1: positions 1-5 share group 1, 2-{6, 7} group 2. Pair 2 numbers its own groups: 10-14 share
+  # group 1 (never linked to pair 1's group 1), 15's group 2 has no source word.
+  groups = [0, 1, 2, 0, 0, 1, 2, 2, 0, 0, 1, 0, 0, 0, 1, 2, 0, 0]
+  batch["link_groups"] = jnp.asarray([groups], jnp.int32)
+  link_mask, _, _ = dwa.pair_masks(batch, PROJECT)
+  got = np.asarray(dwa.given_links(batch, link_mask)[0])
+  expected = np.zeros((LENGTH, LENGTH), bool)
+  expected[1, 5] = expected[2, 6] = expected[2, 7] = expected[10, 14] = True
+  np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("source", ["links", "intersection", "union"])
+def test_label_sources_combine_self_labels_with_given_links(monkeypatch, source):
+  """What each label source trains on, with stubbed self-labels and a stubbed pointer loss."""
+  from types import SimpleNamespace
+
+  from flax_xalign.models.encoder import EncoderOutput
+  from flax_xalign.objectives.base import StepContext
+  from flax_xalign.objectives.masking import MaskedTokens
+
+  batch = _continuous_batch()
+  # Self-labels a1-b2, a2-b1; given links a1-b2 (agrees) and a3-b1 (self-labels miss it).
+  self_links = np.zeros((1, 8, 8), bool)
+  self_links[0, 1, 6] = self_links[0, 2, 5] = True
+  batch["link_groups"] = jnp.asarray([[0, 1, 0, 2, 0, 2, 1, 0]], jnp.int32)
+  given = np.zeros((1, 8, 8), bool)
+  given[0, 1, 6] = given[0, 3, 5] = True
+  calls = []
+
+  def fake_self_label(hidden, batch_, config, specials):
+    calls.append("self_label")
+    return jnp.asarray(self_links), SimpleNamespace(log_plan=jnp.zeros((1, 8, 8)))
+
+  seen = {}
+
+  def fake_pointer_loss(queries, keys, links, key_mask, query_weights):
+    seen["links"] = np.asarray(links)
+    return jnp.float32(1.0), jnp.float32(1.0), jnp.float32(0.0), jnp.float32(1.0)
+
+  monkeypatch.setattr(dwa, "self_label", fake_self_label)
+  monkeypatch.setattr(dwa, "pointer_loss", fake_pointer_loss)
+
+  def apply(params, *args, method=None, **kwargs):
+    if method is Encoder.pointer_projections:
+      return args[0], args[0]
+    calls.append("clean")
+    return EncoderOutput(hidden=jnp.zeros((1, 8, 5)), all_hidden=None)
+
+  masked = MaskedTokens(inputs=batch["tokens"], positions=jnp.asarray([[1]]), targets=jnp.asarray([[10]]),
+                        weights=jnp.asarray([[1.0]]))
+  ctx = StepContext(params={}, apply=apply, batch=batch, masked=masked, hidden=jnp.ones((1, 8, 5)),
+                    all_hidden=None, logits=jnp.zeros((1, 1, 31)), rng=jax.random.key(0), train=True,
+                    specials=PROJECT, num_layers=4)
+  objective = dwa.DenoisingWordAlignment(config=dwa.DwaConfig(label_source=source))
+  assert objective.batch_features == ("link_groups",)
+  term = objective(ctx)
+  want = {"links": given, "intersection": given & self_links, "union": given | self_links}[source]
+  both = want | np.swapaxes(want, 1, 2)  # Queries on both sides, as with self-labels.
+  np.testing.assert_array_equal(seen["links"], both)
+  assert float(term.metrics["labels"]) == want.sum() and float(term.metrics["given"]) == 2.0
+  if source == "links":
+    assert calls == []  # No self-labelling pass when nothing of the model's own is used.
+  else:
+    assert calls == ["clean", "self_label"]
+    assert float(term.metrics["agreement"]) == 0.5  # a1-b2 of the two given links.
+
+
+def test_label_source_is_validated_and_self_needs_no_links():
+  with pytest.raises(UserError, match="label_source='eflomal'.*self, links, intersection, union"):
+    dwa.DwaConfig(label_source="eflomal")
+  assert dwa.DenoisingWordAlignment().batch_features == ()

@@ -102,3 +102,43 @@ def test_warm_start_from_missing_dir_is_one_clear_error(tmp_path, cold_run):
   with pytest.raises(UserError, match="No checkpoints at"):
     _run(tmp_path / "x", encoder, steps=2, init_from_checkpoint=str(tmp_path / "nowhere"))
   assert not (tmp_path / "nowhere").exists()
+
+
+def _linked_task(tmp_path, tiny_corpus, name):
+  """tiny_corpus's de-en bitext with its true word links (word i translates word i) as a Pharaoh file."""
+  from flax_xalign.tasks import user
+
+  tsv = tiny_corpus["files"][("de_en", "train")]
+  lines = [line.split("\t") for line in open(tsv, encoding="utf-8") if line.strip()]
+  links = tmp_path / "de_en.links"
+  links.write_text("".join(" ".join(f"{i}-{i}" for i in range(len(a.split()))) + "\n" for a, _ in lines))
+  user.TsvBitextTask(name=name, files={"train": tsv, "validation": tiny_corpus["files"][("de_en", "validation")]},
+                     lang_a="de", lang_b="en", vocabulary_path=tiny_corpus["vocab"],
+                     links={"train": str(links)}).register()
+  return name
+
+
+@pytest.mark.slow  # Compiles and trains the DWA model for 2 steps (~25 s of CPU).
+def test_dwa_learns_from_given_links(tmp_path, tiny_corpus, cold_run):
+  model_dir, encoder = cold_run
+  task = _linked_task(tmp_path, tiny_corpus, "tiny_de_en_linked")
+  out = tmp_path / "distilled"
+  _run(out, encoder, steps=2, task=task, objectives={"tlm": 1.0, "dwa": 1.0},
+       objective_options={"dwa": DwaConfig(label_source="links")}, init_from_checkpoint=str(model_dir))
+  rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+  train_rows = [r for r in rows if "dwa" in r]
+  assert len(train_rows) == 2
+  for row in train_rows:
+    # Every label is a given link (the self-labelling pass is skipped), and there are many of them.
+    assert np.isfinite(row["dwa"]) and row["dwa_given"] > 20 and row["dwa_labels"] == row["dwa_given"]
+  assert read_run_spec(str(out))[1].objective_options["dwa"]["label_source"] == "links"
+
+
+def test_given_links_cannot_come_from_a_cache(tiny_corpus):
+  import dataclasses
+
+  from flax_xalign.training.data import resolve_task
+
+  data = dataclasses.replace(resolve_task("tiny_mix"), cache="/data/tiny_cache")
+  with pytest.raises(UserError, match="link_groups.*packed cache.*train.data='seqio'"):
+    data.batches(feature_lengths=LENGTHS, batch_size=6, seed=0, links=True)
