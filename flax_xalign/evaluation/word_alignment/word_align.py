@@ -47,8 +47,10 @@ always refer to the words as given.
 
 `WordAligner` encodes each batch once and derives every requested layer and
 method from the same forward pass, so a full per-layer `sweep` costs one
-encoder pass over the data. Batches are sorted by length and padded to a few
-bucketed lengths, so jit compiles few shapes.
+encoder pass over the data. Pairs are taken in order of length and their
+attention segments packed into rows of one length (`packing`), so jit compiles
+one encoder shape and the rows are nearly free of padding; the encoder stops
+at the deepest layer asked.
 
     run = Run.open("runs/demo")                  # from flax_xalign.runs import Run
     aligner = WordAligner(run.model, run.params(), run.vocabulary(),
@@ -75,7 +77,7 @@ from flax_xalign import ops
 from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.data.vocab.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation.word_alignment import aer
+from flax_xalign.evaluation.word_alignment import aer, packing
 from flax_xalign.run_spec import RunSpec
 
 METHODS = ops.align_solver.METHODS
@@ -189,9 +191,42 @@ def _buckets(max_length: int) -> list[int]:
   return sizes + [max_length]
 
 
+def _state_links(src: jax.Array, tgt: jax.Array, num_src: jax.Array, num_tgt: jax.Array, *,
+                 methods: tuple[str, ...], options: ops.AlignmentSolver) -> dict[str, jax.Array]:
+  """Links between two sides' subword states for every method.
+
+  Args:
+    src, tgt: [layers, rows, side, embed] states of side a and side b, from index 0 of each side.
+    num_src, num_tgt: [rows] real subwords of each side; the rest is padding.
+    methods: subset of METHODS.
+    options: the AlignmentSolver.
+
+  Returns:
+    {method: bool [layers, rows, side, side]}; only [:num_src, :num_tgt] of
+    a row can be True. A host method ("match") gets the float similarity
+    instead, solved per pair by the caller.
+  """
+  similarity = options.scores(src, tgt)
+  span = jnp.arange(similarity.shape[-1])
+  valid_src = span[None, :] < num_src[:, None]
+  valid_tgt = span[None, :] < num_tgt[:, None]
+  mask = jnp.broadcast_to((valid_src[:, :, None] & valid_tgt[:, None, :])[None], similarity.shape)
+  return {method: similarity if method in ops.align_solver.HOST_METHODS else options.links(similarity, mask, method)
+          for method in methods}
+
+
+def _layer_states(params: Any, features: Mapping[str, jax.Array], *, encoder: Any,
+                  layers: tuple[int, ...]) -> jax.Array:
+  """float32 [len(layers), rows, L] + [embed] hidden states of `layers`; the encoder stops at the deepest."""
+  out = encoder.apply({"params": params}, features["tokens"], lang_ids=features["lang_ids"],
+                      positions=features["positions"], segment_ids=features["segment_ids"],
+                      deterministic=True, return_all_hidden=True, up_to_layer=max(layers))
+  return jnp.stack([out.all_hidden[layer] for layer in layers]).astype(jnp.float32)
+
+
 def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any, layers: tuple[int, ...],
                    methods: tuple[str, ...], options: ops.AlignmentSolver) -> dict[str, jax.Array]:
-  """Links between the two sides' subwords for every layer and method.
+  """Links between the two sides' subwords of one pair per row, for every layer and method.
 
   Args:
     params: encoder parameters.
@@ -204,25 +239,15 @@ def _subword_links(params: Any, batch: Mapping[str, jax.Array], *, encoder: Any,
 
   Returns:
     {method: bool [len(layers), rows, L - 3, L - 3]} (L - 3: the longest side
-    of either layout); only [:num_src, :num_tgt] of a row can be True. A
-    host method ("match") gets the float similarity instead, solved per pair
-    by the caller.
+    of either layout), as `_state_links`.
   """
-  out = encoder.apply({"params": params}, batch["tokens"], lang_ids=batch["lang_ids"],
-                      positions=batch["positions"], segment_ids=batch["segment_ids"],
-                      deterministic=True, return_all_hidden=True)
-  hidden = jnp.stack([out.all_hidden[layer] for layer in layers]).astype(jnp.float32)  # [k, b, L, e]
+  hidden = _layer_states(params, batch, encoder=encoder, layers=layers)  # [k, b, L, e]
   side = hidden.shape[2] - 3
   span = jnp.arange(side)
   src = hidden[:, :, 1:1 + side]
   tgt_index = jnp.minimum(batch["tgt_start"][:, None] + span, hidden.shape[2] - 1)  # [b, side]
   tgt = jnp.take_along_axis(hidden, tgt_index[None, :, :, None], axis=2)
-  similarity = options.scores(src, tgt)
-  valid_src = span[None, :] < batch["num_src"][:, None]
-  valid_tgt = span[None, :] < batch["num_tgt"][:, None]
-  mask = jnp.broadcast_to((valid_src[:, :, None] & valid_tgt[:, None, :])[None], similarity.shape)
-  return {method: similarity if method in ops.align_solver.HOST_METHODS else options.links(similarity, mask, method)
-          for method in methods}
+  return _state_links(src, tgt, batch["num_src"], batch["num_tgt"], methods=methods, options=options)
 
 
 @functools.lru_cache(maxsize=64)
@@ -231,6 +256,17 @@ def _jitted_links(encoder: Any, layers: tuple[int, ...], methods: tuple[str, ...
   """One jitted `_subword_links` per (encoder config, layers, methods, options), shared by aligners."""
   return jax.jit(functools.partial(_subword_links, encoder=encoder, layers=layers, methods=methods,
                                    options=options))
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_states(encoder: Any, layers: tuple[int, ...]) -> Callable:
+  """One jitted `_layer_states` per (encoder config, layers), shared by aligners and calls."""
+  return jax.jit(functools.partial(_layer_states, encoder=encoder, layers=layers))
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_state_links(methods: tuple[str, ...], options: ops.AlignmentSolver) -> Callable:
+  return jax.jit(functools.partial(_state_links, methods=methods, options=options))
 
 
 class WordAligner:
@@ -258,12 +294,18 @@ class WordAligner:
     pair_layout: "restart" (`<s> a </s> <s> b </s>`) or "continuous"
       (`<s> a </s> b </s>`, positions running on); use the layout the model
       was trained with (`RunSpec.pair_layout`, which `load_aligner` reads).
+    packed: pack the attention segments (a side with "separate", a pair
+      with "joint") several to a row of one length, `batch_size` rows per
+      encoder call (`packing`), and stop the encoder at the deepest layer
+      asked; False: one pair per row, rows padded to a length bucket, one
+      compile per bucket (the reference the packed path is tested against).
   """
 
   def __init__(self, model: Any, params: Any, vocabulary: Any, *, languages: Sequence[str], src_lang: str,
                tgt_lang: str, max_length: int = 256, batch_size: int = 32,
                options: ops.AlignmentSolver = ops.AlignmentSolver(), specials: SpecialTokens | None = None,
-               normalize: str = "", encoding: str = "joint", pair_layout: str = "restart"):
+               normalize: str = "", encoding: str = "joint", pair_layout: str = "restart",
+               packed: bool = True):
     if encoding not in ENCODINGS:
       raise UserError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}.")
     self.pair_layout = check_pair_layout(pair_layout)
@@ -289,6 +331,7 @@ class WordAligner:
     self.batch_size = int(batch_size)
     self.options = options
     self.specials = specials if specials is not None else special_tokens_of(vocabulary)
+    self.packed = bool(packed)
     self.last_run: dict[str, float] = {}
     self._pieces: dict[str, list[int]] = {}
     # What load_aligner chose from the model (model_defaults.AlignerDefaults); None when built directly.
@@ -324,6 +367,8 @@ class WordAligner:
   def encode(self, pairs: Sequence[Pair]) -> list[EncodedPair]:
     """Lays out every pair (see `layout_pair`); warns once if any was cut."""
     max_length, max_side = self.max_length, self.config.num_positions - 2
+    # One tokeniser call for every new word: a call per pair costs more than its words.
+    self.word_pieces([w for a, b in pairs for side in (a, b) for w in side])
     if self.pair_layout == "continuous":  # Positions run across the row: all of it must fit the table.
       max_length = min(max_length, self.config.num_positions)
       max_side = max_length
@@ -384,30 +429,111 @@ class WordAligner:
     encoded = self.encode(pairs)
     result = {(m, l): [frozenset()] * len(pairs) for m in methods for l in layers}
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].tokens))
+    steps = (self._packed_steps if self.packed else self._row_steps)(encoded, order, layers, methods, result)
+    stats: dict[str, Any] = {}
+    for c, (done, last) in enumerate(steps):
+      if verbose and ((c + 1) % progress_every == 0 or last):
+        print(f"  aligned {done}/{len(pairs)} pairs ({time.perf_counter() - start:.1f} s)", flush=True)
+      stats = last or stats
+    seconds = time.perf_counter() - start
+    self.last_run = {"pairs": len(pairs), "truncated": sum(e.truncated for e in encoded), "seconds": seconds,
+                     "seconds_per_1000_pairs": 1000 * seconds / max(len(pairs), 1), **stats}
+    return result
+
+  def _store(self, result: dict, index: int, e: EncodedPair, links: Mapping[str, np.ndarray],
+             layers: tuple[int, ...]) -> None:
+    """Word links of pair `index` from its subword links ({method: [layers, >= n_a, >= n_b]})."""
+    na, nb = len(e.src_words), len(e.tgt_words)
+    for method, per_layer in links.items():
+      for k, layer in enumerate(layers):
+        sub = per_layer[k, :na, :nb]
+        if method in ops.align_solver.HOST_METHODS:
+          sub = ops.align_solver.HOST_METHODS[method](sub)
+        result[(method, layer)][index] = word_links(sub, e.src_words, e.tgt_words)
+
+  def _row_steps(self, encoded, order, layers, methods, result) -> Iterable[tuple[int, dict]]:
+    """One pair per row, rows padded to a length bucket (one compile per bucket); yields (pairs done, stats)."""
     buckets = _buckets(self.max_length)
     rows = min(self.batch_size, 1 << max(len(order) - 1, 0).bit_length())
     fn = _jitted_links(self.encoder, layers, methods, self.options)
     chunks = [order[i:i + rows] for i in range(0, len(order), rows)]
+    lengths = set()
     for c, chunk in enumerate(chunks):
       longest = max(len(encoded[i].tokens) for i in chunk)
       length = next(b for b in buckets if b >= longest)
+      lengths.add(length)
       links = jax.device_get(fn(self.params, self._batch([encoded[i] for i in chunk], rows, length)))
       for r, index in enumerate(chunk):
-        e = encoded[index]
-        na, nb = len(e.src_words), len(e.tgt_words)
-        for method in methods:
-          for k, layer in enumerate(layers):
-            sub = links[method][k, r, :na, :nb]
-            if method in ops.align_solver.HOST_METHODS:
-              sub = ops.align_solver.HOST_METHODS[method](sub)
-            result[(method, layer)][index] = word_links(sub, e.src_words, e.tgt_words)
-      if verbose and ((c + 1) % progress_every == 0 or c + 1 == len(chunks)):
-        done = sum(len(x) for x in chunks[:c + 1])
-        print(f"  aligned {done}/{len(pairs)} pairs ({time.perf_counter() - start:.1f} s)", flush=True)
-    seconds = time.perf_counter() - start
-    self.last_run = {"pairs": len(pairs), "truncated": sum(e.truncated for e in encoded), "seconds": seconds,
-                     "seconds_per_1000_pairs": 1000 * seconds / max(len(pairs), 1)}
-    return result
+        self._store(result, index, encoded[index], {m: links[m][:, r] for m in methods}, layers)
+      last = c + 1 == len(chunks)
+      yield (c * rows + len(chunk), {"encoder_shapes": len(lengths)} if last else {})
+
+  def _packed_steps(self, encoded, order, layers, methods, result) -> Iterable[tuple[int, dict]]:
+    """Segments packed into rows of one length (`packing`), the encoder run up to the deepest layer asked,
+    links computed per group of finished pairs; yields (pairs done, stats) after each encoder batch."""
+    segments, slots = packing.segments_of(encoded, separate=self.encoding == "separate",
+                                          restart=self.pair_layout == "restart")
+    lengths = [len(s.tokens) for s in segments]
+    if not segments:
+      yield 0, {}
+      return
+    buckets = _buckets(self.max_length)
+    length = next(b for b in buckets if b >= max(lengths))  # the one row length of the run
+    longest_side = max(max(s.num_src, s.num_tgt) for s in slots)
+    width = next(b for b in buckets if b >= longest_side)  # every link group's side length
+    needed = -(-sum(lengths) // length)
+    rows = min(self.batch_size, 1 << max(needed - 1, 0).bit_length())
+    owner = {}  # segment -> pairs whose side a or b it holds
+    for index in order:
+      for side, segment in ((0, slots[index].src), (1, slots[index].tgt)):
+        owner.setdefault(segment, []).append((index, side))
+    # Longest and shortest pairs alternate, so that every window has short segments to fill the gaps
+    # its long ones leave (in order of length, the last windows would hold only long ones, half empty).
+    mixed = [order[k // 2] if k % 2 else order[-1 - k // 2] for k in range(len(order))]
+    segment_order = list(dict.fromkeys(s for i in mixed for s in (slots[i].src, slots[i].tgt)))
+    encode = _jitted_states(self.encoder, layers)
+    link_fn = _jitted_state_links(methods, self.options)
+    states: dict[int, list] = {}  # pair -> [side a states, side b states] ([layers, n, embed])
+    ready: list[int] = []
+    done = batches = 0
+    windows = packing.pack_windows(lengths, segment_order, row_length=length, rows=rows)
+    for packed in windows:
+      batch = packing.row_batch(segments, packed, rows=rows, length=length)
+      hidden = np.asarray(jax.device_get(encode(self.params, batch.features)))  # [k, rows, length, e]
+      batches += 1
+      for segment, (r, column) in batch.offsets.items():
+        for index, side in owner[segment]:
+          slot = slots[index]
+          first, n = (slot.src_start, slot.num_src) if side == 0 else (slot.tgt_start, slot.num_tgt)
+          pair_states = states.setdefault(index, [None, None])
+          pair_states[side] = hidden[:, r, column + first:column + first + n]
+          if pair_states[0] is not None and pair_states[1] is not None:
+            ready.append(index)
+      finished = len(ready) + done == len(order)
+      while len(ready) >= self.batch_size or (finished and ready):
+        group, ready = ready[:self.batch_size], ready[self.batch_size:]
+        self._link_group(group, encoded, states, link_fn, layers, result, width)
+        done += len(group)
+      stats = {"encoder_shapes": 1, "encoder_batches": batches, "rows": rows, "row_length": length,
+               "fill": sum(lengths) / (batches * rows * length)} if finished else {}
+      yield done, stats
+
+  def _link_group(self, group, encoded, states, link_fn, layers, result, side) -> None:
+    """Links of `group` (finished pairs) from their states, padded to batch_size pairs of `side` subwords.
+
+    One padded shape for the whole run: the link step costs far less than a compile per side length.
+    """
+    k, embed = len(layers), states[group[0]][0].shape[-1]
+    src = np.zeros((k, self.batch_size, side, embed), np.float32)
+    tgt = np.zeros_like(src)
+    num = np.zeros((2, self.batch_size), np.int32)
+    for r, index in enumerate(group):
+      a, b = states.pop(index)
+      src[:, r, :a.shape[1]], tgt[:, r, :b.shape[1]] = a, b
+      num[:, r] = a.shape[1], b.shape[1]
+    links = jax.device_get(link_fn(src, tgt, num[0], num[1]))
+    for r, index in enumerate(group):
+      self._store(result, index, encoded[index], {m: links[m][:, r] for m in links}, layers)
 
   def align(self, pairs: Sequence[Pair], *, layer: int, method: str = "sinkhorn") -> list[frozenset]:
     """Word links `{(i, j)}` (0-indexed, source-target) of each pair."""
