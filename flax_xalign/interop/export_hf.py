@@ -6,7 +6,9 @@ Writes DIR/config.json (a BertForMaskedLM or XLMRobertaForMaskedLM config),
 DIR/model.safetensors and the tokenizer files transformers loads
 (`AutoModel.from_pretrained(DIR)`, `AutoTokenizer.from_pretrained(DIR)`):
 
-* a SentencePiece vocabulary: `sentencepiece.bpe.model` in fairseq order and
+* a SentencePiece vocabulary: `sentencepiece.bpe.model` in fairseq order,
+  the same as `tokenizer.json` (so transformers needs neither sentencepiece
+  nor protobuf to load it; written when `tokenizers` is installed) and
   tokenizer_config.json naming XLMRobertaTokenizer, whose ids are fixed
   (`<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, text pieces, `<mask>` last); the
   embedding rows and the MLM output bias are permuted into that order (the
@@ -87,7 +89,7 @@ def sentencepiece_model_type(model: bytes) -> str:
 def tokenizer_files(vocabulary: Any, *, max_length: int) -> TokenizerFiles:
   """What transformers needs to load `vocabulary` (a run's seqio vocabulary) as its tokenizer."""
   from flax_xalign.assets.vocabulary import WORDPIECE, kind_of, model_bytes, specials_of
-  from flax_xalign.interop import hf
+  from flax_xalign.interop import hf, hf_tokenizers
 
   if kind_of(vocabulary) == WORDPIECE:
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(vocabulary.lower_case),
@@ -110,8 +112,13 @@ def tokenizer_files(vocabulary: Any, *, max_length: int) -> TokenizerFiles:
             "sep_token": "</s>", "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
             "mask_token": "<mask>", "model_max_length": max_length}
   exported = SpecialTokens(bos=0, pad=1, eos=2, unk=3, mask=size - 1, first_regular=4, end_regular=size - 1)
-  return TokenizerFiles({hf.SENTENCEPIECE_FILE: hf.fairseq_order_sentencepiece(model, perm)}, config,
-                        None if np.array_equal(perm, np.arange(size)) else perm, exported, note)
+  fairseq_model = hf.fairseq_order_sentencepiece(model, perm)
+  files = {hf.SENTENCEPIECE_FILE: fairseq_model}
+  # tokenizer.json lets transformers load the tokenizer without sentencepiece and protobuf.
+  as_json = hf_tokenizers.sentencepiece_tokenizer_json(fairseq_model)
+  if as_json is not None:
+    files[hf_tokenizers.TOKENIZER_JSON] = as_json
+  return TokenizerFiles(files, config, None if np.array_equal(perm, np.arange(size)) else perm, exported, note)
 
 
 def write_hf_directory(output: str, hf_config: Mapping[str, Any], state: Mapping[str, np.ndarray],

@@ -97,6 +97,47 @@ def fairseq_order_sentencepiece(model: bytes, perm: np.ndarray) -> bytes:
   return proto.SerializeToString()
 
 
+TOKENIZER_JSON = "tokenizer.json"
+
+
+def sentencepiece_tokenizer_json(fairseq_model: bytes) -> bytes | None:
+  """`tokenizer.json` of a fairseq SentencePiece model (as `fairseq_order_sentencepiece` writes), or None.
+
+  transformers builds its XLM-R tokenizer from `sentencepiece.bpe.model` only
+  with `sentencepiece` and `protobuf` installed; with this file beside it
+  the `tokenizers` backend alone suffices. It is what transformers derives
+  itself: a unigram model over `<s>`, `<pad>`, `</s>`, `<unk>`, the text
+  pieces with their scores and `<mask>` (fairseq ids), the model's
+  normaliser (its precompiled character map), whitespace collapsed and
+  marked with "▁", `<s> A </s>` around a sentence. None without the
+  `tokenizers` package.
+  """
+  try:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+  except ImportError:
+    return None
+  proto = sentencepiece_proto(fairseq_model)
+  head = tuple(p.piece for p in proto.pieces[:3])
+  if head != _FAIRSEQ_SPM_HEAD:
+    raise UserError(f"expected a fairseq SentencePiece model starting with {_FAIRSEQ_SPM_HEAD}, found {head}.")
+  vocab = ([("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+           + [(p.piece, float(p.score)) for p in proto.pieces[3:]] + [("<mask>", 0.0)])
+  tokenizer = Tokenizer(models.Unigram(vocab, unk_id=3, byte_fallback=False))
+  spec = proto.normalizer_spec
+  steps = [normalizers.Precompiled(spec.precompiled_charsmap)] if spec.precompiled_charsmap else []
+  if spec.remove_extra_whitespaces:
+    steps += [normalizers.Strip(left=True, right=True), normalizers.Replace(Regex(" {2,}"), " ")]
+  tokenizer.normalizer = normalizers.Sequence(steps)
+  scheme = "always" if spec.add_dummy_prefix else "never"
+  tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme)
+  tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme)
+  tokenizer.post_processor = processors.TemplateProcessing(
+      single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+  tokenizer.add_special_tokens([AddedToken(t, special=True) for t in ("<s>", "<pad>", "</s>", "<unk>")]
+                               + [AddedToken("<mask>", lstrip=True, special=True)])
+  return tokenizer.to_str().encode("utf-8")
+
+
 def tokenizer_kind(path: str) -> str:
   """"sentencepiece" (XLM-R's fairseq model) or "wordpiece" (BERT's vocab.txt) of a HF directory."""
   if os.path.isfile(os.path.join(path, SENTENCEPIECE_FILE)):

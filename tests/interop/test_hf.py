@@ -361,3 +361,26 @@ def test_bfloat16_and_pytorch_checkpoints_load(tiny_bert, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.json").write_text(json.dumps(hf_config))
     hf.load_hf_directory(tmp_path / "empty")
+
+
+def test_tokenizer_json_tokenises_like_our_sentencepiece_vocabulary(xlmr, tiny_xlmr_dir, tmp_path):
+  """The export's tokenizer.json (read by `tokenizers` alone, and by transformers) splits Greek and English
+  words and sentences into our vocabulary's ids."""
+  tokenizers = pytest.importorskip("tokenizers")
+  from flax_xalign.interop import export_hf
+
+  vocabulary = xlmr["vocabulary"]
+  files = export_hf.tokenizer_files(vocabulary, max_length=64)
+  assert set(files.files) == {hf.SENTENCEPIECE_FILE, "tokenizer.json"}
+  ours = tokenizers.Tokenizer.from_str(files.files["tokenizer.json"].decode("utf-8"))
+  words = [w for text in SENTENCES for w in text.split()] + ["Ἐν", "ἀρχῇ", "λόγος", "θεοῦ", "ǅ", "ﬁ", "…"]
+  samples = list(SENTENCES) + words + ["Ἐν ἀρχῇ  ǅ ﬁ …", "the   house\tsees", "  padded  "]
+  for text in samples:
+    assert ours.encode(text, add_special_tokens=False).ids == [int(i) for i in vocabulary.encode(text)], text
+  assert ours.encode("λόγος").ids[0] == 0 and ours.encode("λόγος").ids[-1] == 2  # <s> ... </s>
+  export_hf.write_hf_directory(str(tmp_path / "tok"), {}, {}, files)
+  (tmp_path / "tok" / hf.SENTENCEPIECE_FILE).unlink()  # transformers must need tokenizer.json alone
+  loaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+  for text in samples:
+    assert loaded(text, add_special_tokens=False)["input_ids"] == [int(i) for i in vocabulary.encode(text)], text
+  assert loaded.mask_token_id == TINY_SPM_PIECES + 1 and loaded.pad_token_id == 1
