@@ -44,6 +44,7 @@ ENTRY_POINTS = {
     "code_switch": "flax_xalign.cli.experiments.code_switch",
     "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
     "cache": "flax_xalign.cache",
+    "eflomal": "flax_xalign.eflomal",
     # `train` where TensorFlow, tensorflow_text and seqio cannot be imported (tests/training/no_tf_train.py).
     "train_without_tf": "tests.training.no_tf_train",
 }

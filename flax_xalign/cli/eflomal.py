@@ -1,0 +1,102 @@
+r"""Word links from eflomal, written beside the bitext they align: labels for DWA / SO to learn from.
+
+  python -m flax_xalign.eflomal --input=pairs.tsv --output=pairs.links [--symmetrize=grow-diag-final-and]
+  python -m flax_xalign.eflomal --bible --output_dir=data/bible_links [--symmetrize=...]
+
+--input: `source words<TAB>target words` per line; every line is aligned
+(unsupervised, all at once, as users run eflomal) and --output gets one
+Pharaoh line per input line, `i-j` over the whitespace-separated words.
+
+--bible: the embedded Greek-English New Testament. eflomal aligns all 7,919
+verse pairs (every book, as users run it), and for each split the command
+writes `<split>.tsv` (Greek words<TAB>English words, the word lists the gold
+alignments index) and `<split>.links`, so a `TsvBitextTask` can train on the
+train books with eflomal's links and be tuned on the validation books:
+
+  TsvBitextTask(name='bible_linked', files={'train': 'DIR/train.tsv', 'validation': 'DIR/validation.tsv'},
+                lang_a='grc', lang_b='en', vocabulary_path=..., normalize='nfd_strip_marks',
+                links={'train': 'DIR/train.links'})
+
+(gin_configs/experiments/e5_so_eflomal.gin). The held-out test books' text
+is part of eflomal's unsupervised corpus, as it is when eflomal is scored;
+their links are written but no task should train on them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from flax_xalign.cli import common
+from flax_xalign.errors import ArgumentParser, UserError
+
+
+def parse_args(argv: Sequence[str]):
+  from flax_xalign.evaluation.word_alignment import statistical
+
+  parser = ArgumentParser(prog="python -m flax_xalign.eflomal", description=__doc__.splitlines()[0])
+  parser.add_argument("--input", default=None, help="TSV bitext, source<TAB>target words per line")
+  parser.add_argument("--output", default=None, help="Pharaoh file for --input (one line per pair)")
+  parser.add_argument("--bible", action="store_true", help="align the embedded Greek-English New Testament")
+  parser.add_argument("--output_dir", default=None, help="with --bible: where <split>.tsv and <split>.links go")
+  parser.add_argument("--symmetrize", default="grow-diag-final-and", choices=statistical.SYMMETRISATIONS + (
+      "forward", "reverse"), help="how the two directions are combined (default grow-diag-final-and)")
+  args = parser.parse_args(argv)
+  if args.bible == bool(args.input):
+    parser.error("pass either --input=FILE (with --output) or --bible (with --output_dir)")
+  if args.input and not args.output:
+    parser.error("--input needs --output=FILE.links")
+  if args.bible and not args.output_dir:
+    parser.error("--bible needs --output_dir=DIR")
+  return args
+
+
+def _combine(result, method: str) -> list:
+  from flax_xalign.evaluation.word_alignment import statistical
+
+  if method in ("forward", "reverse"):
+    return list(getattr(result, method))
+  return statistical.symmetrise(result.forward, result.reverse, method)
+
+
+def run(args) -> None:
+  from flax_xalign.cli import align as align_cli
+  from flax_xalign.evaluation.word_alignment import aer
+  from flax_xalign.evaluation.word_alignment import statistical
+
+  if args.input:
+    if os.path.abspath(args.output) == os.path.abspath(args.input):
+      raise UserError(f"--output {args.output} is the --input file; name another file for the links.")
+    pairs = align_cli.read_pairs(args.input)
+    print(f"eflomal: aligning {len(pairs)} pairs of {args.input} ...", flush=True)
+    result = statistical.run_eflomal(pairs)
+    statistical.write_links(args.output, _combine(result, args.symmetrize))
+    print(f"wrote {args.output}: {args.symmetrize}, {len(pairs)} lines ({result.seconds:.1f} s)")
+    return
+  from flax_xalign.data.sources import bible
+
+  pairs, _, _ = statistical.bible_corpus("test")
+  splits = {}
+  for split in bible.SPLITS:
+    _, scored, _ = statistical.bible_corpus(split)
+    splits[split] = scored
+  print(f"eflomal: aligning all {len(pairs)} New Testament verse pairs ...", flush=True)
+  result = statistical.run_eflomal(pairs)
+  links = _combine(result, args.symmetrize)
+  os.makedirs(args.output_dir, exist_ok=True)
+  for split, indices in splits.items():
+    tsv = os.path.join(args.output_dir, f"{split}.tsv")
+    aer.write_atomically(tsv, "".join(f"{' '.join(pairs[k][0])}\t{' '.join(pairs[k][1])}\n" for k in indices))
+    statistical.write_links(os.path.join(args.output_dir, f"{split}.links"), [links[k] for k in indices])
+    print(f"wrote {tsv} and {split}.links ({len(indices)} pairs)")
+  aer.write_atomically(os.path.join(args.output_dir, "NOTICE"), bible.LICENSE_NOTICE)
+  print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  return common.main_of(parse_args, run, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
