@@ -149,6 +149,15 @@ EXTRAS_REQUIRE = {
         # The exact nearest-neighbour search users would pick for CSLS (bench/csls.py).
         "faiss-cpu==1.15.1",
     ],
+    # The neural aligner users compare ours with (bench/word_alignment.py): SimAlign 0.4 runs our
+    # checkpoints through their Hugging Face export (interop.export_hf). It pulls in networkx,
+    # scikit-learn and regex; torch and transformers pinned as for `bench`. CI does not install
+    # it: the bench prints one line and skips SimAlign when it is missing.
+    "peers": [
+        "simalign==0.4",
+        "torch==2.13.0",
+        "transformers==5.23.0",
+    ],
     # Hugging Face BERT / XLM-R import and export (flax_xalign.interop.hf):
     # the PyTorch reference forward in tests, and reading `pytorch_model.bin`
     # checkpoints. Reading model.safetensors needs only `safetensors`
