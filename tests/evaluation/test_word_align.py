@@ -411,6 +411,7 @@ def _bible_definition(normalize):
     ((), None, ("separate", "cosine")),                     # an import: never saw a pair
     ((("mlm", 1.0),), None, ("separate", "cosine")),         # MLM alone reads monolingual slots only
     ((("mlm", 1.0), ("tlm", 1.0)), None, ("joint", "dot")),  # TLM: pairs in one segment
+    ((("tlm", 1.0), ("so", 1.0)), None, ("separate", "cosine")),  # SO trains each side alone
     ((("tlm", 1.0), ("dwa", 1.0)), {"dwa": {"self_label_encoding": "separate", "solver": {"similarity": "cosine"}}},
      ("separate", "cosine")),                                 # as DWA self-labelled
     ((("tlm", 1.0), ("dwa", 1.0)), {"dwa": {"self_label_encoding": "joint", "solver": {"similarity": "dot"}}},

@@ -10,8 +10,10 @@ have to:
 * `encoding` and `similarity`: a run (or the run it was warm-started from,
   followed through `init_from_checkpoint` while that folder exists) that
   trained DWA aligns the way DWA self-labelled (`DwaConfig.self_label_encoding`
-  and its solver's similarity); one that trained TLM saw joint pairs, so
-  "joint" with dot products; anything else "separate" with cosine.
+  and its solver's similarity); one that trained SO (awesome-align's
+  objective, each side alone) "separate" with cosine (which aligned its
+  runs at least as well as dot products); one that trained TLM saw joint
+  pairs, so "joint" with dot products; anything else "separate" with cosine.
 * `normalize`: the normaliser the training tasks applied (their recorded
   definitions), or the one an imported vocabulary was trimmed with
   (`origin.json`'s `normalizers`), else none.
@@ -123,6 +125,8 @@ def _model_encoding(chain: list[tuple[str, RunSpec]]) -> tuple[str, str, str]:
       encoding = options.get("self_label_encoding", "joint")
       similarity = dict(options.get("solver", {})).get("similarity", "dot")
       return encoding, similarity, f"as DWA self-labelled in {model_dir}"
+    if "so" in run.objectives:  # awesome-align's objective trains each side encoded alone.
+      return "separate", "cosine", f"as SO trained in {model_dir} (each side encoded alone)"
     if any(name in run.objectives for name in JOINT_PAIR_OBJECTIVES):
       return "joint", "dot", f"{model_dir} trained on joint pairs (TLM)"
   return "separate", "cosine", "never trained on joint pairs (no TLM/DWA in the run or its warm start): SimAlign's way"
