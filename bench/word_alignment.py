@@ -249,18 +249,22 @@ def speed(args: argparse.Namespace, model_dir: str, pairs: list, sure: list, *, 
   for fn in (word_align._jitted_states, word_align._jitted_state_links, word_align._jitted_links):
     fn.cache_clear()
   jax.clear_caches()  # compilation counts, as in a fresh process
-  seconds = []
+  seconds, cpu = [], []
   for _ in range(2):  # cold (jit compiles included), then warm
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     links = aligner.align(pairs, layer=layer, method=method)
     seconds.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - start_cpu)
   out.update(ours_seconds=seconds[0], ours_warm_seconds=seconds[1], ours_pairs_per_second=len(pairs) / seconds[0],
+             ours_cpu_seconds=cpu[0], load_average=os.getloadavg()[0],
              ours_aer=aer.score(links, sure).aer, ours_packing={k: aligner.last_run.get(k) for k in
                                                                ("rows", "row_length", "encoder_batches", "fill")})
   if simalign:
+    start_cpu = time.process_time()
     theirs, t = simalign_links(simalign["hf_dir"], simalign["words"], layer=layer, methods=SPEED_CODES[method],
                                threads=simalign["threads"])
     out.update(simalign_seconds=t, simalign_pairs_per_second=len(pairs) / t, simalign_threads=simalign["threads"],
+               simalign_cpu_seconds=time.process_time() - start_cpu, load_average_after=os.getloadavg()[0],
                simalign_aer=aer.score(theirs[SIMALIGN_METHODS[SPEED_CODES[method]][0]], sure).aer,
                speed_ratio=t / seconds[0], warm_speed_ratio=t / seconds[1])
   return out
@@ -357,7 +361,9 @@ def format_table(result: dict[str, Any]) -> str:
                    f"pairs/s ({timing['simalign_threads']} torch thread(s), the faster of "
                    f"{', '.join(map(str, THREADS))})  AER {100 * timing['simalign_aer']:.1f}")
       lines.append(f"  speed_ratio (SimAlign s / ours s) = {timing['speed_ratio']:.2f} "
-                   f"(warm: {timing['warm_speed_ratio']:.2f})")
+                   f"(warm: {timing['warm_speed_ratio']:.2f}); CPU seconds (all threads): ours "
+                   f"{timing['ours_cpu_seconds']:.1f}, SimAlign {timing['simalign_cpu_seconds']:.1f}; load average "
+                   f"{timing['load_average']:.2f} -> {timing['load_average_after']:.2f}")
   if result["ratio"] is not None:
     lines.append(f"eflomal (grow-diag-final-and) AER / ours ({result['ours_best']}) AER = {result['ratio']:.2f}")
   return "\n".join(lines)
