@@ -21,7 +21,7 @@ links (`component_closure_stats` measures it on a file); manual gold given
 as groups (the Bible's) is exact.
 """
 
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Sequence, Tuple
 
 import numpy as np
 

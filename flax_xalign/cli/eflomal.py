@@ -62,7 +62,6 @@ def _combine(result, method: str) -> list:
 
 def run(args) -> None:
   from flax_xalign.cli import align as align_cli
-  from flax_xalign.evaluation.word_alignment import aer
   from flax_xalign.evaluation.word_alignment import statistical
 
   if args.input:
@@ -74,24 +73,34 @@ def run(args) -> None:
     statistical.write_links(args.output, _combine(result, args.symmetrize))
     print(f"wrote {args.output}: {args.symmetrize}, {len(pairs)} lines ({result.seconds:.1f} s)")
     return
+  result, _ = bible_links(args.output_dir, symmetrize=args.symmetrize, verbose=True)
+  print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
+
+
+def bible_links(output_dir: str, *, symmetrize: str = "grow-diag-final-and", verbose: bool = False):
+  """eflomal over every New Testament verse pair; `<split>.tsv` + `<split>.links` per split into `output_dir`.
+
+  Returns (the `statistical.EflomalResult` over all pairs, {split: indices of its pairs in that result}).
+  """
   from flax_xalign.data.sources import bible
+  from flax_xalign.evaluation.word_alignment import aer
+  from flax_xalign.evaluation.word_alignment import statistical
 
   pairs, _, _ = statistical.bible_corpus("test")
-  splits = {}
-  for split in bible.SPLITS:
-    _, scored, _ = statistical.bible_corpus(split)
-    splits[split] = scored
-  print(f"eflomal: aligning all {len(pairs)} New Testament verse pairs ...", flush=True)
+  splits = {split: statistical.bible_corpus(split)[1] for split in bible.SPLITS}
+  if verbose:
+    print(f"eflomal: aligning all {len(pairs)} New Testament verse pairs ...", flush=True)
   result = statistical.run_eflomal(pairs)
-  links = _combine(result, args.symmetrize)
-  os.makedirs(args.output_dir, exist_ok=True)
+  links = _combine(result, symmetrize)
+  os.makedirs(output_dir, exist_ok=True)
   for split, indices in splits.items():
-    tsv = os.path.join(args.output_dir, f"{split}.tsv")
+    tsv = os.path.join(output_dir, f"{split}.tsv")
     aer.write_atomically(tsv, "".join(f"{' '.join(pairs[k][0])}\t{' '.join(pairs[k][1])}\n" for k in indices))
-    statistical.write_links(os.path.join(args.output_dir, f"{split}.links"), [links[k] for k in indices])
-    print(f"wrote {tsv} and {split}.links ({len(indices)} pairs)")
-  aer.write_atomically(os.path.join(args.output_dir, "NOTICE"), bible.LICENSE_NOTICE)
-  print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
+    statistical.write_links(os.path.join(output_dir, f"{split}.links"), [links[k] for k in indices])
+    if verbose:
+      print(f"wrote {tsv} and {split}.links ({len(indices)} pairs)", flush=True)
+  aer.write_atomically(os.path.join(output_dir, "NOTICE"), bible.LICENSE_NOTICE)
+  return result, splits
 
 
 def main(argv: Sequence[str] | None = None) -> int:
