@@ -100,7 +100,7 @@ def test_gin_typo(tmp_path, tiny_corpus, capsys):
 
 
 @pytest.mark.parametrize("line, needles", [
-    ("EncoderConfg.embed_dim = 24", ["No configurable matching 'EncoderConfg'", "Did you mean EncoderConfig?"]),
+    ("EncoderConfg.embed_dim = 24", ["No configurable matching 'EncoderConfg'", "Did you mean EncoderConfig"]),
     ("EncoderConfig.embed_dimm = 24", ["doesn't have a parameter named 'embed_dimm'", "Did you mean embed_dim"]),
     ("train.masking = @MaskingConfg()", ["'@MaskingConfg()'", "Did you mean MaskingConfig?"]),
     ("train.seed = %SEEDD", ["%SEEDD is used but never set", "Did you mean SEED?"]),

@@ -71,7 +71,7 @@ def test_import_xlmr_then_evaluate_align_and_export(tiny_xlmr_dir, tmp_path, cap
   assert rc == 0, err
   assert_progress(out, "export_hf", 4)
   assert sorted(os.listdir(exported)) == ["config.json", "model.safetensors", "sentencepiece.bpe.model",
-                                          "tokenizer_config.json"]
+                                          "tokenizer.json", "tokenizer_config.json"]
   original = transformers.AutoTokenizer.from_pretrained(tiny_xlmr_dir)
   tokenizer = transformers.AutoTokenizer.from_pretrained(exported)
   for text in SENTENCES:
