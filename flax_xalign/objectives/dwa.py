@@ -184,6 +184,30 @@ def given_links(batch: Batch, link_mask: jax.Array) -> jax.Array:
   return link_mask & (groups[:, :, None] == groups[:, None, :]) & (groups[:, :, None] > 0)
 
 
+def combine_labels(own: jax.Array | None, batch: Batch, link_mask: jax.Array,
+                   source: str) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """(the links to train on, metrics) for a `label_source` (LABEL_SOURCES).
+
+  Args:
+    own: the model's own links [batch, length, length] (None with "links", which does not use them).
+    batch: with `link_groups` unless `source` is "self".
+    link_mask: where links may lie (`pair_masks`).
+    source: "self", "links", "intersection" or "union".
+
+  Returns:
+    The links, and with given links {"given": their count, "agreement": the share of them `own` also
+    has (only when `own` is given)}.
+  """
+  if source == "self":
+    return own, {}
+  given = given_links(batch, link_mask)
+  count = jnp.sum(given).astype(jnp.float32)
+  if source == "links":
+    return given, {"given": count}
+  metrics = {"given": count, "agreement": jnp.sum(given & own) / jnp.maximum(count, 1.0)}
+  return (own & given if source == "intersection" else own | given), metrics
+
+
 def row_entropy(log_plan: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Summed entropy (nats) of the row-normalised plan over rows with links, and the row count."""
   masked = jnp.where(mask, log_plan, -jnp.inf)
@@ -264,13 +288,11 @@ class DenoisingWordAlignment(ObjectiveBase):
     full = None
     num_layers = ctx.num_layers
     link_mask, _, _ = pair_masks(batch, ctx.specials)
-    extra = {}
+    own = None
     if cfg.label_source == "links":  # Nothing of the model's own: no self-labelling pass.
       if num_layers is None and cfg.pointer_layer is not None:  # Only the pointer layer needs the depth.
         num_layers = len(ctx.all_hidden) - 1
-      links = given_links(batch, link_mask)
       entropy_sum = entropy_rows = jnp.zeros((), jnp.float32)
-      extra["given"] = jnp.sum(links).astype(jnp.float32)
     else:
       if num_layers is None:  # A context that does not know the depth: a full pass tells it.
         full = self._clean_pass(ctx, None, cfg.self_label_encoding).all_hidden
@@ -281,14 +303,9 @@ class DenoisingWordAlignment(ObjectiveBase):
         clean = self._clean_pass(ctx, label_layer, cfg.self_label_encoding).hidden
       else:
         clean = full[label_layer]
-      links, plan = self_label(jax.lax.stop_gradient(clean), batch, cfg, ctx.specials)
+      own, plan = self_label(jax.lax.stop_gradient(clean), batch, cfg, ctx.specials)
       entropy_sum, entropy_rows = row_entropy(plan.log_plan, link_mask)
-      if cfg.label_source != "self":
-        given = given_links(batch, link_mask)
-        count = jnp.sum(given).astype(jnp.float32)
-        extra["given"] = count
-        extra["agreement"] = jnp.sum(given & links) / jnp.maximum(count, 1.0)
-        links = links & given if cfg.label_source == "intersection" else links | given
+    links, extra = combine_labels(own, batch, link_mask, cfg.label_source)
 
     if cfg.pointer_layer is None:
       states = ctx.hidden

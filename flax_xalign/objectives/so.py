@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
+from flax_xalign import ops
 from flax_xalign.errors import UserError
 from flax_xalign.objectives import dwa
 from flax_xalign.objectives.base import LossTerm, ObjectiveBase, StepContext, register, require_bitext
@@ -127,31 +128,18 @@ class SelfTraining(ObjectiveBase):
     hidden = hidden.astype(jnp.float32)
     scores = jnp.einsum("bid,bjd->bij", hidden, hidden)
     link_mask, source, target = dwa.pair_masks(batch, ctx.specials)
-    extra = {}
-    if cfg.label_source == "links":
-      labels = dwa.given_links(batch, link_mask)
-      extra["given"] = jnp.sum(labels).astype(jnp.float32)
-    else:
-      labels = self_labels(jax.lax.stop_gradient(scores), link_mask, cfg.softmax_threshold)
-      if cfg.label_source != "self":
-        given = dwa.given_links(batch, link_mask)
-        count = jnp.sum(given).astype(jnp.float32)
-        extra["given"] = count
-        extra["agreement"] = jnp.sum(given & labels) / jnp.maximum(count, 1.0)
-        labels = labels & given if cfg.label_source == "intersection" else labels | given
+    own = None if cfg.label_source == "links" else self_labels(jax.lax.stop_gradient(scores), link_mask,
+                                                                cfg.softmax_threshold)
+    labels, extra = dwa.combine_labels(own, batch, link_mask, cfg.label_source)
     loss_sum, pairs = so_loss(scores, labels, link_mask, source, target, batch["segment_ids"])
     return LossTerm(loss=loss_sum / jnp.maximum(pairs, 1.0), loss_sum=loss_sum, count=pairs,
                     metrics={"labels": jnp.sum(labels).astype(jnp.float32), "pairs": pairs, **extra})
 
 
 def self_labels(scores: jax.Array, link_mask: jax.Array, threshold: float) -> jax.Array:
-  """awesome-align's extraction: both the row and the column softmax of the pair above `threshold`."""
-  masked = jnp.where(link_mask, scores, -jnp.inf)
-  rows = jnp.any(link_mask, axis=-1, keepdims=True)
-  cols = jnp.any(link_mask, axis=-2, keepdims=True)
-  p_ab = jax.nn.softmax(jnp.where(rows, masked, 0.0), axis=-1)
-  p_ba = jax.nn.softmax(jnp.where(cols, masked, 0.0), axis=-2)
-  return link_mask & (p_ab > threshold) & (p_ba > threshold)
+  """awesome-align's extraction: both the row and the column softmax of the pair above `threshold`
+  (the word aligner's "softmax" method, `ops.AlignmentSolver.links`)."""
+  return ops.AlignmentSolver(softmax_threshold=threshold).links(scores, link_mask, "softmax")
 
 
 @register("so")
