@@ -13,9 +13,13 @@ name                       examples (one help paragraph each)   languages
 `{prefix}_en_<lang>`       English + its translation (TLM;      en, lang
                            tokens = English, tokens_b = lang)
 `{prefix}_mlm_tlm`         all of the above, rate n ** alpha    en + languages
+`{prefix}_mlm`             the monolingual tasks only (no       en + languages
+                           bitext), rate n ** alpha
 =========================  ===================================  ======================
 
-`prefix` defaults to `debian_help`, so the mixture is `debian_help_mlm_tlm`. Splits are the
+`prefix` defaults to `debian_help`, so the mixtures are `debian_help_mlm_tlm` and
+`debian_help_mlm` (the latter for continued pretraining on monolingual text only, as the
+code-switching and MLM-GC experiments need). Splits are the
 builder's (train / validation / test by paragraph-id hash, held out in every language).
 
 All tasks share one SentencePiece model: `vocabulary_path`, or by default a BPE model of
@@ -148,8 +152,8 @@ class DebianTasks:
   normalize: str = ""
 
   def names(self, languages: Sequence[str]) -> dict[str, str]:
-    """kind -> task name: "en", each language, "en_<lang>" and "mlm_tlm"."""
-    kinds = ["en", *languages, *(f"en_{lang}" for lang in languages), "mlm_tlm"]
+    """kind -> task name: "en", each language, "en_<lang>", "mlm_tlm" and "mlm"."""
+    kinds = ["en", *languages, *(f"en_{lang}" for lang in languages), "mlm_tlm", "mlm"]
     return {kind: f"{self.prefix}_{kind}" for kind in kinds}
 
   def _resolved(self) -> "DebianTasks":
@@ -202,9 +206,11 @@ class DebianTasks:
       loader = user.FileLoader(name, files(_bitext_file, lang), tsv=True)
       registry.register_task(name, loader=loader, lang="en", lang_b=lang, definition=(spec, f"en_{lang}"),
                              **common)
-    members = [name for kind, name in names.items() if kind != "mlm_tlm"]
+    members = [names[kind] for kind in ("en", *spec.languages, *(f"en_{lang}" for lang in spec.languages))]
     registry.register_mixture(names["mlm_tlm"], members, alpha=spec.alpha, definition=(spec, "mlm_tlm"),
                               spec=spec)
+    registry.register_mixture(names["mlm"], [names[kind] for kind in ("en", *spec.languages)], alpha=spec.alpha,
+                              definition=(spec, "mlm"), spec=spec)
     return self
 
 

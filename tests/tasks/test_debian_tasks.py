@@ -62,6 +62,18 @@ def test_mixture_rates_follow_training_sizes(build):
   assert rates == pytest.approx({"drate_en": 60 ** 0.5, "drate_hi": 60 ** 0.5, "drate_en_hi": 60 ** 0.5})
 
 
+def test_monolingual_mixture_has_no_bitext(build):
+  debian.DebianTasks(data_dir=str(build), vocab_size=60, prefix="dmono").register()
+  assert registry.task_names("dmono_mlm") == ("dmono_en", "dmono_hi")
+  data = resolve_task("dmono_mlm")
+  assert data.languages == ("en", "hi") and data.language_pairs == ()
+  mixture = registry.get_provider("dmono_mlm")
+  assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == pytest.approx({"dmono_en": 60 ** 0.7,
+                                                                                 "dmono_hi": 60 ** 0.7})
+  batch = next(iter(data.dataset(feature_lengths={"tokens": 17}, batch_size=3, seed=0)))
+  assert batch["tokens"].shape == (3, 17)
+
+
 def test_missing_build_and_languages_are_user_errors(tmp_path, build):
   with pytest.raises(errors.UserError, match="python -m flax_xalign.debian_data --output="):
     debian.DebianTasks(data_dir=str(tmp_path / "nothing"), prefix="dmiss").register()
@@ -69,4 +81,4 @@ def test_missing_build_and_languages_are_user_errors(tmp_path, build):
     debian.DebianTasks(data_dir=str(build), languages=("fr",), prefix="dmiss").register()
   with pytest.raises(errors.UserError, match="vocab_size"):
     debian.DebianTasks(data_dir=str(build), vocab_size=3, prefix="dmiss").register()
-  assert "dmiss_mlm_tlm" not in registry.registered_names()
+  assert "dmiss_mlm_tlm" not in registry.registered_names() and "dmiss_mlm" not in registry.registered_names()
