@@ -162,7 +162,9 @@ DEBIAN_PACKAGES = libreoffice-help-en-us libreoffice-help-de libreoffice-help-fr
   libreoffice-help-ru libreoffice-help-zh-cn libreoffice-help-ja libreoffice-help-hi \
   libreoffice-l10n-de libreoffice-l10n-fr libreoffice-l10n-es libreoffice-l10n-ru libreoffice-l10n-zh-cn \
   libreoffice-l10n-ja libreoffice-l10n-hi libreoffice-l10n-ar trans-de-en \
-  dict-freedict-eng-fra dict-freedict-eng-deu dict-freedict-eng-hin dict-freedict-eng-ara
+  dict-freedict-eng-fra dict-freedict-eng-deu dict-freedict-eng-hin dict-freedict-eng-ara \
+  libreoffice-help-el libreoffice-l10n-el dict-freedict-eng-ell dict-freedict-eng-rus mueller7-dict \
+  dict-freedict-ell-eng dict-freedict-fra-eng dict-freedict-deu-eng dict-freedict-ara-eng
 
 debian-data:
 	@command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "error: debian-data needs apt-get and dpkg-deb (a Debian/Ubuntu machine)" >&2; exit 1; }

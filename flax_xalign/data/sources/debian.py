@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from flax_xalign import errors
+from flax_xalign.data.sources import debian_bli
 from flax_xalign.data.sources.debian_formats import (  # noqa: F401  (their old import path is this module)
     MoCatalogue,
     MoEntry,
@@ -74,6 +75,7 @@ from flax_xalign.data.sources.debian_formats import (  # noqa: F401  (their old 
     gettext_pairs,
     has_letter,
     is_word,
+    mueller_translations,
     read_dictd,
     read_ding,
     read_mo,
@@ -93,6 +95,7 @@ class Language:
   help_dir: str | None
   l10n_dir: str | None
   freedict: str | None
+  to_english: str | None = None  # FreeDict X -> English (`dict-freedict-<xxx>-eng`), for the BLI gold.
 
   @property
   def help_package(self) -> str | None:
@@ -105,17 +108,22 @@ class Language:
   @property
   def dict_packages(self) -> tuple[str, ...]:
     found = (f"dict-freedict-eng-{self.freedict}",) if self.freedict else ()
-    return found + (("trans-de-en",) if self.code == "de" else ())
+    return found + (("trans-de-en",) if self.code == "de" else ()) + (("mueller7-dict",) if self.code == "ru" else ())
+
+  @property
+  def to_english_packages(self) -> tuple[str, ...]:
+    return (f"dict-freedict-{self.to_english}-eng",) if self.to_english else ()
 
 
 ENGLISH = Language("en", "en-US", None, None)
 LANGUAGES = {lang.code: lang for lang in (
-    Language("de", "de", "de", "deu"), Language("fr", "fr", "fr", "fra"),
-    Language("es", "es", "es", None), Language("ru", "ru", "ru", None),
+    Language("de", "de", "de", "deu", "deu"), Language("fr", "fr", "fr", "fra", "fra"),
+    Language("es", "es", "es", None), Language("ru", "ru", "ru", "rus"),
     Language("zh", "zh-CN", "zh_CN", None), Language("ja", "ja", "ja", None),
-    Language("hi", "hi", "hi", "hin"), Language("ar", None, "ar", "ara"))}
+    Language("hi", "hi", "hi", "hin"), Language("ar", None, "ar", "ara", "ara"),
+    Language("el", "el", "el", "ell", "ell"))}
 DEFAULT_LANGUAGES = tuple(LANGUAGES)
-SOURCES = ("help", "gettext", "dict")
+SOURCES = ("help", "gettext", "dict", "bli")
 HELP_ROOT = "usr/share/libreoffice/help"
 L10N_ROOT = "usr/lib/libreoffice/program/resource"
 DICTD_ROOT = "usr/share/dictd"
@@ -298,10 +306,14 @@ def _l10n_present(root: pathlib.Path, lang: Language) -> bool:
   return _has_files(root / L10N_ROOT / lang.l10n_dir / "LC_MESSAGES", "*.mo")
 
 
+def _dictd_name(package: str) -> str:
+  return "mueller7" if package == "mueller7-dict" else package[len("dict-"):]
+
+
 def _dict_present(root: pathlib.Path, package: str) -> bool:
   if package == "trans-de-en":
     return (root / DING_FILE).is_file()
-  name = package[len("dict-"):]
+  name = _dictd_name(package)
   return (root / DICTD_ROOT / f"{name}.index").is_file() and (
       (root / DICTD_ROOT / f"{name}.dict.dz").is_file() or (root / DICTD_ROOT / f"{name}.dict").is_file())
 
@@ -323,8 +335,8 @@ def required_packages(root: PathLike, languages: Sequence[str], sources: Sequenc
       wanted[lang.help_package] = _help_present(root, lang)
     if "gettext" in sources and lang.l10n_dir:
       wanted[lang.l10n_package] = _l10n_present(root, lang)
-    if "dict" in sources:
-      for package in lang.dict_packages:
+    if "dict" in sources or "bli" in sources:
+      for package in lang.dict_packages + (lang.to_english_packages if "bli" in sources else ()):
         wanted[package] = _dict_present(root, package)
   return ([p for p, ok in wanted.items() if ok], [p for p, ok in wanted.items() if not ok])
 
@@ -408,6 +420,7 @@ def _build_gettext(root: pathlib.Path, out: pathlib.Path, languages: Sequence[st
     for path in files:
       pairs.update(dict.fromkeys(gettext_pairs(read_mo(path.read_bytes(), where=str(path)))))
     _write_pairs(out / "gettext" / f"en-{code}.tsv", pairs)
+    _write_lines(out / "gettext" / f"{code}.txt", dict.fromkeys(target for _, target in pairs))  # Monolingual.
     counts[code] = {"pairs": len(pairs), "catalogues": len(files)}
     progress(f"gettext {code}: {len(pairs)} pairs from {len(files)} catalogues")
   return counts
@@ -417,12 +430,13 @@ def _dictionary_candidates(root: pathlib.Path, package: str) -> Iterator[tuple[s
   if package == "trans-de-en":
     yield from read_ding(root / DING_FILE)
     return
-  name = package[len("dict-"):]
+  name = _dictd_name(package)
   index = root / DICTD_ROOT / f"{name}.index"
   body = root / DICTD_ROOT / f"{name}.dict.dz"
   body = body if body.is_file() else body.with_suffix("")
+  translations = mueller_translations if package == "mueller7-dict" else freedict_translations
   for headword, definition in read_dictd(index, body):
-    for word in freedict_translations(definition):
+    for word in translations(definition):
       yield headword, word
 
 
@@ -440,6 +454,38 @@ def _build_dict(root: pathlib.Path, out: pathlib.Path, languages: Sequence[str],
                     "sources": list(packages)}
     progress(f"dict {code}: {len(pairs)} pairs, {counts[code]['english_words']} English words "
              f"({', '.join(packages)})")
+  return counts
+
+
+def _bli_text(out: pathlib.Path, code: str) -> tuple[list[str], str]:
+  """(lines, what they are) of `code`'s monolingual text for the gold's frequency band."""
+  help_file, gettext_file = out / "help" / f"{code}.train.txt", out / "gettext" / f"{code}.txt"
+  path = help_file if LANGUAGES[code].help_dir else gettext_file
+  if not path.is_file():
+    source = "help" if LANGUAGES[code].help_dir else "gettext"
+    raise errors.UserError(f"the BLI gold of {code!r} counts words in {path}, which is missing; build it in the "
+                           f"same run (--sources={source},bli).")
+  return path.read_text(encoding="utf-8").splitlines(), f"{path.parent.name}/{path.name}"
+
+
+def _build_bli(root: pathlib.Path, out: pathlib.Path, languages: Sequence[str],
+               progress: Callable[[str], None]) -> dict:
+  counts = {}
+  for code in languages:
+    lang = LANGUAGES[code]
+    if not lang.to_english_packages and not lang.dict_packages:
+      continue
+    start = time.time()
+    text, what = _bli_text(out, code)
+    to_english = [pair for package in lang.to_english_packages for pair in _dictionary_candidates(root, package)]
+    from_english = [pair for package in lang.dict_packages for pair in _dictionary_candidates(root, package)]
+    counts[code] = debian_bli.build_gold(out, code, text=text, text_source=what, to_english=to_english,
+                                         from_english=from_english,
+                                         sources=lang.to_english_packages + lang.dict_packages)
+    c = counts[code]
+    progress(f"bli {code}-en: lexicon {c['lexicon_words']} words; band {c['band_words']} words (count >= "
+             f"{c['band_min_count']} in {what}); dev {c['dev_words']} / test {c['test_words']} words "
+             f"({time.time() - start:.1f}s)")
   return counts
 
 
@@ -487,6 +533,8 @@ def build(root: PathLike, output: PathLike, *, languages: Sequence[str] = DEFAUL
     counts["gettext"] = _build_gettext(root, out, languages, progress)
   if "dict" in sources:
     counts["dict"] = _build_dict(root, out, languages, progress, max_translations)
+  if "bli" in sources:
+    counts["bli"] = _build_bli(root, out, languages, progress)
   manifest = {
       "languages": list(languages), "sources": list(sources), "packages": packages, "counts": counts,
       "rules": {
@@ -496,6 +544,7 @@ def build(root: PathLike, output: PathLike, *, languages: Sequence[str] = DEFAUL
           "placeholders": f"$[officename] and %PRODUCTNAME -> {PRODUCT_NAME}; letterless paragraphs dropped",
           "labels": f"first directory under text/ ({', '.join(TOPICS)}); texts under two topics dropped",
           "dictionary": f"single words, English lowercased, at most {max_translations} translations per word",
+          "bli": debian_bli.RULE,
       },
       "seconds": round(time.time() - start, 1),
   }

@@ -269,3 +269,33 @@ def dictionary_pairs(pairs: Iterable[tuple[str, str]], *, max_translations: int 
     if is_word(en) and is_word(other) and other not in by_word[en] and len(by_word[en]) < max_translations:
       by_word[en].append(other)
   return [(en, other) for en in sorted(by_word) for other in by_word[en]]
+
+
+_MUELLER_SENSE_START = re.compile(r"^(?:_[IVX]+\s*)?(?:\[[^\]]*\]\s*)?(?:\d+[.)]\s*)?(?:(?:_[^\s.]+\.)\s*)*")
+_LATIN = re.compile(r"[A-Za-z]")
+
+
+def mueller_translations(definition: str) -> list[str]:
+  """The Russian translations of a Mueller English-Russian entry (`mueller7-dict`, a dictd body).
+
+  The body is the headword line, then indented lines: homonym marks (`_I`), the transcription
+  (`[...]`), part-of-speech senses (`1. _n.`) and numbered senses (`1) word, word; example`)
+  that wrap onto continuation lines. A line is a sense when it starts with a homonym mark, a
+  transcription, a sense number or a `_label.` (continuation lines start with a word and are
+  skipped). After its labels, a sense is `;`-separated items: translations come first and the
+  English examples after, so the items are read up to the first one with a Latin letter;
+  each item's `,`-separated words go through `_words` (brackets dropped).
+  """
+  result = []
+  for line in definition.split("\n")[1:]:
+    text = line.strip()
+    if not text or not (text[0] in "_[" or text[0].isdigit()):
+      continue
+    text = re.sub(r"(?:^|\s)_[^\s.]+\.", " ", _MUELLER_SENSE_START.sub("", text, count=1))
+    for item in text.split(";"):
+      if _LATIN.search(item):
+        break
+      for word in _words(item):
+        if word not in result:
+          result.append(word)
+  return result
