@@ -41,6 +41,7 @@ ENTRY_POINTS = {
     "lexicon": "flax_xalign.cli.lexicon",
     "debian_data": "flax_xalign.cli.debian_data",
     "align_mlm_grid": "flax_xalign.cli.experiments.align_mlm_grid",
+    "bli_table": "flax_xalign.cli.experiments.bli_table",
     "code_switch": "flax_xalign.cli.experiments.code_switch",
     "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
     "cache": "flax_xalign.cache",
