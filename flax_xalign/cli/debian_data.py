@@ -1,7 +1,7 @@
 r"""Builds more-language text, bitext, labels and dictionaries from Debian packages.
 
-  python -m flax_xalign.debian_data --output=DIR [--root=/] [--languages=de,fr,es,ru,zh,ja,hi,ar] \
-      [--sources=help,gettext,dict] [--max_translations=5]
+  python -m flax_xalign.debian_data --output=DIR [--root=/] [--languages=de,fr,es,ru,zh,ja,hi,ar,el] \
+      [--sources=help,gettext,dict,bli] [--max_translations=5]
 
 Reads packages already installed (`--root=/`, the default unless $FLAX_XALIGN_DEBIAN_ROOT is
 set) or unpacked into a folder without root:
@@ -15,7 +15,8 @@ and their packages (English is the pivot; `flax_xalign.data.sources.debian.LANGU
 
   help     libreoffice-help-{en-us,de,fr,es,ru,zh-cn,ja,hi}      (no Arabic help in Debian 12)
   gettext  libreoffice-l10n-{de,fr,es,ru,zh-cn,ja,hi,ar}
-  dict     dict-freedict-eng-{deu,fra,hin,ara}, trans-de-en       (none for es, ru, zh, ja)
+  dict     dict-freedict-eng-{deu,fra,hin,ara,ell,rus}, trans-de-en, mueller7-dict (en->ru)
+  bli      the dict packages + dict-freedict-{deu,fra,ara,ell}-eng (X->en)    (none for es, zh, ja)
 
 Writes under DIR (default <data dir>/debian, see `flax_xalign.data.sources.paths`):
 
@@ -25,6 +26,9 @@ Writes under DIR (default <data dir>/debian, see `flax_xalign.data.sources.paths
                                       shared simpress smath swriter)
   gettext/en-<lang>.tsv               msgid<TAB>msgstr of the LibreOffice UI catalogues
   dict/en-<lang>.tsv                  English word<TAB>translation (BLI gold)
+  gettext/<lang>.txt                  the catalogues' translations, one per line (monolingual text)
+  dict/<lang>-en.tsv                  merged X->en lexicon (X->en + inverted en->X), word<TAB>English
+  bli/<lang>-en.{dev,test}.txt        MUSE-format gold of a frequency band (`data/sources/debian_bli.py`)
   LICENSES/<package>.txt              each package's Debian copyright file
   manifest.json                       package versions, counts, rules
 
@@ -62,7 +66,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                       help=f"where the packages are installed or unpacked (default ${ROOT_ENV} or /)")
   parser.add_argument("--languages", default=",".join(debian.DEFAULT_LANGUAGES),
                       help="comma-separated language codes besides English")
-  parser.add_argument("--sources", default=",".join(debian.SOURCES), help="comma-separated: help,gettext,dict")
+  parser.add_argument("--sources", default=",".join(debian.SOURCES), help="comma-separated: help,gettext,dict,bli")
   parser.add_argument("--max_translations", type=int, default=5, help="dictionary translations per English word")
   return parser.parse_args(argv)
 
