@@ -213,16 +213,22 @@ def run(args: argparse.Namespace) -> dict:
   start = time.perf_counter()
   selection = select_min_count(run_, codes, args, candidates) if candidates else None
   min_count = selection["chosen"] if selection else args.min_count
-  layers = None if args.layers == "none" else args.layers
+  layers = None if args.layers in ("none", "0") else args.layers
   rows, curves, results = [], {}, {}
   for code in codes:
     t0 = time.perf_counter()
-    result = evaluate_language(run_, code, args, split=args.split, min_count=min_count, layers=layers,
+    # Table 1 on the full language-specific vocabularies (layer 0 only); Fig. 3 in a second pass, whose
+    # contextual layers keep only the tokens seen in --max_sentences sentences.
+    result = evaluate_language(run_, code, args, split=args.split, min_count=min_count, layers="0",
                                output=os.path.join(output, "dict", f"{code}-en.tsv"))
-    results[code] = {**result, "seconds": round(time.perf_counter() - t0, 1)}
     rows.append(row_of(code, result))
-    if "per_layer" in result:
-      curves[code] = result["per_layer"]
+    results[code] = {"layer0": result}
+    if layers is not None:
+      deep = evaluate_language(run_, code, args, split=args.split, min_count=min_count, layers=layers, output=None)
+      curves[code] = results[code]["per_layer"] = deep["per_layer"]
+      results[code]["per_layer_vocab_sizes"] = deep["vocab_sizes"]
+    results[code]["seconds"] = round(time.perf_counter() - t0, 1)
+    _write_json(os.path.join(output, "bli_table.partial.json"), {"rows": rows, "per_layer": curves})
     print(f"[{code}] done in {time.perf_counter() - t0:.1f} s", flush=True)
   table = format_table(rows)
   print(table, flush=True)
