@@ -23,21 +23,23 @@ Where the embeddings come from:
 
 Options (`asset_options={'induced_dictionary': {...}}`): `source`, `method`
 ('csls', or 'nn' for the plain cosine nearest neighbour), `knn` (10),
-`refresh_every` (0); `languages`, `min_count` and `split` are the
+`refresh_every` (0); `languages`, `pivot`, `min_count` and `split` are the
 `lang_vocab` options (`asset_options['lang_vocab']`), which may be
-overridden here.
+overridden here. With a pivot (many languages) every pair (X, pivot) gets its
+own dictionary, both directions, between its own two vocabularies (§2.2:
+one exported dictionary per X-En pair).
 
-Value (C = the lang_vocab capacity; side 0 = languages[0]):
+Value (S sides and capacity C as `lang_vocab`; side s's partner is s ^ 1):
 
-    vocab_ids   int32   [2, C]  the lang_vocab ids (0 in padding)
-    vocab_mask  bool    [2, C]
-    translation int32   [2, C]  the token id (of the other side's vocabulary) that
+    vocab_ids   int32   [S, C]  the lang_vocab ids (0 in padding)
+    vocab_mask  bool    [S, C]
+    translation int32   [S, C]  the token id (of the partner side's vocabulary) that
                                 vocab_ids[s, i] translates to; -1 where masked / not yet induced
-    score       float32 [2, C]  its CSLS (cosine for 'nn'); 0 where translation is -1
-    lang_ids    int32   [2]
+    score       float32 [S, C]  its CSLS (cosine for 'nn'); 0 where translation is -1
+    lang_ids    int32   [S]
 
 File `induced_dictionary.tsv`: `# key: value` header lines, a column line,
-then one row per vocabulary entry, side 0 first:
+then one row per vocabulary entry (src_lang = the side's label), side 0 first:
 `src_lang<TAB>src_id<TAB>tgt_id<TAB>src_piece<TAB>tgt_piece<TAB>score`
 (tgt_id -1 and an empty tgt_piece for an entry not yet induced). Scores are
 written with '%.9g', which reproduces every float32 bit for bit, so a loaded
@@ -76,37 +78,39 @@ BLOCK = 1024  # Source rows per block of the similarity search (memory O(BLOCK x
 @functools.partial(jax.jit, static_argnames=("method", "knn", "block"))
 def induce_dictionary(table: jax.Array, vocab_ids: jax.Array, vocab_mask: jax.Array, *, method: str = DEFAULT_METHOD,
                       knn: int = DEFAULT_KNN, block: int = BLOCK) -> tuple[jax.Array, jax.Array]:
-  """Top-1 translations between two token sets, both directions, on an embedding table.
+  """Top-1 translations between paired token sets (side s and s ^ 1), both directions, on an embedding table.
 
   Args:
     table: [vocab, embed] token embeddings (any float dtype).
-    vocab_ids: int32 [2, C] token ids of the two sides.
-    vocab_mask: bool [2, C] valid entries.
+    vocab_ids: int32 [S, C] token ids of the S sides (S even).
+    vocab_mask: bool [S, C] valid entries.
     method: "csls" (Eq. 1, r_K over the other side's valid entries) or "nn" (cosine).
     knn: K of CSLS's neighbourhood radius.
     block: source rows per block.
 
   Returns:
-    translation int32 [2, C] (the other side's token id; -1 where masked) and
-    score float32 [2, C] (0 where masked).
+    translation int32 [S, C] (the partner side's token id; -1 where masked) and
+    score float32 [S, C] (0 where masked).
   """
   from flax_xalign.ops import csls as csls_lib
 
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-  embeddings = [jnp.take(table, vocab_ids[s], axis=0) for s in (0, 1)]
+  sides = vocab_ids.shape[0]
+  embeddings = [jnp.take(table, vocab_ids[s], axis=0) for s in range(sides)]
   translations, scores = [], []
-  for s in (0, 1):
-    source, target = embeddings[s], embeddings[1 - s]
+  for s in range(sides):
+    other = s ^ 1
+    source, target = embeddings[s], embeddings[other]
     if method == "csls":
       top = csls_lib.csls_topk(source, target, k=1, knn=knn, source_mask=vocab_mask[s],
-                               target_mask=vocab_mask[1 - s], block=block)
+                               target_mask=vocab_mask[other], block=block)
     else:
-      top = csls_lib.cosine_topk(source, target, k=1, query_mask=vocab_mask[s], target_mask=vocab_mask[1 - s],
+      top = csls_lib.cosine_topk(source, target, k=1, query_mask=vocab_mask[s], target_mask=vocab_mask[other],
                                  block=block)
     index = top.indices[:, 0]
     valid = vocab_mask[s] & (index >= 0)
-    translations.append(jnp.where(valid, vocab_ids[1 - s][jnp.maximum(index, 0)], -1).astype(jnp.int32))
+    translations.append(jnp.where(valid, vocab_ids[other][jnp.maximum(index, 0)], -1).astype(jnp.int32))
     scores.append(jnp.where(valid, top.values[:, 0], 0.0).astype(jnp.float32))
   return jnp.stack(translations), jnp.stack(scores)
 
@@ -159,8 +163,12 @@ class InducedDictionary(Asset):
     self.loaded_header: dict[str, str] | None = None
 
   @property
-  def languages(self) -> tuple[str, str]:
-    return self.vocab.languages  # type: ignore[return-value]
+  def languages(self) -> tuple[str, ...]:
+    return self.vocab.languages
+
+  @property
+  def sides(self) -> tuple[str, ...]:
+    return self.vocab.sides
 
   def induce(self, params: Any, value: Value) -> Value:
     """`value` with translation and score induced from `params` (traceable; keeps shapes and dtypes)."""
@@ -195,11 +203,12 @@ class InducedDictionary(Asset):
   def _header(self, value: Value) -> list[str]:
     mask = np.asarray(value["vocab_mask"], bool)
     induced = (np.asarray(value["translation"]) >= 0) & mask
+    sides = range(mask.shape[0])
     return [
         ("# token dictionary self-induced from input embeddings (Lu, Lu & Zhang 2023, §2.2), "
          "flax_xalign induced_dictionary asset"),
-        f"# languages: {self.languages[0]} {self.languages[1]}",
-        f"# lang_ids: {int(value['lang_ids'][0])} {int(value['lang_ids'][1])}",
+        *lang_vocab_lib.setting_lines(self.languages, self.vocab.pivot),
+        f"# lang_ids: {' '.join(str(int(i)) for i in np.asarray(value['lang_ids']))}",
         f"# method: {self.method}",
         f"# knn: {self.knn}",
         f"# source: {self.source or ''}",
@@ -208,8 +217,8 @@ class InducedDictionary(Asset):
         f"# split: {self.vocab.split}",
         f"# vocab_size: {self.vocab_size}",
         f"# capacity: {mask.shape[1]}",
-        f"# sizes: {int(mask[0].sum())} {int(mask[1].sum())}",
-        f"# induced: {int(induced[0].sum())} {int(induced[1].sum())}",
+        f"# sizes: {' '.join(str(int(mask[s].sum())) for s in sides)}",
+        f"# induced: {' '.join(str(int(induced[s].sum())) for s in sides)}",
     ]
 
   def _piece_of(self, i: int) -> str:
@@ -218,7 +227,7 @@ class InducedDictionary(Asset):
   def save(self, directory: str, value: Value) -> None:
     lines = self._header(value) + ["\t".join(COLUMNS)]
     arrays = {k: np.asarray(v) for k, v in value.items()}
-    for s, code in enumerate(self.languages):
+    for s, code in enumerate(self.sides):
       keep = arrays["vocab_mask"][s].astype(bool)
       for src, tgt, score in zip(arrays["vocab_ids"][s][keep], arrays["translation"][s][keep],
                                  arrays["score"][s][keep]):
@@ -231,17 +240,18 @@ class InducedDictionary(Asset):
     path = os.path.join(directory, FILENAME)
     lines = lang_vocab_lib.read_lines(path)
     header, start = lang_vocab_lib.parse_header(path, lines)
-    languages = lang_vocab_lib.header_value(path, header, "languages").split()
+    languages = lang_vocab_lib.sides_of_header(path, header)
+    n = len(languages)
     try:
       lang_ids = [int(x) for x in lang_vocab_lib.header_value(path, header, "lang_ids").split()]
       capacity = int(lang_vocab_lib.header_value(path, header, "capacity"))
     except ValueError as e:
       raise UserError(f"{path}: malformed header ({e}).") from e
-    if len(languages) != 2 or len(lang_ids) != 2 or capacity < 1:
-      raise UserError(f"{path}: the header must name two languages, two lang_ids and a capacity >= 1.")
+    if len(lang_ids) != n or capacity < 1:
+      raise UserError(f"{path}: the header must name one lang_id per side ({n}) and a capacity >= 1.")
     if start >= len(lines) or lines[start].split("\t") != list(COLUMNS):
       raise UserError(f"{path}:{start + 1}: expected the column line {chr(9).join(COLUMNS)!r}.")
-    rows: list[list[tuple[int, int, np.float32]]] = [[], []]
+    rows: list[list[tuple[int, int, np.float32]]] = [[] for _ in range(n)]
     for number, line in enumerate(lines[start + 1:], start=start + 2):
       if not line.strip():
         continue
@@ -264,10 +274,10 @@ class InducedDictionary(Asset):
                         f"{'<TAB>'.join(COLUMNS)}.") from None
       rows[side].append((src, tgt, score if tgt >= 0 else np.float32(0)))
     if max(len(r) for r in rows) != capacity:
-      raise UserError(f"{path}: {len(rows[0])} and {len(rows[1])} rows, but the header says capacity {capacity}; "
-                      "the file was cut or edited.")
-    value = {"vocab_ids": np.zeros((2, capacity), np.int32), "vocab_mask": np.zeros((2, capacity), bool),
-             "translation": np.full((2, capacity), -1, np.int32), "score": np.zeros((2, capacity), np.float32),
+      raise UserError(f"{path}: {', '.join(str(len(r)) for r in rows)} rows per side, but the header says capacity "
+                      f"{capacity}; the file was cut or edited.")
+    value = {"vocab_ids": np.zeros((n, capacity), np.int32), "vocab_mask": np.zeros((n, capacity), bool),
+             "translation": np.full((n, capacity), -1, np.int32), "score": np.zeros((n, capacity), np.float32),
              "lang_ids": np.asarray(lang_ids, np.int32)}
     for s, side_rows in enumerate(rows):
       n = len(side_rows)
@@ -281,37 +291,40 @@ class InducedDictionary(Asset):
   def check(self, value: Value, run: "RunSpec") -> None:
     header = self.loaded_header or {}
     lang_vocab_lib.check_header_settings(FILENAME, header, {
-        "languages": " ".join(self.languages), "method": self.method, "knn": str(self.knn),
+        "method": self.method, "knn": str(self.knn),
         "source": self.source or "", "min_count": str(self.vocab.min_count), "split": self.vocab.split,
         "vocab_size": str(run.vocabulary.size)}, options="options")
-    expected = [run.language_id(code) for code in self.languages]
+    lang_vocab_lib.check_sides(FILENAME, header, self.sides)
+    expected = [run.language_id(lang_vocab_lib.side_language(label)) for label in self.sides]
     if [int(x) for x in np.asarray(value["lang_ids"])] != expected:
       raise UserError(f"{FILENAME} has lang_ids {np.asarray(value['lang_ids']).tolist()}, but this run's "
-                      f"{list(self.languages)} have {expected}; remove it or use a new MODEL_DIR.")
+                      f"{list(self.sides)} have {expected}; remove it or use a new MODEL_DIR.")
     mask = np.asarray(value["vocab_mask"], bool)
     ids, translation = np.asarray(value["vocab_ids"]), np.asarray(value["translation"])
     low, high = run.vocabulary.specials.regular_range(run.vocabulary.size)
-    for s in (0, 1):
+    for s in range(mask.shape[0]):
       if mask[s].any() and (ids[s][mask[s]].min() < low or ids[s][mask[s]].max() >= high):
         raise UserError(f"{FILENAME} holds ids outside this run's regular ids [{low}, {high}); remove it or use a "
                         "new MODEL_DIR.")
       found = translation[s][mask[s]]
-      stray = sorted(set(found[found >= 0].tolist()) - set(ids[1 - s][mask[1 - s]].tolist()))
+      stray = sorted(set(found[found >= 0].tolist()) - set(ids[s ^ 1][mask[s ^ 1]].tolist()))
       if stray:
-        raise UserError(f"{FILENAME}: {self.languages[s]} tokens translate to ids {stray[:5]} that are not in the "
-                        f"{self.languages[1 - s]} vocabulary of the file; fix those rows or remove the file.")
+        raise UserError(f"{FILENAME}: {self.sides[s]} tokens translate to ids {stray[:5]} that are not in the "
+                        f"{self.sides[s ^ 1]} vocabulary of the file; fix those rows or remove the file.")
 
   def describe(self, value: Value) -> str:
     mask = np.asarray(value["vocab_mask"], bool)
     translation, score = np.asarray(value["translation"]), np.asarray(value["score"])
     induced = (translation >= 0) & mask
-    a, b = self.languages
     origin = (f"from {self.source}" if self.source else "empty until the first refresh")
     if self.refresh_every:
       origin += f", refreshed every {self.refresh_every} steps"
-    text = (f"induced_dictionary: {int(induced[0].sum()):,} {a}->{b} and {int(induced[1].sum()):,} {b}->{a} "
-            f"pairs of {int(mask[0].sum()):,} / {int(mask[1].sum()):,} tokens ({self.method}, knn {self.knn}; "
-            f"{origin})")
+    sides = self.sides
+    counts = "; ".join(
+        f"{int(induced[s].sum()):,} {sides[s]}->{sides[s + 1]} and {int(induced[s + 1].sum()):,} "
+        f"{sides[s + 1]}->{sides[s]} pairs of {int(mask[s].sum()):,} / {int(mask[s + 1].sum()):,} tokens"
+        for s in range(0, mask.shape[0], 2))
+    text = f"induced_dictionary: {counts} ({self.method}, knn {self.knn}; {origin})"
     examples = np.flatnonzero(induced[0])[:5]
     if examples.size:
       ids = np.asarray(value["vocab_ids"])
@@ -337,7 +350,7 @@ def _induced_dictionary(run: "RunSpec") -> Asset:
     raise UserError(f"unknown induced_dictionary option(s) {unknown}; it takes {', '.join(map(repr, OPTIONS))}.")
   vocab_options = {**run.options_of("lang_vocab"),
                    **{k: v for k, v in options.items() if k in lang_vocab_lib.OPTIONS}}
-  languages, min_count, split = lang_vocab_lib.settings_of(run, vocab_options)
+  languages, min_count, split, pivot = lang_vocab_lib.settings_of(run, vocab_options)
   method = options.get("method", DEFAULT_METHOD)
   if method not in METHODS:
     raise UserError(f"induced_dictionary option 'method' must be one of {', '.join(map(repr, METHODS))}, "
@@ -347,7 +360,7 @@ def _induced_dictionary(run: "RunSpec") -> Asset:
     raise UserError(f"induced_dictionary option 'source' must be a MODEL_DIR path, got {source!r}.")
   piece = lang_vocab_lib.piece_function(run)
   vocab = lang_vocab_lib.LangVocab(languages=languages, min_count=min_count, split=split, task=run.task,
-                                   vocab_size=run.vocabulary.size, piece=piece)
+                                   vocab_size=run.vocabulary.size, piece=piece, pivot=pivot)
   return InducedDictionary(vocab=vocab, source=source, method=method, knn=_int_option(options, "knn", DEFAULT_KNN, 1),
                            refresh_every=_int_option(options, "refresh_every", 0, 0),
                            vocab_size=run.vocabulary.size, piece=piece)

@@ -6,6 +6,13 @@ count in the corpus C_l of language l is larger than `min_count` (the paper:
 (tokens frequent in both are removed, "to avoid the impact of overlapping").
 Special ids (outside `[first_regular, end_regular)`) are never included.
 
+Many languages (the paper's setting: "language-specific vocabularies from
+other languages to English", one dictionary per X-En pair, §2.2): with a
+`pivot` language P, every other language X makes one pair (X, P) with its
+own two vocabularies V_X \\ V_P and V_P \\ V_X, so the pivot has one
+vocabulary per partner (its side is labelled `P@X` in files). Without a
+pivot, exactly two languages make one pair, as before.
+
 C_l is the `split` (train) of the run's task, or of every member task of a
 mixture, read once, unpacked and untrimmed (not the rate-sampled infinite
 stream): the `tokens` of an example count for its `lang`, a bitext example's
@@ -13,21 +20,24 @@ stream): the `tokens` of an example count for its `lang`, a bitext example's
 in-process (the `induced_dictionary` asset reuses it).
 
 Options (`asset_options={'lang_vocab': {...}}`, gin
-`train.asset_options`): `languages` (two codes, side 0 first; default: the
-run's languages when it has exactly two), `min_count` (default 100; kept
-when count > min_count), `split` ('train').
+`train.asset_options`): `languages` (codes; two without a pivot, side 0
+first; default: the run's languages), `pivot` (a code among them; default:
+none for two languages, 'en' for more when the run has it), `min_count`
+(default 100; kept when count > min_count), `split` ('train').
 
-Value (fixed capacity C = the larger side):
+Value (S = 2 x pairs sides: side 2p is pair p's language X_p, side 2p + 1
+its partner, the pivot; fixed capacity C = the largest side):
 
-    ids      int32 [2, C]  sorted language-specific ids of side s; 0 in padding
-    mask     bool  [2, C]
-    counts   int32 [2, C]  count of each id in its own language (saturates at 2**31 - 1)
-    lang_ids int32 [2]     run.language_id of each side
+    ids      int32 [S, C]  sorted language-specific ids of side s; 0 in padding
+    mask     bool  [S, C]
+    counts   int32 [S, C]  count of each id in its own language (saturates at 2**31 - 1)
+    lang_ids int32 [S]     run.language_id of each side's language
 
-File `lang_vocab.tsv`: `# key: value` header lines (languages, lang_ids,
-min_count, task, split, token totals, capacity), a column header line, then
-`lang<TAB>id<TAB>piece<TAB>count` per id, side 0 first. Pieces are for
-reading; `load` ignores them.
+The other side of side s is s ^ 1. File `lang_vocab.tsv`: `# key: value`
+header lines (languages, pivot and side labels when there is a pivot,
+lang_ids, min_count, task, split, token totals, capacity), a column header
+line, then `lang<TAB>id<TAB>piece<TAB>count` per id (lang = the side's
+label), side 0 first. Pieces are for reading; `load` ignores them.
 """
 
 from __future__ import annotations
@@ -49,7 +59,8 @@ if TYPE_CHECKING:
 FILENAME = "lang_vocab.tsv"
 DEFAULT_MIN_COUNT = 100
 DEFAULT_SPLIT = "train"
-OPTIONS = ("languages", "min_count", "split")
+OPTIONS = ("languages", "pivot", "min_count", "split")
+DEFAULT_PIVOT = "en"
 COLUMNS = ("lang", "id", "piece", "count")
 _INT32_MAX = np.iinfo(np.int32).max
 _PROGRESS_SECONDS = 5.0
@@ -154,46 +165,80 @@ def language_specific(counts: np.ndarray, *, min_count: int, first_regular: int,
 
 
 def pack(sides: Sequence[np.ndarray], counts: Sequence[np.ndarray], lang_ids: Sequence[int]) -> Value:
-  """The padded value of two sorted id lists and their counts."""
+  """The padded value of S sorted id lists and their counts."""
   capacity = max(len(s) for s in sides)
-  value = {"ids": np.zeros((2, capacity), np.int32), "mask": np.zeros((2, capacity), bool),
-           "counts": np.zeros((2, capacity), np.int32), "lang_ids": np.asarray(lang_ids, np.int32).reshape(2)}
-  for s, (ids, n) in enumerate(zip(sides, counts)):
+  n = len(sides)
+  value = {"ids": np.zeros((n, capacity), np.int32), "mask": np.zeros((n, capacity), bool),
+           "counts": np.zeros((n, capacity), np.int32), "lang_ids": np.asarray(lang_ids, np.int32).reshape(n)}
+  for s, (ids, c) in enumerate(zip(sides, counts)):
     value["ids"][s, :len(ids)] = ids
     value["mask"][s, :len(ids)] = True
-    value["counts"][s, :len(ids)] = np.minimum(np.asarray(n, np.int64), _INT32_MAX)
+    value["counts"][s, :len(ids)] = np.minimum(np.asarray(c, np.int64), _INT32_MAX)
   return value
+
+
+def pairs_of(languages: Sequence[str], pivot: str | None) -> tuple[tuple[str, str], ...]:
+  """The language pairs (X, partner) of a setting: one pair without a pivot, (X, pivot) for each X with one."""
+  if pivot is None:
+    return ((languages[0], languages[1]),)
+  return tuple((code, pivot) for code in languages if code != pivot)
+
+
+def side_labels(languages: Sequence[str], pivot: str | None) -> tuple[str, ...]:
+  """One label per side: the language code, and `P@X` for the pivot's vocabulary against X."""
+  if pivot is None:
+    return tuple(languages[:2])
+  return tuple(label for code, _ in pairs_of(languages, pivot) for label in (code, f"{pivot}@{code}"))
+
+
+def side_language(label: str) -> str:
+  """The language of a side label (`P@X` -> P)."""
+  return label.split("@", 1)[0]
 
 
 # ---------------------------------------------------------------- settings
 
 
 def settings_of(run: "RunSpec", options: Mapping[str, Any], *, asset: str = "lang_vocab",
-                allowed: Sequence[str] = OPTIONS) -> tuple[tuple[str, str], int, str]:
-  """(languages, min_count, split) from an asset's options; UserError for bad ones.
+                allowed: Sequence[str] = OPTIONS) -> tuple[tuple[str, ...], int, str, str | None]:
+  """(languages, min_count, split, pivot) from an asset's options; UserError for bad ones.
 
   Raises `registry.Unavailable` when no `languages` option is given and the
-  run does not have exactly two languages.
+  run has fewer than two languages, or more than two and neither a `pivot`
+  option nor English.
   """
   unknown = sorted(set(options) - set(allowed))
   if unknown:
     raise UserError(f"unknown {asset} option(s) {unknown}; it takes {', '.join(map(repr, allowed))}.")
   languages = options.get("languages")
+  pivot = options.get("pivot")
   if languages is None:
-    if len(run.languages) != 2:
+    if len(run.languages) < 2:
       raise registry.Unavailable(
           f"a language-specific vocabulary needs two languages, and the run has {len(run.languages)} "
           f"({', '.join(run.languages)}); name them with asset_options={{'{asset}': {{'languages': "
           f"['xx', 'yy']}}}}")
+    if len(run.languages) > 2 and pivot is None and DEFAULT_PIVOT not in run.languages:
+      raise registry.Unavailable(
+          f"the run has {len(run.languages)} languages ({', '.join(run.languages)}) and no English to pair them "
+          f"with; name a pivot language, asset_options={{'{asset}': {{'pivot': 'xx'}}}}, or two languages")
     languages = run.languages
-  if isinstance(languages, str) or not isinstance(languages, Sequence) or len(languages) != 2 \
-      or languages[0] == languages[1]:
-    raise UserError(f"{asset} option 'languages' must name two different languages, e.g. "
+  if isinstance(languages, str) or not isinstance(languages, Sequence) or len(languages) < 2 \
+      or len(set(languages)) != len(languages):
+    raise UserError(f"{asset} option 'languages' must name two or more different languages, e.g. "
                     f"{list(run.languages[:2])}; got {languages!r}.")
   missing = [code for code in languages if code not in run.languages]
   if missing:
     raise UserError(f"{asset} option 'languages': {missing} not among the run's languages "
                     f"{list(run.languages)}; use codes of the task's languages.")
+  if pivot is None and len(languages) > 2:
+    if DEFAULT_PIVOT not in languages:
+      raise UserError(f"{asset}: {len(languages)} languages {list(languages)} need a pivot that every other "
+                      f"language is paired with (the paper: English); set asset_options={{'{asset}': "
+                      f"{{'pivot': '{languages[0]}'}}}} or name two languages.")
+    pivot = DEFAULT_PIVOT
+  if pivot is not None and (not isinstance(pivot, str) or pivot not in languages):
+    raise UserError(f"{asset} option 'pivot' must be one of its languages {list(languages)}, got {pivot!r}.")
   min_count = options.get("min_count", DEFAULT_MIN_COUNT)
   if isinstance(min_count, bool) or not isinstance(min_count, (int, np.integer)) or min_count < 0:
     raise UserError(f"{asset} option 'min_count' must be an integer >= 0 (a token is kept when its count is "
@@ -201,7 +246,7 @@ def settings_of(run: "RunSpec", options: Mapping[str, Any], *, asset: str = "lan
   split = options.get("split", DEFAULT_SPLIT)
   if not isinstance(split, str) or not split:
     raise UserError(f"{asset} option 'split' must be a split name such as 'train', got {split!r}.")
-  return (str(languages[0]), str(languages[1])), int(min_count), split
+  return tuple(str(code) for code in languages), int(min_count), split, pivot
 
 
 def ensure_registered(run: "RunSpec") -> None:
@@ -217,36 +262,47 @@ def ensure_registered(run: "RunSpec") -> None:
 
 
 def lang_vocab_for(run: "RunSpec", *, languages: Sequence[str] | None = None, min_count: int | None = None,
-                   split: str | None = None, log: Callable[[str], Any] | None = print) -> Value:
+                   split: str | None = None, pivot: str | None = None,
+                   log: Callable[[str], Any] | None = print) -> Value:
   """The `lang_vocab` value of a run (arguments left None come from its asset options, then the defaults).
+
+  `languages` given without `pivot` means no pivot (two languages, side 0 =
+  languages[0]), whatever the run's options say.
 
   Raises:
     UserError: bad options, or an empty side (lower `min_count`).
   """
   options = run.options_of("lang_vocab")
-  for key, given in (("languages", languages), ("min_count", min_count), ("split", split)):
+  if languages is not None:
+    options["languages"] = list(languages)
+    options.pop("pivot", None)
+  for key, given in (("min_count", min_count), ("split", split), ("pivot", pivot)):
     if given is not None:
-      options[key] = list(given) if key == "languages" else given
+      options[key] = given
   try:
-    languages, min_count, split = settings_of(run, options)
+    languages, min_count, split, pivot = settings_of(run, options)
   except registry.Unavailable as e:
     raise UserError(str(e)) from None
   ensure_registered(run)
-  vocab_size = run.vocabulary.size
-  counts = cached_counts(run.task, languages=languages, vocab_size=vocab_size, split=split, log=log)
+  pairs = pairs_of(languages, pivot)
+  counted = list(dict.fromkeys(code for pair in pairs for code in pair))
+  counts = cached_counts(run.task, languages=counted, vocab_size=run.vocabulary.size, split=split, log=log)
   specials = run.vocabulary.specials
-  sides = language_specific(counts, min_count=min_count, first_regular=specials.first_regular,
-                            end_regular=specials.end_regular)
-  for s, ids in enumerate(sides):
-    if not len(ids):
-      other = languages[1 - s]
-      raise UserError(
-          f"the language-specific vocabulary of {languages[s]!r} is empty: no regular token occurs more than "
-          f"min_count={min_count} times in its {split} data of {run.task!r} ({int(counts[s].sum()):,} tokens) "
-          f"without also doing so in {other!r}. Lower min_count (e.g. asset_options={{'lang_vocab': "
-          f"{{'min_count': {max(min_count // 10, 1)}}}}}).")
-  return pack(sides, [counts[s, ids] for s, ids in enumerate(sides)],
-              [run.language_id(code) for code in languages])
+  sides, side_counts = [], []
+  for pair in pairs:
+    rows = [counted.index(code) for code in pair]
+    found = language_specific(counts[rows], min_count=min_count, first_regular=specials.first_regular,
+                              end_regular=specials.end_regular)
+    for s, ids in enumerate(found):
+      if not len(ids):
+        raise UserError(
+            f"the language-specific vocabulary of {pair[s]!r} is empty (paired with {pair[1 - s]!r}): no regular token "
+            f"occurs more than min_count={min_count} times in its {split} data of {run.task!r} "
+            f"({int(counts[rows[s]].sum()):,} tokens) without also doing so in {pair[1 - s]!r}. Lower min_count "
+            f"(e.g. asset_options={{'lang_vocab': {{'min_count': {max(min_count // 10, 1)}}}}}).")
+      sides.append(ids)
+      side_counts.append(counts[rows[s], ids])
+  return pack(sides, side_counts, [run.language_id(code) for pair in pairs for code in pair])
 
 
 # ---------------------------------------------------------------- files
@@ -296,6 +352,30 @@ def header_value(path: str, header: Mapping[str, str], key: str) -> str:
   return header[key]
 
 
+def sides_of_header(path: str, header: Mapping[str, str]) -> list[str]:
+  """The side labels a file's header records (`sides`, else the two `languages`)."""
+  sides = header.get("sides", "").split() or header_value(path, header, "languages").split()
+  if len(sides) < 2 or len(sides) % 2:
+    raise UserError(f"{path}: the header must name an even number (>= 2) of sides; the file was cut or edited.")
+  return sides
+
+
+def setting_lines(languages: Sequence[str], pivot: str | None) -> list[str]:
+  """The header lines that name a file's languages and sides."""
+  lines = [f"# languages: {' '.join(languages)}"]
+  if pivot is not None:
+    lines += [f"# pivot: {pivot}", f"# sides: {' '.join(side_labels(languages, pivot))}"]
+  return lines
+
+
+def check_sides(filename: str, header: Mapping[str, str], sides: Sequence[str]) -> None:
+  """UserError when a loaded file's sides are other languages than this run's (labels aside)."""
+  recorded = header.get("sides", "").split() or header.get("languages", "").split()
+  if recorded and [side_language(x) for x in recorded] != [side_language(x) for x in sides]:
+    raise UserError(f"{filename} was built with sides {' '.join(recorded)!r} (this run: {' '.join(sides)!r}); "
+                    "remove it (it is rebuilt with this run's languages and pivot) or use a new MODEL_DIR.")
+
+
 def check_header_settings(filename: str, header: Mapping[str, str], settings: Mapping[str, str], *,
                           options: str) -> None:
   """UserError naming every setting a loaded file's header records differently from this run's."""
@@ -315,14 +395,15 @@ def read_lines(path: str) -> list[str]:
 
 
 class LangVocab(Asset):
-  """`lang_vocab`: the two language-specific vocabularies (see the module docstring)."""
+  """`lang_vocab`: the language-specific vocabularies of one or more pairs (see the module docstring)."""
 
   name = "lang_vocab"
   files = (FILENAME,)
 
-  def __init__(self, *, languages: tuple[str, str], min_count: int, split: str, task: str = "",
-               vocab_size: int = 0, piece: Callable[[int], str] | None = None):
+  def __init__(self, *, languages: Sequence[str], min_count: int, split: str, task: str = "",
+               vocab_size: int = 0, piece: Callable[[int], str] | None = None, pivot: str | None = None):
     self.languages = tuple(languages)
+    self.pivot = pivot
     self.min_count = int(min_count)
     self.split = split
     self.task = task
@@ -331,47 +412,54 @@ class LangVocab(Asset):
     # The header of the file `load` read last: `check` compares it with the run's settings.
     self.loaded_header: dict[str, str] | None = None
 
+  @property
+  def sides(self) -> tuple[str, ...]:
+    """One label per side (the language; `P@X` for the pivot's vocabulary against X)."""
+    return side_labels(self.languages, self.pivot)
+
   def build(self, run: "RunSpec") -> Value:
-    return lang_vocab_for(run, languages=self.languages, min_count=self.min_count, split=self.split)
+    return lang_vocab_for(run, languages=self.languages, min_count=self.min_count, split=self.split,
+                          pivot=self.pivot)
 
   def save(self, directory: str, value: Value) -> None:
     mask = np.asarray(value["mask"], bool)
-    totals = [int(np.asarray(value["counts"], np.int64)[s][mask[s]].sum()) for s in range(2)]
+    sides = range(mask.shape[0])
+    totals = [int(np.asarray(value["counts"], np.int64)[s][mask[s]].sum()) for s in sides]
     lines = [
         "# language-specific vocabularies (Lu, Lu & Zhang 2023, §2.1), flax_xalign lang_vocab asset",
-        f"# languages: {self.languages[0]} {self.languages[1]}",
-        f"# lang_ids: {int(value['lang_ids'][0])} {int(value['lang_ids'][1])}",
+        *setting_lines(self.languages, self.pivot),
+        f"# lang_ids: {' '.join(str(int(i)) for i in np.asarray(value['lang_ids']))}",
         f"# min_count: {self.min_count}",
         f"# task: {self.task}",
         f"# split: {self.split}",
         f"# vocab_size: {self.vocab_size}",
-        f"# sizes: {int(mask[0].sum())} {int(mask[1].sum())}",
+        f"# sizes: {' '.join(str(int(mask[s].sum())) for s in sides)}",
         f"# capacity: {mask.shape[1]}",
-        f"# kept_token_totals: {totals[0]} {totals[1]}",
+        f"# kept_token_totals: {' '.join(map(str, totals))}",
         "\t".join(COLUMNS),
     ]
-    for s, code in enumerate(self.languages):
+    for s, label in enumerate(self.sides):
       for i, n in zip(np.asarray(value["ids"])[s][mask[s]], np.asarray(value["counts"])[s][mask[s]]):
         piece = clean_piece(self._piece(int(i))) if self._piece is not None else ""
-        lines.append(f"{code}\t{int(i)}\t{piece}\t{int(n)}")
+        lines.append(f"{label}\t{int(i)}\t{piece}\t{int(n)}")
     write_atomically(os.path.join(directory, FILENAME), "\n".join(lines) + "\n")
 
   def load(self, directory: str) -> Value:
     path = os.path.join(directory, FILENAME)
     lines = read_lines(path)
     header, start = parse_header(path, lines)
-    languages = header_value(path, header, "languages").split()
+    sides_seen = sides_of_header(path, header)
     try:
       lang_ids = [int(x) for x in header_value(path, header, "lang_ids").split()]
       capacity = int(header_value(path, header, "capacity"))
     except ValueError as e:
       raise UserError(f"{path}: malformed header ({e}).") from e
-    if len(languages) != 2 or len(lang_ids) != 2:
-      raise UserError(f"{path}: the header must name two languages and two lang_ids.")
+    if len(lang_ids) != len(sides_seen):
+      raise UserError(f"{path}: the header names {len(sides_seen)} sides and {len(lang_ids)} lang_ids.")
     if start >= len(lines) or lines[start].split("\t") != list(COLUMNS):
       raise UserError(f"{path}:{start + 1}: expected the column line {chr(9).join(COLUMNS)!r}.")
-    sides: list[list[int]] = [[], []]
-    counts: list[list[int]] = [[], []]
+    sides: list[list[int]] = [[] for _ in sides_seen]
+    counts: list[list[int]] = [[] for _ in sides_seen]
     for number, line in enumerate(lines[start + 1:], start=start + 2):
       if not line.strip():
         continue
@@ -379,9 +467,9 @@ class LangVocab(Asset):
       try:
         if len(fields) != 4:
           raise ValueError(f"{len(fields)} columns instead of 4")
-        side = languages.index(fields[0]) if fields[0] in languages else None
+        side = sides_seen.index(fields[0]) if fields[0] in sides_seen else None
         if side is None:
-          raise ValueError(f"language {fields[0]!r} is not one of the header's {languages}")
+          raise ValueError(f"language {fields[0]!r} is not one of the header's {sides_seen}")
         ident, count = int(fields[1]), int(fields[3])
         if ident < 0 or count < 0:
           raise ValueError("negative id or count")
@@ -393,20 +481,21 @@ class LangVocab(Asset):
       sides[side].append(ident)
       counts[side].append(count)
     if max(len(s) for s in sides) != capacity or not all(sides):
-      raise UserError(f"{path}: {len(sides[0])} and {len(sides[1])} rows, but the header says capacity "
-                      f"{capacity} and both sides must be non-empty; the file was cut or edited.")
+      raise UserError(f"{path}: {', '.join(str(len(s)) for s in sides)} rows per side, but the header says "
+                      f"capacity {capacity} and every side must be non-empty; the file was cut or edited.")
     self.loaded_header = dict(header)
     return pack([np.asarray(s, np.int64) for s in sides], [np.asarray(c) for c in counts], lang_ids)
 
   def check(self, value: Value, run: "RunSpec") -> None:
     header = self.loaded_header or {}
     check_header_settings(FILENAME, header, {
-        "languages": " ".join(self.languages), "min_count": str(self.min_count), "split": self.split,
-        "vocab_size": str(run.vocabulary.size)}, options="lang_vocab options")
-    expected_ids = [run.language_id(code) for code in self.languages]
+        "min_count": str(self.min_count), "split": self.split, "vocab_size": str(run.vocabulary.size)},
+        options="lang_vocab options")
+    check_sides(FILENAME, header, self.sides)
+    expected_ids = [run.language_id(side_language(label)) for label in self.sides]
     found = [int(x) for x in np.asarray(value["lang_ids"])]
     if found != expected_ids:
-      raise UserError(f"{FILENAME} is for languages with ids {found}, but this run's {list(self.languages)} have "
+      raise UserError(f"{FILENAME} is for languages with ids {found}, but this run's {list(self.sides)} have "
                       f"{expected_ids}; remove it (it is rebuilt) or use a new MODEL_DIR.")
     ids = np.asarray(value["ids"])[np.asarray(value["mask"], bool)]
     low, high = run.vocabulary.specials.regular_range(run.vocabulary.size)
@@ -416,12 +505,12 @@ class LangVocab(Asset):
 
   def describe(self, value: Value) -> str:
     mask = np.asarray(value["mask"], bool)
-    sizes = ", ".join(f"{code} {int(mask[s].sum()):,}" for s, code in enumerate(self.languages))
+    sizes = ", ".join(f"{label} {int(mask[s].sum()):,}" for s, label in enumerate(self.sides))
     return f"lang_vocab: language-specific tokens {sizes} (count > {self.min_count}, {self.split})"
 
 
 @registry.register("lang_vocab")
 def _lang_vocab(run: "RunSpec") -> Asset:
-  languages, min_count, split = settings_of(run, run.options_of("lang_vocab"))
+  languages, min_count, split, pivot = settings_of(run, run.options_of("lang_vocab"))
   return LangVocab(languages=languages, min_count=min_count, split=split, task=run.task,
-                   vocab_size=run.vocabulary.size, piece=piece_function(run))
+                   vocab_size=run.vocabulary.size, piece=piece_function(run), pivot=pivot)

@@ -13,7 +13,7 @@ FLOPs (ours vs XLA's), compile time, and as its last line one JSON object.
 Flags besides gin's: `--topology` (libtpu name: v4:2x2x1 = v4-8, v4:4x4x4 =
 v4-128, v5e:4x4, v5p:2x2x2), `--num_slices`, `--objectives=mlm,tlm,dwa`
 (each weight 1.0; overrides train.objectives), the abstract asset sizes
-`--dictionary_pairs`, `--cooc_nnz`, `--lang_vocab_capacity`, and `--output`
+`--dictionary_pairs`, `--cooc_nnz`, `--lang_vocab_capacity`, `--lang_vocab_pairs`, and `--output`
 (also write the JSON there). Exit status 2 with one `error:` line on bad
 input; 1 when the step does not fit (`--require_fit`).
 """
@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--cooc_nnz", type=int, default=None,
                       help="nonzeros of the cooc table (replicated on every chip: size it to the pod's corpus)")
   parser.add_argument("--lang_vocab_capacity", type=int, default=None)
+  parser.add_argument("--lang_vocab_pairs", type=int, default=None,
+                      help="language pairs of lang_vocab / induced_dictionary (N - 1 for N languages and a pivot)")
   parser.add_argument("--hbm_gib", type=float, default=None, help="override the chip's HBM (GiB)")
   parser.add_argument("--require_fit", action="store_true", help="exit 1 when the step does not fit in HBM")
   parser.add_argument("--output", default="", help="also write the JSON record to this file")
@@ -117,7 +119,8 @@ def _asset_sizes(own: argparse.Namespace) -> Any:
   """The `aot.AssetSizes` of the flags; the dataclass's defaults for those not given."""
   from flax_xalign.training import aot
 
-  given = {name: getattr(own, name) for name in ("dictionary_pairs", "cooc_nnz", "lang_vocab_capacity")}
+  given = {name: getattr(own, name)
+           for name in ("dictionary_pairs", "cooc_nnz", "lang_vocab_capacity", "lang_vocab_pairs")}
   return aot.AssetSizes(**{name: value for name, value in given.items() if value is not None})
 
 
@@ -127,7 +130,7 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
   unknown = [a for a in rest if not a.startswith("--gin")]
   if unknown:
     raise UserError(f"unknown flag {unknown[0]!r}; the flags are --topology, --num_slices, --objectives, "
-                    "--dictionary_pairs, --cooc_nnz, --lang_vocab_capacity, --hbm_gib, --require_fit, --output "
+                    "--dictionary_pairs, --cooc_nnz, --lang_vocab_capacity, --lang_vocab_pairs, --hbm_gib, --require_fit, --output "
                     "and gin's (--gin_file, --gin.NAME=VALUE, --gin_bindings, --gin_search_paths).")
   import gin  # The flags are well formed: now the library (JAX; the configurables bring in seqio and TF).
 

@@ -16,25 +16,38 @@ n + v) positions (n context tokens, v ~ U[0, 1), the stochastic rounding of
 among the eligible ones, all of them if fewer are eligible. The number of
 switch slots is static, ceil(max_rate * length).
 
-* `tcs` (§3.1) reads the `induced_dictionary` asset: a context token is
-  eligible when it has a translation, and is replaced by it.
-* `scs` (§3.2) reads `lang_vocab`: a context token is eligible when it is in
-  one of the two language-specific vocabularies. At its position the first
-  pass's MLM distribution gives the top-k tokens (k = 8, footnote 5) and
-  x̂ = Σ p_i e_i (Eq. 4), p the probabilities renormalised over the k. The
-  candidates are the other language's language-specific tokens present in
-  the batch (footnote 6); CSLS on the fly (Eq. 7) ranks them, q = softmax of
-  the top-k CSLS (Eq. 6) and ŷ = Σ q_j e_j (Eq. 5) replaces the position's
-  input embedding in the second pass. e are rows of the input token-embedding
-  table.
+Which language a token switches into follows its language id (the row's
+language, "in another language"): the assets hold S = 2 x pairs sides
+(`assets.lang_vocab`), side s paired with s ^ 1; a position of language l
+reads a side of l, the one side of l for a pair or a non-pivot language, and
+for the pivot (English) of a many-language run one of its partners chosen
+uniformly per packed sentence (`route_sides`), so English text switches into
+every other language. A token is switched only when it belongs to its side's
+language-specific vocabulary.
 
-  CSLS(x̂, y) = 2 cos(x̂, y) − r_K(x̂) − r_K(y). Footnote 6 restricts the
-  computation to the tokens of the batch; we read it as: r_K(x̂) over the
-  candidates (the target-language tokens present), r_K(y) over the source
-  language's language-specific tokens present in the batch, i.e. the same
-  two sets a dictionary induction between the batch's two vocabularies would
-  use (not over the other x̂ of the step, which would make a candidate's
-  score depend on how many positions happen to be switched).
+* `tcs` (§3.1) reads the `induced_dictionary` asset: a context token is
+  eligible when it has a translation on its side, and is replaced by it.
+* `scs` (§3.2) reads `lang_vocab`: a context token is eligible when it is in
+  its side's language-specific vocabulary. At its position the first pass's
+  MLM distribution gives the top-k tokens (k = 8, footnote 5) and
+  x̂ = Σ p_i e_i (Eq. 4), p the probabilities renormalised over the k.
+  CSLS on the fly (Eq. 7) ranks the candidates of the partner side, q =
+  softmax of the top-k CSLS (Eq. 6) and ŷ = Σ q_j e_j (Eq. 5) replaces the
+  position's input embedding in the second pass. e are rows of the input
+  token-embedding table.
+
+  CSLS(x̂, y) = 2 cos(x̂, y) − r_K(x̂) − r_K(y): r_K(x̂) over the candidates,
+  r_K(y) over the source side's set. `candidates` picks the sets:
+  'batch' (default; footnote 6, "we compute CSLS_on-the-fly scores for
+  tokens in the same batch"): each side's language-specific tokens present
+  in the batch, i.e. the two sets a dictionary induction between the
+  batch's two vocabularies would use (not the other x̂ of the step, which
+  would make a score depend on how many positions are switched); then ŷ
+  depends on the batch size and a token's true translation is a candidate
+  only when it occurs in the batch. 'vocabulary' (Eq. 5-7 as written,
+  "the top-k tokens in the corresponding language-specific vocabulary V̂"):
+  the whole V̂ of each side, at the cost of an [C, C] radius pass per side
+  and step.
 
   By default no gradient flows through x̂ and ŷ (`gradient_through_replacement
   =False`): the replacement is an input, as a TCS token is, and the first
@@ -47,8 +60,8 @@ Language ids of switched positions become the other language's
 are not read. The second pass starts from the inputs the encoder read after
 every `corrupt` hook (`ctx.masked.inputs`), with the batch's language ids.
 Everything runs on device inside the jitted step; SCS's CSLS works on the
-[switch slots, candidates] scores of one batch, the candidates compacted to
-min(C, batch * length) per language.
+[switch slots, candidates] scores of one batch, the batch candidates
+compacted to min(C, batch * length) per side.
 """
 
 from __future__ import annotations
@@ -71,6 +84,7 @@ from flax_xalign.objectives.mlm import masked_cross_entropy
 # Keys of this module's randomness, folded into ctx.rng (distinct per objective,
 # so `tcs` and `scs` trained together switch independently).
 _SALT = {"tcs": 0x7C5, "scs": 0x5C5}
+CANDIDATES = ("batch", "vocabulary")
 _NO_SCORE = -1e30  # Finite "minus infinity": exp underflows to exactly 0, no NaN.
 
 
@@ -160,27 +174,38 @@ def set_at(values: jax.Array, positions: jax.Array, new: jax.Array, valid: jax.A
 # ---------------------------------------------------------------------------- TCS
 
 
-def translation_tables(dictionary: Any, vocab_size: int) -> tuple[jax.Array, jax.Array]:
-  """Id -> translation and id -> the translation's language id, from the `induced_dictionary` asset.
+def side_tables(ids: jax.Array, values: jax.Array, valid: jax.Array, vocab_size: int, fill: int) -> jax.Array:
+  """[S, vocab] int32: row s maps ids[s, i] -> values[s, i] where valid, `fill` elsewhere."""
+  return jax.vmap(lambda i, v, m: id_table(i, v, m, vocab_size, fill))(ids, values, valid)
+
+
+def route_sides(lang_ids: jax.Array, segment_ids: jax.Array, side_lang_ids: jax.Array, rng: jax.Array) -> jax.Array:
+  """The asset side each position reads: one whose language is the position's (see the module docstring).
 
   Args:
-    dictionary: `vocab_ids, vocab_mask, translation` [2, C] and `lang_ids` [2].
-    vocab_size: the model's embedding rows.
+    lang_ids: [batch, length] int32 language id of each position.
+    segment_ids: [batch, length] int32 packed sentence of each position.
+    side_lang_ids: [S] int32 language id of each side.
+    rng: a PRNG key; where several sides have the position's language (the
+      pivot), one of them is chosen uniformly per (row, sentence).
 
   Returns:
-    (translation [vocab] int32, -1 where an id has none; language [vocab]
-    int32, the id's translation's language id (lang_ids[1 - s] for a token
-    of side s), 0 where none). A token listed on both sides (never, for
-    language-specific vocabularies) takes side 0's entry.
+    [batch, length] int32 side, -1 where no side has the position's language.
   """
-  ids, translation = dictionary["vocab_ids"], dictionary["translation"]
-  usable = dictionary["vocab_mask"] & (translation >= 0)
-  side0 = id_table(ids[0], translation[0], usable[0], vocab_size, -1)
-  side1 = id_table(ids[1], translation[1], usable[1], vocab_size, -1)
-  lang = dictionary["lang_ids"].astype(jnp.int32)
-  table = jnp.where(side0 >= 0, side0, side1)
-  language = jnp.where(side0 >= 0, lang[1], jnp.where(side1 >= 0, lang[0], 0))
-  return table, language
+  batch, length = lang_ids.shape
+  match = lang_ids[..., None] == side_lang_ids[None, None, :]  # [batch, length, S]
+  count = jnp.sum(match, axis=-1, dtype=jnp.int32)
+  draw = jax.random.uniform(rng, (batch, length + 1))
+  u = jnp.take_along_axis(draw, jnp.clip(segment_ids, 0, length), axis=1)
+  pick = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), jnp.maximum(count - 1, 0))
+  rank = jnp.cumsum(match, axis=-1, dtype=jnp.int32) - 1
+  chosen = jnp.argmax(match & (rank == pick[..., None]), axis=-1).astype(jnp.int32)
+  return jnp.where(count > 0, chosen, -1)
+
+
+def side_lookup(tables: jax.Array, side: jax.Array, tokens: jax.Array, fill: int) -> jax.Array:
+  """tables[side, tokens] per position, `fill` where side is -1."""
+  return jnp.where(side >= 0, tables[jnp.maximum(side, 0), tokens], fill)
 
 
 # ---------------------------------------------------------------------------- SCS
@@ -197,7 +222,7 @@ class SemanticSwitch(NamedTuple):
     csls: [n, k'] their CSLS (Eq. 7); `_NO_SCORE` past the valid ones.
     q: [n, k'] softmax of `csls` (Eq. 6); 0 past the valid ones.
     y_hat: [n, embed] float32, Σ q_j e_j (Eq. 5).
-    target_side: [n] int32, the candidates' side (1 - the source token's).
+    target_side: [n] int32, the candidates' side (the source side ^ 1).
   """
 
   source_ids: jax.Array
@@ -210,39 +235,32 @@ class SemanticSwitch(NamedTuple):
   target_side: jax.Array
 
 
-def language_sides(lang_vocab: Any, vocab_size: int) -> jax.Array:
-  """[vocab] int32: 0 or 1, the language-specific vocabulary an id belongs to; -1 for neither."""
-  ids, mask = lang_vocab["ids"], lang_vocab["mask"]
-  side0 = id_table(ids[0], jnp.zeros_like(ids[0]), mask[0], vocab_size, -1)
-  side1 = id_table(ids[1], jnp.ones_like(ids[1]), mask[1], vocab_size, -1)
-  return jnp.where(side0 >= 0, side0, side1)
-
-
 def batch_candidates(lang_vocab: Any, tokens: jax.Array, present: jax.Array, *, vocab_size: int,
                      size: int) -> tuple[jax.Array, jax.Array]:
   """Each side's language-specific tokens that occur in the batch, compacted (footnote 6).
 
   Args:
-    lang_vocab: `ids, mask` [2, C].
+    lang_vocab: `ids, mask` [S, C].
     tokens: [batch, length] token ids.
     present: [batch, length] bool, the positions that count (not padding).
     vocab_size: the model's embedding rows (size of the batch's bitmap).
     size: static capacity per side (min(C, batch * length) holds them all).
 
   Returns:
-    (ids [2, min(size, C)] int32, in vocabulary order, 0 past the valid ones;
-    valid [2, min(size, C)] bool).
+    (ids [S, min(size, C)] int32, in vocabulary order, 0 past the valid ones;
+    valid [S, min(size, C)] bool).
   """
   vocab_ids, mask = lang_vocab["ids"], lang_vocab["mask"]
   in_batch = jnp.zeros((vocab_size,), bool).at[jnp.where(present, tokens, vocab_size)].set(True, mode="drop")
   member = mask & in_batch[vocab_ids]
-  out_ids, out_valid = [], []
-  for side in range(2):
-    (index,) = jnp.nonzero(member[side], size=min(size, vocab_ids.shape[1]), fill_value=0)
-    found = jnp.arange(index.shape[0]) < jnp.sum(member[side])
-    out_ids.append(jnp.where(found, vocab_ids[side][index], 0))
-    out_valid.append(found)
-  return jnp.stack(out_ids).astype(jnp.int32), jnp.stack(out_valid)
+  width = min(size, vocab_ids.shape[1])
+
+  def compact(ids, keep):
+    (index,) = jnp.nonzero(keep, size=width, fill_value=0)
+    found = jnp.arange(width) < jnp.sum(keep)
+    return jnp.where(found, ids[index], 0).astype(jnp.int32), found
+
+  return jax.vmap(compact)(vocab_ids, member)
 
 
 def _top_k_softmax(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -261,9 +279,10 @@ def semantic_switch(table: jax.Array, logits: jax.Array, source_side: jax.Array,
   Args:
     table: [vocab, embed] input token embeddings.
     logits: [n, vocab] the first pass's MLM logits at the positions.
-    source_side: [n] int32, the side (0/1) of the token at each position.
-    candidate_ids: [2, m] per side, its language-specific tokens in the batch.
-    candidate_valid: [2, m] bool.
+    source_side: [n] int32, the side s of the token at each position; its
+      candidates are side s ^ 1's.
+    candidate_ids: [S, m] per side, its candidate tokens.
+    candidate_valid: [S, m] bool.
     top_k: tokens of the output distribution averaged into x̂ (paper: 8).
     translation_top_k: candidates averaged into ŷ (paper: 8).
     knn: K of r_K in CSLS (MUSE's 10).
@@ -283,21 +302,21 @@ def semantic_switch(table: jax.Array, logits: jax.Array, source_side: jax.Array,
   x_hat = jnp.einsum("nk,nke->ne", p, table[source_ids])
   x_unit = ops.l2_normalize(x_hat)
   k = min(translation_top_k, candidate_ids.shape[1])
+  target_side = jnp.bitwise_xor(source_side, 1).astype(jnp.int32)
   best = []
-  for target in range(2):
-    queries = source_side == 1 - target
+  for target in range(candidate_ids.shape[0]):
+    queries = target_side == target
     targets = table[candidate_ids[target]]
-    own = table[candidate_ids[1 - target]]
+    own = table[candidate_ids[target ^ 1]]
     r_x = ops.neighbourhood_radius(x_hat, targets, knn=knn, target_mask=candidate_valid[target],
                                    query_mask=queries)
-    r_y = ops.neighbourhood_radius(targets, own, knn=knn, target_mask=candidate_valid[1 - target],
+    r_y = ops.neighbourhood_radius(targets, own, knn=knn, target_mask=candidate_valid[target ^ 1],
                                    query_mask=candidate_valid[target])
     cos = x_unit @ ops.l2_normalize(targets).T
     scores = 2.0 * cos - r_x[:, None] - r_y[None, :]
     best.append(_top_k_softmax(jnp.where(candidate_valid[target][None, :], scores, _NO_SCORE), k))
-  to_zero = (source_side == 1)[:, None]  # a side-1 token's candidates are side 0's
-  values, index, q = (jnp.where(to_zero, a, b) for a, b in zip(best[0], best[1]))
-  target_side = jnp.where(source_side == 1, 0, 1).astype(jnp.int32)
+  rows = jnp.arange(source_side.shape[0])
+  values, index, q = (jnp.stack(parts)[target_side, rows] for parts in zip(*best))
   target_ids = jnp.where(q > 0, candidate_ids[target_side[:, None], index], 0)
   y_hat = jnp.einsum("nk,nke->ne", q, table[target_ids])
   return SemanticSwitch(source_ids=source_ids.astype(jnp.int32), p=p, x_hat=x_hat, target_ids=target_ids,
@@ -315,7 +334,7 @@ class Switched(NamedTuple):
   input_embeddings: jax.Array | None  # [batch, length, embed] (SCS)
   selection: Selection
   semantic: SemanticSwitch | None  # SCS, over batch * slots positions
-  candidates: jax.Array | None  # SCS: [2] valid candidates per side
+  candidates: jax.Array | None  # SCS: [S] valid candidates per side
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +358,11 @@ class CodeSwitchObjective(ObjectiveBase):
   def _keys(self, ctx: StepContext) -> tuple[jax.Array, jax.Array]:
     select, dropout = jax.random.split(jax.random.fold_in(ctx.rng, _SALT[self.name]))
     return select, dropout
+
+  def _sides(self, ctx: StepContext, side_lang_ids: jax.Array) -> jax.Array:
+    """[batch, length] the asset side each position reads (`route_sides`)."""
+    rng = jax.random.fold_in(ctx.rng, _SALT[self.name] + 1)
+    return route_sides(ctx.batch["lang_ids"], ctx.batch["segment_ids"], side_lang_ids.astype(jnp.int32), rng)
 
   def _select(self, ctx: StepContext, eligible: jax.Array, context: jax.Array) -> Selection:
     return choose_positions(eligible & context, context, self._keys(ctx)[0], min_rate=self.min_rate,
@@ -382,14 +406,21 @@ class TokenCodeSwitch(CodeSwitchObjective):
 
   def switch(self, ctx: StepContext) -> Switched:
     inputs = ctx.masked.inputs
-    translation, language = translation_tables(ctx.assets["induced_dictionary"], ctx.logits.shape[-1])
+    dictionary = ctx.assets["induced_dictionary"]
+    side_langs = jnp.asarray(dictionary["lang_ids"], jnp.int32)
+    tables = side_tables(dictionary["vocab_ids"], dictionary["translation"],
+                         dictionary["vocab_mask"] & (dictionary["translation"] >= 0), ctx.logits.shape[-1], -1)
+    side = self._sides(ctx, side_langs)
     context = context_positions(ctx.batch, ctx.masked, ctx.specials)
-    sel = self._select(ctx, translation[ctx.batch["tokens"]] >= 0, context)
+    sel = self._select(ctx, side_lookup(tables, side, ctx.batch["tokens"], -1) >= 0, context)
     current = jnp.take_along_axis(inputs, sel.positions, axis=1)
-    switched = set_at(inputs, sel.positions, translation[current], sel.valid)
+    at_side = jnp.take_along_axis(side, sel.positions, axis=1)
+    translated = side_lookup(tables, at_side, current, -1)
+    switched = set_at(inputs, sel.positions, jnp.where(translated >= 0, translated, current), sel.valid)
     lang_ids = ctx.batch["lang_ids"]
     if self.switch_language_ids:
-      lang_ids = set_at(lang_ids, sel.positions, language[current], sel.valid)
+      other = side_langs[jnp.bitwise_xor(jnp.maximum(at_side, 0), 1)]
+      lang_ids = set_at(lang_ids, sel.positions, other, sel.valid & (translated >= 0))
     return Switched(inputs=switched, lang_ids=lang_ids, input_embeddings=None, selection=sel, semantic=None,
                     candidates=None)
 
@@ -403,8 +434,10 @@ class SemanticCodeSwitch(CodeSwitchObjective):
     translation_top_k: candidates averaged into ŷ (Eq. 5).
     csls_knn: K of r_K (Eq. 2, 7).
     gradient_through_replacement: False (default) stops gradients at x̂ and ŷ.
-    max_candidates: per-language capacity of the batch's candidates; None =
+    max_candidates: per-side capacity of the batch's candidates; None =
       min(C, batch * length), which always holds them all.
+    candidates: 'batch' (footnote 6) or 'vocabulary' (Eq. 5-7: the whole
+      language-specific vocabulary); see the module docstring.
   """
 
   requires: tuple[str, ...] = ("lang_vocab",)
@@ -413,6 +446,7 @@ class SemanticCodeSwitch(CodeSwitchObjective):
   csls_knn: int = 10
   gradient_through_replacement: bool = False
   max_candidates: int | None = None
+  candidates: str = "batch"
   name = "scs"
 
   def switch(self, ctx: StepContext) -> Switched:
@@ -424,14 +458,20 @@ class SemanticCodeSwitch(CodeSwitchObjective):
       params, hidden = jax.lax.stop_gradient(params), jax.lax.stop_gradient(hidden)
     table = params["token_embed"]["embedding"]
     vocab = table.shape[0]
-    size = self.max_candidates or tokens.size
-    candidate_ids, candidate_valid = batch_candidates(lang_vocab, tokens, batch["segment_ids"] > 0,
-                                                      vocab_size=vocab, size=size)
-    has_candidates = jnp.any(candidate_valid, axis=1)  # [2]
-    side = language_sides(lang_vocab, vocab)[tokens]
-    other_has = jnp.where(side == 0, has_candidates[1], jnp.where(side == 1, has_candidates[0], False))
+    if self.candidates == "vocabulary":
+      candidate_ids, candidate_valid = lang_vocab["ids"].astype(jnp.int32), lang_vocab["mask"]
+    else:
+      size = self.max_candidates or tokens.size
+      candidate_ids, candidate_valid = batch_candidates(lang_vocab, tokens, batch["segment_ids"] > 0,
+                                                        vocab_size=vocab, size=size)
+    has_candidates = jnp.any(candidate_valid, axis=1)  # [S]
+    side_langs = jnp.asarray(lang_vocab["lang_ids"], jnp.int32)
+    members = side_tables(lang_vocab["ids"], jnp.ones_like(lang_vocab["ids"]), lang_vocab["mask"], vocab, 0)
+    side = self._sides(ctx, side_langs)
+    own = side_lookup(members, side, tokens, 0) > 0
+    other_has = own & has_candidates[jnp.bitwise_xor(jnp.maximum(side, 0), 1)]
     context = context_positions(batch, masked, ctx.specials)
-    sel = self._select(ctx, (side >= 0) & other_has, context)
+    sel = self._select(ctx, other_has, context)
 
     at_slots = jnp.take_along_axis(hidden, sel.positions[..., None], axis=1)  # [batch, slots, embed]
     logits = ctx.apply(params, at_slots, method=Encoder.mlm_logits)
@@ -452,7 +492,7 @@ class SemanticCodeSwitch(CodeSwitchObjective):
     embeddings = set_at(embeddings, sel.positions, y_hat.reshape(sel.positions.shape + (-1,)), sel.valid)
     lang_ids = batch["lang_ids"]
     if self.switch_language_ids:
-      other_lang = lang_vocab["lang_ids"].astype(jnp.int32)[semantic.target_side].reshape(sel.positions.shape)
+      other_lang = side_langs[semantic.target_side].reshape(sel.positions.shape)
       lang_ids = set_at(lang_ids, sel.positions, other_lang, sel.valid)
     return Switched(inputs=masked.inputs, lang_ids=lang_ids, input_embeddings=embeddings, selection=sel,
                     semantic=semantic, candidates=jnp.sum(candidate_valid, axis=1))
@@ -483,13 +523,17 @@ def tcs(*, min_rate: float = 0.10, max_rate: float = 0.15,
 @register("scs")
 def scs(*, min_rate: float = 0.10, max_rate: float = 0.15, switch_language_ids: bool = True, top_k: int = 8,
         translation_top_k: int = 8, csls_knn: int = 10, gradient_through_replacement: bool = False,
-        max_candidates: int | None = None) -> SemanticCodeSwitch:
+        max_candidates: int | None = None, candidates: str = "batch") -> SemanticCodeSwitch:
   _check_rates("scs", min_rate, max_rate)
   _check_positive("scs", top_k=top_k, translation_top_k=translation_top_k, csls_knn=csls_knn)
   if max_candidates is not None:
     _check_positive("scs", max_candidates=max_candidates)
+  if candidates not in CANDIDATES:
+    raise UserError(f"scs option candidates must be one of {', '.join(map(repr, CANDIDATES))}, got "
+                    f"{candidates!r} ('batch': the batch's language-specific tokens, footnote 6; 'vocabulary': "
+                    "the whole language-specific vocabulary, Eq. 5-7).")
   return SemanticCodeSwitch(min_rate=float(min_rate), max_rate=float(max_rate),
                             switch_language_ids=bool(switch_language_ids), top_k=top_k,
                             translation_top_k=translation_top_k, csls_knn=csls_knn,
                             gradient_through_replacement=bool(gradient_through_replacement),
-                            max_candidates=max_candidates)
+                            max_candidates=max_candidates, candidates=candidates)

@@ -160,11 +160,14 @@ class AssetSizes:
       8 bytes each; tens of millions for a Wikipedia-scale count with window 2).
     lang_vocab_capacity: ids per side of `lang_vocab` / `induced_dictionary`
       (language-specific pieces of a 250k vocabulary: tens of thousands).
+    lang_vocab_pairs: their language pairs (1 for two languages; N - 1 for N
+      languages with a pivot): 2 x pairs sides.
   """
 
   dictionary_pairs: int = 100_000
   cooc_nnz: int = 30_000_000
   lang_vocab_capacity: int = 50_000
+  lang_vocab_pairs: int = 1
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
@@ -179,13 +182,14 @@ def asset_shapes(name: str, *, vocab_size: int, sizes: AssetSizes) -> dict[str, 
   """{key: (shape, dtype)} of the value of asset `name` (see each asset module's "Value" table)."""
   i32, f32 = np.dtype(np.int32), np.dtype(np.float32)
   c, p, nnz = sizes.lang_vocab_capacity, sizes.dictionary_pairs, sizes.cooc_nnz
+  s = 2 * sizes.lang_vocab_pairs
   tables: dict[str, dict[str, tuple[tuple[int, ...], Any]]] = {
       "dictionary": {"pairs": ((p, 2), i32), "mask": ((p,), np.dtype(bool)), "lang_ids": ((2,), i32)},
       "cooc": {"indptr": ((vocab_size + 1,), i32), "indices": ((nnz,), i32), "log_x": ((nnz,), f32)},
-      "lang_vocab": {"ids": ((2, c), i32), "mask": ((2, c), np.dtype(bool)), "counts": ((2, c), i32),
-                     "lang_ids": ((2,), i32)},
-      "induced_dictionary": {"vocab_ids": ((2, c), i32), "vocab_mask": ((2, c), np.dtype(bool)),
-                             "translation": ((2, c), i32), "score": ((2, c), f32), "lang_ids": ((2,), i32)},
+      "lang_vocab": {"ids": ((s, c), i32), "mask": ((s, c), np.dtype(bool)), "counts": ((s, c), i32),
+                     "lang_ids": ((s,), i32)},
+      "induced_dictionary": {"vocab_ids": ((s, c), i32), "vocab_mask": ((s, c), np.dtype(bool)),
+                             "translation": ((s, c), i32), "score": ((s, c), f32), "lang_ids": ((s,), i32)},
   }
   if name not in tables:
     raise UserError(f"the compile check has no abstract shape for the asset {name!r} (known: "

@@ -124,6 +124,28 @@ def test_build_matches_a_numpy_brute_force(source, method, knn):
   assert "pairs" in asset.describe(value) and "e.g." in asset.describe(value)
 
 
+@pytest.mark.parametrize("method", ["csls", "nn"])
+def test_many_pairs_each_induce_between_their_own_two_sides(method):
+  """Four sides (two pairs, as a pivot run lays them out): side s translates into side s ^ 1 only."""
+  rng = np.random.default_rng(4)
+  table = rng.normal(size=(97, 7)).astype(np.float32)
+  sizes = [13, 11, 17, 9]  # distinct, and the pivot's two sides overlap (ids 40..49)
+  ids = np.zeros((4, 17), np.int32)
+  mask = np.zeros((4, 17), bool)
+  for s, (start, n) in enumerate(zip((5, 40, 60, 44), sizes)):
+    ids[s, :n] = np.arange(start, start + n)
+    mask[s, :n] = True
+  translation, score = jax.device_get(idict.induce_dictionary(jnp.asarray(table), jnp.asarray(ids),
+                                                              jnp.asarray(mask), method=method, knn=3))
+  for s, n in enumerate(sizes):
+    other = ids[s ^ 1][mask[s ^ 1]]
+    best, want, gap = _numpy_csls_top1(table[ids[s, :n]], table[other], 3, method=method)
+    clear = gap > 1e-5
+    np.testing.assert_array_equal(translation[s, :n][clear], other[best][clear])
+    np.testing.assert_allclose(score[s, :n], want, rtol=1e-5, atol=1e-5)
+    assert (translation[s, n:] == -1).all()
+
+
 def test_refresh_equals_a_build_from_the_same_parameters(source):
   model_dir, _ = source
   run = _run({"induced_dictionary": {"source": model_dir, "refresh_every": 2}})

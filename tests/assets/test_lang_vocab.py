@@ -184,7 +184,7 @@ def test_bad_options_and_empty_sides_are_user_errors(corpus):
     registry.create("lang_vocab", _run("lv_mix", {"lang_vocab": {"min_cnt": 3}}))
   with pytest.raises(UserError, match=r"\['fr'\] not among the run's languages"):
     registry.create("lang_vocab", _run("lv_mix", {"lang_vocab": {"languages": ["de", "fr"]}}))
-  with pytest.raises(UserError, match="two different languages"):
+  with pytest.raises(UserError, match="two or more different languages"):
     registry.create("lang_vocab", _run("lv_mix", {"lang_vocab": {"languages": ["de", "de"]}}))
   with pytest.raises(UserError, match="'min_count' must be an integer >= 0"):
     registry.create("lang_vocab", _run("lv_mix", {"lang_vocab": {"min_count": -1}}))
@@ -231,3 +231,66 @@ def test_synthetic_pair_with_overlap(bible_data_dir):
   np.testing.assert_array_equal(derived, np.sort(id_map[natural]))
   assert (derived >= V).all() and (natural < V).all()
   assert np.intersect1d(frequent, anchors).size > 0  # Some anchors were frequent, and are gone.
+
+
+# ------------------------------------------------------------- many languages and a pivot
+
+FR = "chat chien maison arbre riviere soleil lune rouge bleu vert le un de et".split()
+
+
+@pytest.fixture(scope="module")
+def corpus3(tmp_path_factory, corpus):
+  """lv3_en, lv3_de, lv3_fr (text) and their mixture lv3_mix: three languages written here."""
+  from flax_xalign.tasks import user
+
+  root = tmp_path_factory.mktemp("lang_vocab_corpus3")
+  rng = random.Random(5)
+  texts = {"en": _lines(rng, EN + SHARED, 160), "de": _lines(rng, DE + SHARED, 120),
+           "fr": _lines(rng, FR + SHARED + ["ein"], 100)}  # 'ein' is German, frequent in French here
+  for lang, lines in texts.items():
+    (root / f"{lang}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    user.TextTask(name=f"lv3_{lang}", files={"train": str(root / f"{lang}.txt")}, lang=lang,
+                  vocabulary_path=corpus["model"]).register()
+  user.AlphaMixture(name="lv3_mix", tasks=("lv3_en", "lv3_de", "lv3_fr")).register()
+  counts = {lang: collections.Counter(t for text in lines for t in corpus["sp"].encode(text.strip()))
+            for lang, lines in texts.items()}
+  return {"counts": counts}
+
+
+def test_many_languages_pair_each_with_the_pivot(corpus3, tmp_path):
+  run = _run("lv3_mix", {"lang_vocab": {"min_count": 2}})
+  asset = registry.create("lang_vocab", run)
+  assert asset.languages == ("de", "en", "fr") and asset.pivot == "en"  # English by default
+  assert asset.sides == ("de", "en@de", "fr", "en@fr")
+  value = asset.build(run)
+  counts = corpus3["counts"]
+  specials = run.vocabulary.specials
+  np.testing.assert_array_equal(value["lang_ids"], [run.language_id(x) for x in ("de", "en", "fr", "en")])
+  for pair, lang in ((0, "de"), (1, "fr")):  # §2.1 for each (X, en), by hand
+    hand = _hand_vocab({"de": counts[lang], "en": counts["en"]}, 2, specials.first_regular, run.vocabulary.size)
+    for s in (0, 1):
+      side = 2 * pair + s
+      np.testing.assert_array_equal(value["ids"][side][value["mask"][side]], hand[s])
+  english = [set(value["ids"][s][value["mask"][s]].tolist()) for s in (1, 3)]
+  assert english[0] != english[1]  # English's vocabulary depends on its partner ('ein' is French here too)
+  asset.save(str(tmp_path), value)
+  text = (tmp_path / lv.FILENAME).read_text(encoding="utf-8")
+  assert "# pivot: en\n" in text and "# sides: de en@de fr en@fr\n" in text and "\nen@fr\t" in text
+  loaded = registry.create("lang_vocab", run).load(str(tmp_path))
+  for key in value:
+    np.testing.assert_array_equal(loaded[key], value[key])
+  asset.check(loaded, run)
+  # Another pivot makes other sides: the saved file is refused, not misread.
+  other = _run("lv3_mix", {"lang_vocab": {"min_count": 2, "pivot": "de"}})
+  reader = registry.create("lang_vocab", other)
+  assert reader.sides == ("en", "de@en", "fr", "de@fr")
+  with pytest.raises(UserError, match="was built with sides 'de en@de fr en@fr'"):
+    reader.check(reader.load(str(tmp_path)), other)
+  # Two of the three languages, no pivot: the one pair, as before.
+  two = registry.create("lang_vocab", _run("lv3_mix", {"lang_vocab": {"languages": ["fr", "de"]}}))
+  assert two.sides == ("fr", "de") and two.pivot is None
+
+
+def test_a_pivot_outside_the_languages_is_one_error(corpus3):
+  with pytest.raises(UserError, match="option 'pivot' must be one of its languages"):
+    registry.create("lang_vocab", _run("lv3_mix", {"lang_vocab": {"pivot": "es"}}))

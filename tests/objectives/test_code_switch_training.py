@@ -100,3 +100,39 @@ def test_mlm_base_then_tcs_and_scs_continue_from_it(tmp_path, tiny_corpus):
       np.testing.assert_allclose(row["loss"], row["mlm"] + row[name], rtol=1e-5)
     assert {"tcs": "induced_dictionary.tsv", "scs": "lang_vocab.tsv"}[name] in os.listdir(model_dir)
   assert rows[-1]["scs_candidates"] > 0
+
+
+@pytest.mark.slow  # Three training runs through the entry point (~30 s).
+def test_three_languages_switch_through_a_pivot(tmp_path, tiny_corpus):
+  """en, de and a third stream: each other language pairs with English, with its own dictionary to it."""
+  files = tiny_corpus["files"]
+  german = open(files[("de", "train")], encoding="utf-8").read().split("\n")
+  third = tmp_path / "xx.train.txt"  # German words in another order: a third language of the toy vocabulary
+  third.write_text("\n".join(" ".join(reversed(line.split())) for line in german[:250] if line) + "\n",
+                   encoding="utf-8")
+  tag = tmp_path.name.replace("-", "_")
+  extra = (f"cs_xx/TextTask.name = '{tag}_xx'\ncs_xx/TextTask.files = {{'train': '{third}'}}\n"
+           f"cs_xx/TextTask.lang = 'xx'\ncs_xx/TextTask.vocabulary_path = '{tiny_corpus['vocab']}'\n"
+           f"AlphaMixture.tasks = ['{tag}_en', '{tag}_de', '{tag}_xx']\n"
+           "train.user_tasks = [@cs_en/TextTask(), @cs_de/TextTask(), @cs_xx/TextTask(), @AlphaMixture()]\n"
+           "EVAL_EVERY = 0\nEncoderConfig.num_languages = 4\n")
+  gin_file = _gin_file(tmp_path, tiny_corpus)
+  with open(gin_file, "a", encoding="utf-8") as f:
+    f.write(extra)
+  base = tmp_path / "mlm"
+  assert train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{base}'", "--gin.TRAIN_STEPS=2",
+                          "--gin.train.objectives={'mlm': 1.0}"]) == 0
+  for name in ("tcs", "scs"):
+    model_dir = tmp_path / name
+    code = train_main.main([
+        f"--gin_file={gin_file}", f"--gin_file=objectives/{name}.gin", f"--gin.MODEL_DIR='{model_dir}'",
+        f"--gin.INIT_FROM_CHECKPOINT='{base}'", "--gin.TRAIN_STEPS=2", "--gin.LANG_VOCAB_MIN_COUNT=3",
+        "--gin.OptimizerConfig.warmup_steps=1"])
+    assert code == 0, name
+    rows = _metrics(model_dir)
+    assert all(np.isfinite(r[name]) and r[f"{name}_switched"] > 0 for r in rows), rows
+    header = open(model_dir / {"tcs": "induced_dictionary.tsv", "scs": "lang_vocab.tsv"}[name], encoding="utf-8").read()
+    assert "# pivot: en\n" in header and "# sides: de en@de xx en@xx\n" in header
+  dictionary = open(tmp_path / "tcs" / "induced_dictionary.tsv", encoding="utf-8").read().splitlines()
+  sides = {line.split("\t")[0] for line in dictionary if not line.startswith("#")}
+  assert sides == {"src_lang", "de", "en@de", "xx", "en@xx"}

@@ -170,11 +170,13 @@ def _language_vocabularies(model_dir: str, spec, opts: LexiconOptions, *, use_fi
   if use_file and min_count is None and split == "train" and os.path.isfile(path):
     asset = lang_vocab.LangVocab(languages=(src, tgt), min_count=0, split=split)
     value = asset.load(model_dir)
-    languages = asset.loaded_header["languages"].split()
-    if sorted(languages) == sorted((src, tgt)):
-      order = [languages.index(src), languages.index(tgt)]
-      return (np.asarray(value["ids"])[order], np.asarray(value["mask"], bool)[order],
-              f"{path} (min_count {asset.loaded_header.get('min_count')})")
+    sides = [lang_vocab.side_language(x) for x in lang_vocab.sides_of_header(path, asset.loaded_header)]
+    for first in range(0, len(sides), 2):  # the file's pair of src and tgt (one per partner with a pivot)
+      pair = sides[first:first + 2]
+      if sorted(pair) == sorted((src, tgt)):
+        order = [first + pair.index(src), first + pair.index(tgt)]
+        return (np.asarray(value["ids"])[order], np.asarray(value["mask"], bool)[order],
+                f"{path} (min_count {asset.loaded_header.get('min_count')})")
   value = lang_vocab.lang_vocab_for(spec, languages=(src, tgt), min_count=min_count, split=split)
   used = min_count if min_count is not None else spec.options_of("lang_vocab").get(
       "min_count", lang_vocab.DEFAULT_MIN_COUNT)
