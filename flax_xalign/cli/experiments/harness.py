@@ -121,8 +121,13 @@ def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[st
   return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}
 
 
+def row_key(row: dict) -> tuple:
+  """(setting, objective), and the seed when the row has one (settings run with several seeds)."""
+  return (row["setting"], row["objective"], *(() if row.get("seed") is None else (row["seed"],)))
+
+
 class Results:
-  """A driver's MODEL_DIR/results.json: rows keyed by (setting, objective), rewritten after every row.
+  """A driver's MODEL_DIR/results.json: rows keyed by `row_key`, rewritten after every row.
 
   `done` holds the rows of earlier invocations (a rerun skips them); `save(row)`
   records one row at once, so an interrupted driver loses no finished scoring;
@@ -136,18 +141,18 @@ class Results:
     self.model_dir = model_dir
     self.path = os.path.join(model_dir, "results.json")
     self.args = vars(args)
-    self.done: dict[tuple[str, str], dict] = {}
+    self.done: dict[tuple, dict] = {}
     if os.path.exists(self.path):
       with open(self.path, encoding="utf-8") as f:
         for row in json.load(f)["rows"]:
-          self.done[(row["setting"], row["objective"])] = row
+          self.done[row_key(row)] = row
     self.kept = dict(self.done)
     self.start = time.time()
 
   def save(self, row: dict) -> None:
     from flax_xalign.fileio import write_atomically
 
-    self.kept[(row["setting"], row["objective"])] = row
+    self.kept[row_key(row)] = row
     write_atomically(self.path, json.dumps({"rows": list(self.kept.values()), "args": self.args}, indent=2))
 
   def finish(self, rows: Sequence[dict], table: str) -> float:
