@@ -4,7 +4,7 @@
 import sys
 
 from flax_xalign.cli.experiments.code_switch import (  # noqa: F401  (old import paths)
-    NATURAL_LEXICON, NATURAL_NORMALIZE, OBJECTIVES, SETTINGS, format_table, main, natural_rows, parse_args,
+    NATURAL_LEXICON, NATURAL_NORMALIZE, OBJECTIVES, SETTINGS, bible_rows, format_table, main, parse_args,
     plot, synthetic_rows)
 
 if __name__ == "__main__":

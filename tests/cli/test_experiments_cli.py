@@ -15,13 +15,20 @@ pytestmark = pytest.mark.contract
     ("align_mlm_grid", ["--objectives=mlm,bert"], ("unknown objectives ['bert']",)),
     ("align_mlm_grid", ["--transforms=inv"], ("no transliteration",)),
     ("align_mlm_grid", ["--steps=many"], ("--steps", "many")),
-    ("code_switch", ["--settings=synthetic,moon"], ("--settings='synthetic,moon'", "synthetic, natural")),
-    ("code_switch", ["--objectives=mlm,gc"], ("choose from mlm, tcs, scs",)),
-    ("mlm_gc", ["--settings=trans,moon"], ("choose from trans, trans_inv, natural",)),
+    ("code_switch", ["--settings=synthetic,moon"], ("--settings='synthetic,moon'",
+                                                    "synthetic, bible, debian, natural")),
+    ("code_switch", ["--objectives=mlm,gc_output"], ("choose from mlm, tcs, scs, gc",)),
+    ("code_switch", ["--settings=synthetic", "--objectives=mlm,gc"], ("debian setting only", "mlm_gc")),
+    ("code_switch", ["--settings=natural", "--seeds=0"], ("--seeds=0 must be at least 1",)),
+    ("code_switch", ["--settings=debian", "--debian_data=/nonexistent"], ("No Debian help data",
+                                                                          "python -m flax_xalign.debian_data")),
+    ("mlm_gc", ["--settings=trans,moon"], ("choose from trans, trans_inv, natural, debian",)),
     ("mlm_gc", ["--objectives=mlm,tcs"], ("choose from mlm, gc, gc_output",)),
+    ("mlm_gc", ["--settings=debian", "--debian_steps=0"], ("--debian_steps=0 must be at least 1",)),
 ], ids=["grid_unknown_objective", "grid_transform_without_transliteration", "grid_steps_not_a_number",
-        "code_switch_unknown_setting", "code_switch_unknown_objective", "mlm_gc_unknown_setting",
-        "mlm_gc_unknown_objective"])
+        "code_switch_unknown_setting", "code_switch_unknown_objective", "code_switch_gc_outside_debian",
+        "code_switch_no_seeds", "code_switch_no_debian_build", "mlm_gc_unknown_setting",
+        "mlm_gc_unknown_objective", "mlm_gc_no_steps"])
 def test_refuses_bad_flags_before_making_model_dir(entry, flags, keywords, tmp_path, capfd):
   model_dir = tmp_path / "runs"
   outcome = harness.run_main(capfd, entry, [f"--model_dir={model_dir}", *flags])

@@ -1,10 +1,11 @@
 """The TCS-MLM / SCS-MLM miniature laboratory (Lu, Lu & Zhang 2023) at laptop scale.
 
   python -m flax_xalign.experiments.code_switch --model_dir=runs/code_switch \
-      [--settings=synthetic,natural] [--objectives=mlm,tcs,scs] [--base_steps=N] [--steps=N] \
-      [--natural_steps=N] [--e5_dir=runs/e5_bible] [--finetune_steps=150] [--max_sentences=N] [--fresh]
+      [--settings=synthetic,natural] [--objectives=mlm,tcs,scs[,gc]] [--base_steps=N] [--steps=N] \
+      [--natural_steps=N] [--e5_dir=runs/e5_bible] [--finetune_steps=150] [--max_sentences=N] [--fresh] \
+      [--debian_data=runs/debian_data] [--debian_steps=N] [--seeds=2] [--debian_gold=DIR/{lang}-en.txt]
 
-Two settings, each a starting "mono-mPLM" continued at the same budget with
+Three settings, each a starting "mono-mPLM" continued at the same budget with
 MLM (the baseline), TCS-MLM and SCS-MLM through the real entry point
 (`flax_xalign.train` + gin_configs/experiments/code_switch/*.gin):
 
@@ -14,20 +15,26 @@ MLM (the baseline), TCS-MLM and SCS-MLM through the real entry point
   The true dictionary is the token map, so Hit@k and RSIM are exact; POS
   tagging gives SUP / ZS / Δ through the transfer harness of the ALIGN-MLM
   grid (fine-tune on Greek, test on the transliterated copy).
-* `natural`: multilingual-e5-small (imported offline, trimmed to the Bible's
+* `debian` (also `natural`): multilingual-e5-small continued on the
+  monolingual LibreOffice help text of every built language and English for
+  --debian_steps, --seeds times per objective, MLM-GC (`gc`) beside the
+  three by default; BLI / RSIM / MUSE cosine per language to English and
+  sentence retrieval, before and after (`e5_debian`'s docstring says how).
+* `bible`: multilingual-e5-small (imported offline, trimmed to the Bible's
   pieces: --e5_dir, imported there if missing) continued on the two
   monolingual Bible streams (Greek and English train books) for
   --natural_steps; BLI against the shipped Greek->English lexicon
-  (flax_xalign/data/lexicons/grc-en.train.txt).
+  (flax_xalign/data/lexicons/grc-en.train.txt). (`natural` named this
+  setting until the Debian data gave e5 eight natural languages.)
 
-Every model (the starting one included) is scored with `python -m
-flax_xalign.bli`'s machinery: Hit@1/5 of NN and CSLS at the embedding layer
-between the two language-specific vocabularies (count > --min_count), and
-RSIM and the mean cosine of translation pairs at every layer (contextual
-states averaged over --max_sentences sentences per language). Writes
-MODEL_DIR/results.json (rewritten after every row; a rerun skips finished
-rows), results.md (the table) and one rsim_<setting>.png per setting (RSIM
-per layer and ΔRSIM against continued MLM: the paper's Fig. 7 shape).
+The synthetic and bible models (the starting ones included) are scored with
+`python -m flax_xalign.bli`'s machinery: Hit@1/5 of NN and CSLS at the
+embedding layer between the two language-specific vocabularies (count >
+--min_count), and RSIM and the mean cosine of translation pairs at every layer
+(contextual states averaged over --max_sentences sentences per language).
+Writes MODEL_DIR/results.json (rewritten after every row; a rerun skips
+finished rows), results.md (the tables) and one rsim_<setting>.png per setting
+(RSIM per layer and ΔRSIM against continued MLM: the paper's Fig. 7 shape).
 """
 
 from __future__ import annotations
@@ -38,12 +45,15 @@ import sys
 from typing import Any, Sequence
 
 from flax_xalign.cli import setup_process
-from flax_xalign.cli.experiments import harness
+from flax_xalign.cli.experiments import e5_debian, e5_debian_report, harness
 from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.run_dir import RunDir
 
-SETTINGS = ("synthetic", "natural")
-OBJECTIVES = ("mlm", "tcs", "scs")
+SETTINGS = ("synthetic", "bible", "debian")
+ALIASES = {"natural": "debian"}
+OBJECTIVES = ("mlm", "tcs", "scs", "gc")
+DEFAULT_OBJECTIVES = {"synthetic": ("mlm", "tcs", "scs"), "bible": ("mlm", "tcs", "scs"),
+                      "debian": ("mlm", "tcs", "scs", "gc")}
 NATURAL_LEXICON = "grc-en.train.txt"
 NATURAL_NORMALIZE = "nfd_strip_marks"
 
@@ -51,11 +61,11 @@ NATURAL_NORMALIZE = "nfd_strip_marks"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser = ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
-  parser.add_argument("--settings", default=",".join(SETTINGS))
-  parser.add_argument("--objectives", default=",".join(OBJECTIVES))
+  parser.add_argument("--settings", default="synthetic,natural", help=f"of {', '.join(SETTINGS)}; natural = debian")
+  parser.add_argument("--objectives", default="", help="default: mlm,tcs,scs (debian: also gc)")
   parser.add_argument("--base_steps", type=int, default=5000, help="MLM steps of the synthetic mono-mPLM")
   parser.add_argument("--steps", type=int, default=600, help="continuation steps, synthetic setting")
-  parser.add_argument("--natural_steps", type=int, default=100, help="continuation steps, natural setting")
+  parser.add_argument("--natural_steps", type=int, default=100, help="continuation steps, bible setting")
   parser.add_argument("--base_dir", default=None, help="an existing synthetic mono-mPLM MODEL_DIR to start from")
   parser.add_argument("--e5_dir", default="runs/e5_bible", help="the imported, Bible-trimmed e5-small")
   parser.add_argument("--min_count", type=int, default=5, help="language-specific vocabularies: count > N")
@@ -63,6 +73,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument("--finetune_steps", type=int, default=150)
   parser.add_argument("--gin", action="append", default=[], help="extra gin binding for every run, NAME=VALUE")
   parser.add_argument("--fresh", action="store_true", help="delete model_dir first")
+  e5_debian.add_arguments(parser)
   return parser.parse_args(argv)
 
 
@@ -139,9 +150,9 @@ def _ensure_e5(e5_dir: str) -> None:
     raise UserError(f"importing e5-small into {e5_dir} failed (exit {code}).")
 
 
-def natural_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict, save) -> list[dict]:
+def bible_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict, save) -> list[dict]:
   from flax_xalign.data.sources import lexicon
-  root = os.path.join(args.model_dir, "natural")
+  root = os.path.join(args.model_dir, "bible")
   e5_dir = os.path.abspath(args.e5_dir)
   _ensure_e5(e5_dir)
   gold = str(lexicon.LEXICON_DIR / NATURAL_LEXICON)
@@ -151,22 +162,22 @@ def natural_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict
   runs = [("start", e5_dir, 0.0)]
   for objective in objectives:
     run_dir = os.path.join(root, objective)
-    if ("natural", objective) not in done:
-      print(f"\n=== natural: e5-small + {objective} for {args.natural_steps} steps -> {run_dir}", flush=True)
-    seconds = 0.0 if ("natural", objective) in done else harness.train(
+    if ("bible", objective) not in done:
+      print(f"\n=== bible: e5-small + {objective} for {args.natural_steps} steps -> {run_dir}", flush=True)
+    seconds = 0.0 if ("bible", objective) in done else harness.train(
         run_dir, [os.path.join(e5_dir, "model.gin"), *setting, f"experiments/code_switch/{objective}.gin"],
         bindings, args.natural_steps)
     runs.append((objective, run_dir, seconds))
   rows = []
   for objective, run_dir, seconds in runs:
-    key = ("natural", objective)
+    key = ("bible", objective)
     if key in done:
       rows.append(done[key])
       continue
-    print(f"\n--- scoring natural / {objective} ({run_dir})", flush=True)
+    print(f"\n--- scoring bible / {objective} ({run_dir})", flush=True)
     task = {"task": "bible", "normalize": NATURAL_NORMALIZE} if objective == "start" else {}
     result = _bli(run_dir, args, src="grc", tgt="en", gold=gold, **task)
-    row = _row("natural", objective, run_dir, result, seconds)
+    row = _row("bible", objective, run_dir, result, seconds)
     rows.append(row)
     save(row)
   return rows
@@ -203,25 +214,50 @@ def plot(rows: Sequence[dict], setting: str, path: str) -> str | None:
                               title=f"{setting}: RSIM per layer and ΔRSIM against continued MLM")
 
 
+def _choices(args: argparse.Namespace) -> tuple[list[str], dict[str, list[str]]]:
+  """(settings, {setting: objectives}); UserError for unknown names or gc outside the debian setting."""
+  from flax_xalign.errors import UserError
+
+  settings = harness.split_choices(args.settings, SETTINGS + tuple(ALIASES), "settings")
+  settings = list(dict.fromkeys(ALIASES.get(s, s) for s in settings))
+  asked = harness.split_choices(args.objectives, OBJECTIVES, "objectives") if args.objectives else None
+  chosen = {s: list(asked or DEFAULT_OBJECTIVES[s]) for s in settings}
+  for setting, objectives in chosen.items():
+    if setting != "debian" and "gc" in objectives:
+      raise UserError(f"--objectives=gc runs in the debian setting only; the {setting} MLM-GC runs are "
+                      "`python -m flax_xalign.experiments.mlm_gc`.")
+  return settings, chosen
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign.errors import UserError
 
   setup_process()
   args = parse_args(argv)
   try:
-    settings = harness.split_choices(args.settings, SETTINGS, "settings")
-    objectives = harness.split_choices(args.objectives, OBJECTIVES, "objectives")
+    settings, objectives = _choices(args)
+    if "debian" in settings:
+      e5_debian.check_args(args)
     results = harness.Results(args.model_dir, args, fresh=args.fresh)
     done, save = results.done, results.save
     rows: list[dict] = []
     if "synthetic" in settings:
-      rows += synthetic_rows(args, objectives, done, save)
-    if "natural" in settings:
-      rows += natural_rows(args, objectives, done, save)
+      rows += synthetic_rows(args, objectives["synthetic"], done, save)
+    if "bible" in settings:
+      rows += bible_rows(args, objectives["bible"], done, save)
+    if "debian" in settings:
+      rows += e5_debian.rows(args, objectives["debian"], results)
   except UserError as e:
     return report(e)
-  table = format_table(rows)
-  plots = [p for s in settings if (p := plot(rows, s, os.path.join(args.model_dir, f"rsim_{s}.png")))]
+  debian = [r for r in rows if r["setting"] == "debian"]
+  others = [r for r in rows if r["setting"] != "debian"]
+  tables = ([format_table(others)] if others else []) + (
+      [e5_debian_report.format_table(debian), e5_debian_report.format_languages(debian)] if debian else [])
+  table = "\n\n".join(tables)
+  plots = [p for s in settings if s != "debian" and (p := plot(rows, s, os.path.join(args.model_dir, f"rsim_{s}.png")))]
+  if debian and (p := e5_debian_report.plot(debian, os.path.join(args.model_dir, "rsim_debian.png"),
+                                            title=f"e5-small continued {args.debian_steps} steps on the help text")):
+    plots.append(p)
   seconds = results.finish(rows, table)
   print("\n" + table + f"\n\nplots: {', '.join(plots) or 'none'}; wall time {seconds / 60:.1f} min; results in "
         f"{args.model_dir}", flush=True)
