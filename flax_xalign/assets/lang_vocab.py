@@ -285,7 +285,8 @@ def lang_vocab_for(run: "RunSpec", *, languages: Sequence[str] | None = None, mi
     raise UserError(str(e)) from None
   ensure_registered(run)
   pairs = pairs_of(languages, pivot)
-  counted = list(dict.fromkeys(code for pair in pairs for code in pair))
+  # Every language of the run in one pass (the cache then serves each of its pairs without a re-read).
+  counted = list(dict.fromkeys([*run.languages, *(code for pair in pairs for code in pair)]))
   counts = cached_counts(run.task, languages=counted, vocab_size=run.vocabulary.size, split=split, log=log)
   specials = run.vocabulary.specials
   sides, side_counts = [], []
