@@ -56,12 +56,32 @@ def report(e: BaseException) -> int:
   return 2
 
 
+def path_problem(e: BaseException) -> UserError | None:
+  """The one-line UserError of an OSError on a named path (`fileio.path_error`), else None.
+
+  The last resort of every entry point: a file that cannot be read or written
+  is the user's to fix, whichever library call met it first.
+  """
+  inner = original(e)
+  if not isinstance(inner, OSError) or inner.filename is None:
+    return None
+  from flax_xalign.fileio import path_error  # fileio imports this module.
+
+  return path_error(inner)
+
+
 def run_command(work: Callable[[], Any]) -> int:
-  """A command's exit status: 0 after `work()`, or 2 with `error: <message>` on stderr for a UserError."""
+  """A command's exit status: 0 after `work()`, or 2 with `error: <message>` on stderr for a UserError
+  (or an OSError on a named path, `path_problem`)."""
   try:
     work()
   except UserError as e:
     return report(e)
+  except OSError as e:
+    problem = path_problem(e)
+    if problem is None:
+      raise
+    return report(problem)
   return 0
 
 

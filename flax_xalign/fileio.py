@@ -5,6 +5,16 @@ dictionaries, alignment files, experiment results) goes through
 `write_atomically`: a temporary file in the destination folder, then a rename.
 A full disk or file-size limit (ENOSPC, EDQUOT, EFBIG) becomes one UserError
 and leaves no temporary file behind.
+
+It is also the one place that turns an OSError on a path into the user's
+one-line form (`path_error`: permission denied, a read-only file system, a
+path under a file, a missing file, a full disk), used by `write_atomically`,
+`makedirs`, `utf8_lines` and, as the last resort, by every entry point
+(`errors.run_command`). The output rules every command checks right after
+parsing its flags, before any work (`check_output_file`,
+`check_output_folder`, `check_input_file`): an output is never one of the
+command's inputs, its folder can be written and does not lie under a file,
+and a folder output is new, empty or the command's own kind of folder.
 """
 
 from __future__ import annotations
@@ -28,6 +38,162 @@ def no_space_error(e: OSError, path: str | os.PathLike) -> UserError | None:
                    "another MODEL_DIR (or output folder).")
 
 
+def path_error(e: OSError, path: str | os.PathLike | None = None, *, setting: str = "",
+               doing: str = "") -> UserError:
+  """The one-line UserError for an OSError on a named path: the path, what went wrong, the fix.
+
+  Args:
+    e: the error (its `filename` is the path when `path` is None).
+    path: the path the user named (or the file inside it that failed).
+    setting: the flag or gin macro that named it ("--output"); shown before the path.
+    doing: what was being done ("write", "read", "create the folder"); default "use".
+  """
+  path = os.fspath(path if path is not None else (e.filename if e.filename is not None else "?"))
+  name = f"{setting} {path}" if setting else path
+  error = no_space_error(e, path)
+  if error is not None:
+    return error
+  if isinstance(e, PermissionError) or e.errno == errno.EROFS:
+    why = "a read-only file system" if e.errno == errno.EROFS else "permission denied"
+    return UserError(f"cannot {doing or 'access'} {name}: {why}; choose a path you can "
+                     f"{'read' if doing == 'read' else 'write'}, or fix its permissions.")
+  if isinstance(e, FileExistsError) and e.filename is not None and os.path.isdir(e.filename):
+    return UserError(f"cannot {doing or 'use'} {name}: {e.filename} already exists; choose another path or "
+                     "remove it.")
+  if isinstance(e, (NotADirectoryError, FileExistsError)):  # (makedirs meets a file where a folder goes)
+    return UserError(f"cannot {doing or 'use'} {name}: a part of the path is a file, not a folder; choose a path "
+                     "under a folder.")
+  if isinstance(e, IsADirectoryError):
+    return UserError(f"cannot {doing or 'use'} {name}: it is a folder; name a file.")
+  if isinstance(e, FileNotFoundError):
+    return UserError(f"cannot {doing or 'use'} {name}: no such file or folder; check the path.")
+  return UserError(f"cannot {doing or 'use'} {name}: {e.strerror or e}; check the path.")
+
+
+def makedirs(path: str | os.PathLike, *, setting: str = "") -> None:
+  """os.makedirs(path, exist_ok=True), an OSError becoming one UserError (`path_error`)."""
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise path_error(e, path, setting=setting, doing="create the folder") from e
+
+
+def writable_folder(folder: str) -> bool:
+  """Whether this process can create files in `folder` (root included: a read-only mount says no)."""
+  if not os.access(folder, os.W_OK | os.X_OK):
+    return False
+  try:  # os.access answers yes to root on a read-only mount.
+    return not os.statvfs(folder).f_flag & os.ST_RDONLY
+  except OSError:
+    return True
+
+
+def _same_path(a: str, b: str) -> bool:
+  """Whether two paths name one file or folder (symlinks and hard links followed)."""
+  if os.path.realpath(a) == os.path.realpath(b):
+    return True
+  try:
+    return os.path.samefile(a, b)
+  except OSError:
+    return False
+
+
+def _inside(path: str, folder: str) -> bool:
+  """Whether `path` is `folder` or lies under it (symlinks followed)."""
+  path, folder = os.path.realpath(path), os.path.realpath(folder)
+  return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _check_parent(path: str, setting: str) -> None:
+  """`path` is not under a file and the folder it would be created in can be written."""
+  existing = os.path.dirname(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise UserError(f"{setting} {path} lies under {existing}, which is a file; choose a path under a folder.")
+  if not writable_folder(existing):
+    raise UserError(f"{setting} {path} would be written in {existing}, which is not writable; choose a writable "
+                    "folder or fix its permissions.")
+
+
+def _inputs(inputs) -> list[tuple[str, str]]:
+  """(flag, path) of every named input; values may be None (not given) or a list of paths."""
+  out = []
+  for flag, value in dict(inputs or {}).items():
+    for path in ([] if value is None else [value] if isinstance(value, (str, os.PathLike)) else value):
+      if path is not None and os.fspath(path):
+        out.append((flag, os.fspath(path)))
+  return out
+
+
+def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inputs=None) -> str:
+  """The absolute path of an output file, checked before any work; UserError names what is wrong.
+
+  Refused: an empty name, a folder, a path under a file, a folder that cannot be
+  written, a file that cannot be replaced, and a path that is one of `inputs`
+  ({flag: path, list of paths or None}; symlinks followed).
+  """
+  text = os.fspath(path) if path is not None else ""
+  if not text.strip():
+    raise UserError(f"{setting} is empty; name the file to write.")
+  path = os.path.abspath(os.path.expanduser(text))
+  for flag, source in _inputs(inputs):
+    if os.path.lexists(source) and _same_path(path, source):
+      raise UserError(f"{setting} {text} is the {flag} file; the output would replace it: name another file.")
+  if os.path.isdir(path):
+    raise UserError(f"{setting} {text} is a folder; name a file to write (e.g. {os.path.join(text, 'out.txt')}).")
+  _check_parent(path, setting)
+  if os.path.exists(path) and not os.access(path, os.W_OK):
+    raise UserError(f"{setting} {text} exists and cannot be replaced (not writable); choose another file or fix "
+                    "its permissions.")
+  return path
+
+
+def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", inputs=None,
+                        owned=None, what: str = "") -> str:
+  """The absolute path of an output folder, checked before any work; UserError names what is wrong.
+
+  Refused: an empty name, a file, a path under a file, an unwritable folder, a
+  folder that is or holds one of `inputs` (see `check_output_file`), and a
+  non-empty folder that `owned(folder)` does not recognise as this command's
+  (`owned` None: any non-empty folder is refused). `what` names the kind of
+  folder `owned` recognises, for the message ("a flax_xalign run (...)").
+  """
+  text = os.fspath(path) if path is not None else ""
+  if not text.strip():
+    raise UserError(f"{setting} is empty; name the folder to write.")
+  folder = os.path.abspath(os.path.expanduser(text))
+  for flag, source in _inputs(inputs):
+    if os.path.lexists(source) and _inside(source, folder):
+      where = "is" if _same_path(source, folder) else "holds"
+      raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
+                      "another folder.")
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise UserError(f"{setting} {text} is a file, not a folder; choose another folder or move the file.")
+  if os.path.isdir(folder):
+    if not writable_folder(folder):
+      raise UserError(f"{setting} {text} is not writable; choose a writable folder or fix its permissions.")
+    if os.listdir(folder) and not (owned is not None and owned(folder)):
+      kind = f" that is not {what}" if owned is not None else ""
+      raise UserError(f"{setting} {text} is a non-empty folder{kind}; choose a new or empty folder (nothing in it "
+                      "was touched).")
+  else:
+    _check_parent(folder, setting)
+  return folder
+
+
+def check_input_file(path: str | os.PathLike, *, setting: str) -> str:
+  """`path`, checked as a readable file before any work; UserError names what is wrong."""
+  text = os.fspath(path)
+  if not os.path.exists(text):
+    raise UserError(f"{setting} {text} does not exist; check the path.")
+  if os.path.isdir(text):
+    raise UserError(f"{setting} {text} is a folder; name a file.")
+  if not os.access(text, os.R_OK):
+    raise UserError(f"{setting} {text} cannot be read (permission denied); fix its permissions (chmod +r).")
+  return text
+
+
 def _umask() -> int:
   """The process umask, read without setting it (os.umask sets it, racing with threads that create files)."""
   try:
@@ -46,8 +212,8 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
   """Writes `data` (text as UTF-8, or bytes) to `path` via a temporary file and rename.
 
   Raises:
-    UserError: `path` is a folder, or no space is left (ENOSPC, EDQUOT, EFBIG; the
-      temporary file is removed).
+    UserError: `path` is a folder, or any OSError (no space left, a read-only
+      folder, a path under a file; `path_error`); the temporary file is removed.
   """
   path = os.fspath(path)
   if os.path.isdir(path):
@@ -57,10 +223,7 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp")
   except OSError as e:
-    error = no_space_error(e, path)
-    if error is None:
-      raise
-    raise error from e
+    raise path_error(e, path, doing="write") from e
   try:
     mode, options = ("w", {"encoding": "utf-8"}) if isinstance(data, str) else ("wb", {})
     with os.fdopen(fd, mode, **options) as f:
@@ -73,10 +236,9 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
       os.unlink(tmp)
     except FileNotFoundError:
       pass
-    error = no_space_error(e, path) if isinstance(e, OSError) else None
-    if error is None:
-      raise
-    raise error from e
+    if isinstance(e, OSError):
+      raise path_error(e, path, doing="write") from e
+    raise
 
 
 def utf8_lines(path: str, *, what: str = "the file") -> Iterator[tuple[int, str]]:
@@ -85,7 +247,11 @@ def utf8_lines(path: str, *, what: str = "the file") -> Iterator[tuple[int, str]
   Raises:
     UserError: a line is not UTF-8, named as `path:line` (re-encode `what`).
   """
-  with open(path, "rb") as f:
+  try:
+    f = open(path, "rb")
+  except OSError as e:
+    raise path_error(e, path, doing="read") from e
+  with f:
     for number, raw in enumerate(f, start=1):
       try:
         yield number, raw.decode("utf-8").rstrip("\r\n")

@@ -391,7 +391,10 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
       raise
   except UserError as e:
     return errors.report(e), None
-  except BaseException:
+  except BaseException as e:
+    problem = errors.path_problem(e)
+    if problem is not None:
+      return errors.report(problem), None
     for line in noise.held:  # A crash: what seqio said about it is worth reading after all.
       print(line, file=sys.stderr)
     raise

@@ -25,6 +25,7 @@ import dataclasses
 import os
 
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import writable_folder
 
 CHECKPOINTS = "checkpoints"
 DAMAGED = "checkpoints_damaged"
@@ -115,6 +116,21 @@ class RunDir:
     return self.path
 
 
+def is_run_dir(path: str | os.PathLike) -> bool:
+  """Whether `path` is a folder flax_xalign wrote as a run.
+
+  Every writer of a run leaves a mark before its first other file: `train` and
+  `assets` take MODEL_DIR/.lock first, imports and trims write checkpoints/
+  (a run older than the lock has checkpoints/ too). A folder with neither is a
+  user's, and no command writes a run into it unless it is empty.
+  """
+  run = RunDir(path)
+  return os.path.isfile(run.lock) or os.path.isdir(run.checkpoints) or os.path.isdir(run.damaged)
+
+
+NOT_A_RUN = "a flax_xalign run (it has no checkpoints/ and no .lock)"
+
+
 def check_model_dir(path: object, *, setting: str = "MODEL_DIR", writable: bool = True) -> str:
   """The absolute, normalised folder for `path`, or a UserError naming what is wrong with it.
 
@@ -144,17 +160,8 @@ def check_model_dir(path: object, *, setting: str = "MODEL_DIR", writable: bool 
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
     raise UserError(f"{setting}={text!r} lies under {existing}, which is a file; choose another {setting}.")
-  if not _writable(existing):
+  if not writable_folder(existing):
     where = "is" if existing == folder else f"would be created in {existing}, which is"
     raise UserError(f"{setting}={text!r} {where} not writable; choose a writable {setting} or fix the "
                     "folder's permissions.")
   return folder
-
-
-def _writable(folder: str) -> bool:
-  if not os.access(folder, os.W_OK | os.X_OK):
-    return False
-  try:  # os.access answers yes to root on a read-only mount.
-    return not os.statvfs(folder).f_flag & os.ST_RDONLY
-  except OSError:
-    return True

@@ -98,3 +98,91 @@ def test_written_files_get_the_umask_mode_not_0600(tmp_path):
     os.umask(old)
   assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"a.txt": 0o640, "b.bin": 0o640}
   assert (tmp_path / "a.txt").read_text() == "text" and (tmp_path / "b.bin").read_bytes() == b"bytes"
+
+
+# --- the output rules and the one form of an OSError on a path (issue 27) -----------------------------------
+
+
+def test_every_os_error_on_a_path_is_one_line_naming_it(tmp_path):
+  from flax_xalign.fileio import path_error
+
+  for error, words in [(PermissionError(errno.EACCES, "Permission denied", "/x/y"), "permission denied"),
+                       (OSError(errno.EROFS, "Read-only file system", "/x/y"), "read-only file system"),
+                       (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/x/y"), "is a file, not a folder"),
+                       (IsADirectoryError(errno.EISDIR, "Is a directory", "/x/y"), "it is a folder"),
+                       (FileNotFoundError(errno.ENOENT, "No such file", "/x/y"), "no such file"),
+                       (OSError(errno.ENOSPC, "No space left on device", "/x/y"), "no space left")]:
+    message = str(path_error(error, setting="--output"))
+    assert "/x/y" in message and words in message and "\n" not in message, message
+
+
+def test_run_command_reports_an_os_error_on_a_path_as_one_line(tmp_path, capsys):
+  from flax_xalign import errors
+
+  def work():
+    with open(tmp_path / "missing" / "file.txt") as f:
+      f.read()
+
+  assert errors.run_command(work) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: cannot use ") and "missing/file.txt" in err and err.count("\n") == 1
+
+
+def test_run_command_leaves_an_os_error_without_a_path_alone():
+  from flax_xalign import errors
+
+  def work():
+    raise OSError("no path here")
+
+  with pytest.raises(OSError):
+    errors.run_command(work)
+
+
+def test_write_atomically_under_a_file_is_one_error(tmp_path):
+  from flax_xalign.errors import UserError
+
+  (tmp_path / "afile").write_text("keep\n")
+  with pytest.raises(UserError, match="a part of the path is a file"):
+    write_atomically(tmp_path / "afile" / "out.txt", "x")
+  assert (tmp_path / "afile").read_text() == "keep\n"
+
+
+def test_an_output_file_is_never_an_input_even_through_a_link(tmp_path):
+  from flax_xalign.errors import UserError
+  from flax_xalign.fileio import check_output_file
+
+  source = tmp_path / "pairs.tsv"
+  source.write_text("a\tb\n")
+  (tmp_path / "link.tsv").symlink_to(source)
+  os.link(source, tmp_path / "hard.tsv")
+  for output in ("pairs.tsv", "link.tsv", "hard.tsv", "./sub/../pairs.tsv"):
+    with pytest.raises(UserError, match="is the --input file"):
+      check_output_file(str(tmp_path / output), inputs={"--input": str(source), "--gold": None})
+  assert check_output_file(str(tmp_path / "new" / "links.txt"), inputs={"--input": str(source)}) == str(
+      tmp_path / "new" / "links.txt")
+  with pytest.raises(UserError, match="is empty"):
+    check_output_file("")
+  with pytest.raises(UserError, match="is a folder"):
+    check_output_file(str(tmp_path))
+
+
+def test_an_output_folder_is_new_empty_or_owned_and_holds_no_input(tmp_path):
+  from flax_xalign.errors import UserError
+  from flax_xalign.fileio import check_output_folder
+  from flax_xalign.run_dir import is_run_dir
+
+  user = tmp_path / "mine"
+  user.mkdir()
+  (user / "notes.txt").write_text("mine\n")
+  with pytest.raises(UserError, match="non-empty folder that is not a run"):
+    check_output_folder(str(user), owned=is_run_dir, what="a run")
+  with pytest.raises(UserError, match="non-empty folder; choose a new or empty folder"):
+    check_output_folder(str(user))
+  with pytest.raises(UserError, match="holds the --text"):
+    check_output_folder(str(tmp_path), inputs={"--text": [str(user / "notes.txt")]}, owned=lambda f: True)
+  (user / ".lock").write_text("")
+  assert check_output_folder(str(user), owned=is_run_dir) == str(user)
+  (tmp_path / "empty").mkdir()
+  assert check_output_folder(str(tmp_path / "empty")) == str(tmp_path / "empty")
+  with pytest.raises(UserError, match="lies under .*notes.txt, which is a file"):
+    check_output_folder(str(user / "notes.txt" / "out"))

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Iterator
 
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import makedirs
 from flax_xalign.run_dir import RunDir, check_model_dir  # noqa: F401  (check_model_dir: this module's public name)
 
 # Answers of flock on a file system without it: fall back to the owner record.
@@ -56,7 +57,7 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
   if (_process_index() if process_index is None else process_index) != 0:
     yield
     return
-  os.makedirs(model_dir, exist_ok=True)
+  makedirs(model_dir, setting="MODEL_DIR")
   path = RunDir(model_dir).lock
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
   try:
