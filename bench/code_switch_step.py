@@ -11,7 +11,10 @@ alternate the sides (the first step of a side in a round is a warm-up, not
 timed); medians are compared.
 
 Two passes are inherent, so the step costs about twice MLM's; the targets are
-TCS <= 2.1x and SCS <= 2.3x.
+TCS <= 2.1x and SCS <= 2.3x. A fourth side, SCS with candidates='vocabulary'
+(CSLS over each language's whole language-specific vocabulary instead of the
+batch's tokens, Eq. 5-7 as written), measures what that reading costs; it has
+no target.
 
   python bench/code_switch_step.py                      # 4 layers x 256, batch 16 x 128
   python bench/code_switch_step.py --layers=12 --embed=768 --heads=12 --vocab=30000
@@ -31,7 +34,7 @@ import statistics
 from typing import Any
 
 import numpy as np
-from train_step_side import Side, print_ratio_table, write_result
+from train_step_side import Side, print_ratio_table, write_result  # pylint: disable=import-error
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "code_switch_step.json")
 _BOS, _EOS, _FIRST_REGULAR = 3, 1, 5
@@ -109,7 +112,7 @@ def asset_values(vocab: int, shared: float) -> dict[str, dict[str, np.ndarray]]:
   }
 
 
-def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any:
+def build_trainer(objectives: dict[str, float], args: argparse.Namespace, options: dict | None = None) -> Any:
 
   from flax_xalign.assets.runtime import RunAssets
   from flax_xalign.models.config import EncoderConfig
@@ -122,7 +125,7 @@ def build_trainer(objectives: dict[str, float], args: argparse.Namespace) -> Any
   encoder = EncoderConfig(num_layers=args.layers, embed_dim=args.embed, num_heads=args.heads,
                           head_dim=args.embed // args.heads, mlp_dim=args.mlp, vocab_size=args.vocab,
                           max_positions=max(512, args.length), num_languages=2, dtype=args.dtype)
-  model = PretrainingModel(encoder=Encoder(encoder), objectives=objectives)
+  model = PretrainingModel(encoder=Encoder(encoder), objectives=objectives, objective_options=options or {})
   needed = set(model.requires())
   values = {name: v for name, v in asset_values(args.vocab, args.shared).items() if name in needed}
   assets = RunAssets.of_values(values)
@@ -137,28 +140,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
   data = batches(np.random.default_rng(args.seed), count=4, batch=args.batch, length=args.length,
                  vocab=args.vocab, shared=args.shared)
-  sides = [Side(name, build_trainer(objectives, args), data)
-           for name, objectives in (("MLM", {"mlm": 1.0}), ("MLM+TCS", {"mlm": 1.0, "tcs": 1.0}),
-                                    ("MLM+SCS", {"mlm": 1.0, "scs": 1.0}))]
+  sides = [Side(name, build_trainer(objectives, args, options), data)
+           for name, objectives, options in (
+               ("MLM", {"mlm": 1.0}, None), ("MLM+TCS", {"mlm": 1.0, "tcs": 1.0}, None),
+               ("MLM+SCS", {"mlm": 1.0, "scs": 1.0}, None),
+               ("MLM+SCS vocab", {"mlm": 1.0, "scs": 1.0}, {"scs": {"candidates": "vocabulary"}}))]
   times: dict[str, list[float]] = {s.name: [] for s in sides}
   for r in range(args.rounds):
     for side in sides:
       times[side.name].append(side.timed(args.steps))
     print(f"round {r + 1}/{args.rounds}: " + "  ".join(f"{k} {v[-1] * 1e3:.1f} ms" for k, v in times.items()),
           flush=True)
-  mlm, tcs, scs = (statistics.median(times[s.name]) for s in sides)
+  mlm, tcs, scs, scs_vocab = (statistics.median(times[s.name]) for s in sides)
   best = [min(times[s.name]) for s in sides]
   flops = [side.flops() for side in sides]
   flops_ratio = {name: (flops[i] / flops[0] if flops[0] and flops[i] else None)
                  for i, name in ((1, "tcs"), (2, "scs"))}
-  metrics = {key: float(jax.device_get(side.last_metrics[key])) for side in sides[1:]
+  metrics = {key: float(jax.device_get(side.last_metrics[key])) for side in sides[1:3]
              for key in side.last_metrics if key.startswith(("tcs_", "scs_"))}
+  vocab_candidates = float(jax.device_get(sides[3].last_metrics["scs_candidates"]))
   return {
       "benchmark": "code_switch_step",
       "layers": args.layers, "embed": args.embed, "heads": args.heads, "mlp": args.mlp, "vocab": args.vocab,
       "batch": args.batch, "length": args.length, "dtype": args.dtype,
       "mlm_ms": mlm * 1e3, "tcs_ms": tcs * 1e3, "scs_ms": scs * 1e3,
       "ratio_tcs": tcs / mlm, "ratio_scs": scs / mlm, "ratio": max(tcs, scs) / mlm,
+      "scs_vocabulary_ms": scs_vocab * 1e3, "ratio_scs_vocabulary": scs_vocab / mlm,
+      "scs_candidates_batch": metrics.get("scs_candidates"), "scs_candidates_vocabulary": vocab_candidates,
       # Fastest round of each side: less sensitive to other load on the machine than the median.
       "ratio_tcs_best": best[1] / best[0], "ratio_scs_best": best[2] / best[0],
       "flops_ratio_tcs": flops_ratio["tcs"], "flops_ratio_scs": flops_ratio["scs"],
@@ -178,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"XLA cost-analysis FLOPs over MLM: TCS {result['flops_ratio_tcs']:.2f}x, "
           f"SCS {result['flops_ratio_scs']:.2f}x; fastest rounds: TCS {result['ratio_tcs_best']:.2f}x, "
           f"SCS {result['ratio_scs_best']:.2f}x")
+  print(f"SCS candidates='vocabulary': {result['scs_vocabulary_ms']:.1f} ms, {result['ratio_scs_vocabulary']:.2f}x "
+        f"MLM ({result['scs_candidates_vocabulary']:,.0f} candidates over both sides vs "
+        f"{result['scs_candidates_batch']:,.0f} from the batch)")
   print(f"{result['layers']} layers x {result['embed']}, vocab {result['vocab']}, batch {result['batch']} x "
         f"{result['length']}, {result['dtype']} on {result['device']}")
   write_result(args.output, result)
