@@ -18,6 +18,7 @@ import numpy as np
 
 from flax_xalign.data import cooc
 from flax_xalign.data import pipeline
+from flax_xalign.data.vocab.fingerprint import model_sha256
 from flax_xalign.errors import UserError
 
 from . import registry
@@ -87,7 +88,8 @@ def count_task(task: str, *, split: str = "train", languages: Sequence[str] | No
   report(int(counts.tokens.sum()), stats["examples"], True)
   if stats["skipped"] and log is not None:
     log(f"cooc: skipped {stats['skipped']:,} sides in languages other than {list(languages)}")
-  source = {"task": task, "split": split, "examples": stats["examples"], "skipped_sides": stats["skipped"]}
+  source = {"task": task, "split": split, "examples": stats["examples"], "skipped_sides": stats["skipped"],
+            cooc.VOCABULARY_KEY: model_sha256(registry.get_vocabulary(task))}
   table = cooc.finalize(counts, reference_language=reference_language, drop_diagonal=drop_diagonal, source=source,
                         seconds=time.perf_counter() - start, log=log)
   if log is not None:

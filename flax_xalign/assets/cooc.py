@@ -17,8 +17,9 @@ Options (`train.asset_options = {'cooc': {...}}`):
   with `path`);
 * `drop_diagonal` (False): True leaves out X[a, a] ("the the" pairs);
 * `path` (''): a directory with `cooc.npz` + `cooc.json` to use instead of
-  counting; it must have been counted with the run's vocabulary size,
-  languages, window, reference language and diagonal rule.
+  counting; it must have been counted with the run's vocabulary (its sha256,
+  recorded in the manifest's source, and size), languages, window, reference
+  language and diagonal rule.
 
 Value (device arrays; the objective calls `ops.cooc_lookup.lookup_table`):
 
@@ -166,6 +167,11 @@ def check_info(info: Mapping[str, Any], *, run: RunSpec, settings: CoocSettings,
   problems = []
   if int(info.get("vocab_size", -1)) != run.vocabulary.size:
     problems.append(f"vocabulary size {info.get('vocab_size')} (this run: {run.vocabulary.size})")
+  counted_with = dict(info.get("source") or {}).get(cooc_data.VOCABULARY_KEY)
+  if counted_with and run.vocabulary.sha256 and counted_with != run.vocabulary.sha256:
+    # Same size, other pieces: its rows are other tokens (tables written before the hash was kept pass).
+    problems.append(f"ids of another vocabulary (sha256 {counted_with[:12]}…; this run's "
+                    f"{run.vocabulary.file}: {run.vocabulary.sha256[:12]}…)")
   if int(info.get("window", -1)) != settings.window:
     problems.append(f"window {info.get('window')} (this run's option 'window': {settings.window})")
   if bool(info.get("drop_diagonal", False)) != settings.drop_diagonal:

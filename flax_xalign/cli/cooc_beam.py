@@ -133,7 +133,10 @@ def run(argv: Sequence[str] | None = None) -> Any:
     # A UserError for bad settings, before any pipeline is built.
     cooc.empty_counts(languages=languages, vocab_size=vocab_size, window=args.window)
     shards = cooc_beam.task_shards(args.task, split=args.split, shards=args.shards)
-    source = {"task": args.task, "split": args.split}
+    from flax_xalign.data.vocab.fingerprint import model_sha256
+
+    source = {"task": args.task, "split": args.split,
+              cooc.VOCABULARY_KEY: model_sha256(tasks.get_vocabulary(args.task))}
     pipeline = cooc_beam.beam.Pipeline(options=options)
     cooc_beam.build(pipeline, settings=settings, source=source, task_shard_list=shards, **shared)
   else:

@@ -323,3 +323,22 @@ def test_exact_resume_with_the_table(tiny_corpus, tmp_path, monkeypatch):
     for key in ("loss", "mlm", "test_cooc_loss", "test_cooc_loss_checksum", "test_cooc_loss_pairs"):
       np.testing.assert_allclose(b[step][key], a[step][key], rtol=1e-6, err_msg=f"{key} at step {step}")
   assert all(a[s]["test_cooc_loss_pairs"] > 0 for s in a)  # The loss really read the table.
+
+
+def test_a_table_of_another_vocabulary_of_the_same_size_is_refused(built, tmp_path):
+  """The count records its vocabulary's sha256; a run whose vocabulary has other pieces refuses the table."""
+  import dataclasses
+
+  run, asset, value = built
+  assert asset.info["source"][cooc_data.VOCABULARY_KEY] == run.vocabulary.sha256  # the run manifest's hash
+  table_dir = tmp_path / "table"
+  asset.save(str(table_dir), value)
+  other_pieces = dataclasses.replace(run.vocabulary, sha256="f" * 64)  # same size, another model file
+  given = _run(options={"path": str(table_dir)})
+  given = dataclasses.replace(given, vocabulary=other_pieces)
+  with pytest.raises(UserError, match="ids of another vocabulary"):
+    registry.create("cooc", given).build(given)
+  reader = registry.create("cooc", given)  # a MODEL_DIR copy is checked the same way on resume
+  loaded = reader.load(str(table_dir))
+  with pytest.raises(UserError, match="ids of another vocabulary"):
+    reader.check(loaded, given)

@@ -51,6 +51,7 @@ from flax_xalign.data.cooc.table import (
     MANIFEST_FILE,
     TABLE_FILE,
     VERSION,
+    VOCABULARY_KEY,
     WEIGHTS,
     CoocTable,
     finalize,
@@ -62,7 +63,7 @@ from flax_xalign.data.cooc.table import (
 )
 
 __all__ = [
-    "DEFAULT_REFERENCE_LANGUAGE", "DEFAULT_WINDOW", "MANIFEST_FILE", "TABLE_FILE", "VERSION", "WEIGHTS",
+    "DEFAULT_REFERENCE_LANGUAGE", "DEFAULT_WINDOW", "MANIFEST_FILE", "TABLE_FILE", "VERSION", "VOCABULARY_KEY", "WEIGHTS",
     "CoocTable", "PairCounter", "PairCounts", "batches_of_members", "count_sequences", "empty_counts",
     "encoder_of", "finalize", "fingerprint", "load_table", "member_batches", "progress_logger",
     "reference_of", "save_table", "split_by_language", "summary", "text_sequences",

@@ -34,6 +34,8 @@ DEFAULT_REFERENCE_LANGUAGE = "en"
 VERSION = 1
 TABLE_FILE = "cooc.npz"
 MANIFEST_FILE = "cooc.json"
+# Key of `source` in the manifest: sha256 of the vocabulary the ids come from (`data.vocab.fingerprint`).
+VOCABULARY_KEY = "vocabulary_sha256"
 WEIGHTS = ("X[a,b] = sum_lang c_lang * sum_{d=1..n} (C[lang,d,a,b] + C[lang,d,b,a]) / (d+1); "
            "c_lang = C_ref / C_lang; log_x = float32(log X), X > 0")
 
