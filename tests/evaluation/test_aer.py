@@ -129,3 +129,23 @@ def test_plot_layer_curve(tmp_path):
   several = {("m1",) + k: v for k, v in _table().items()}
   aer.plot_layer_curve(several, str(path))
   json.dumps(aer.score([{(0, 0)}], [{(0, 0)}]).as_dict())
+
+
+def test_gold_links_outside_their_pair_are_one_error(tmp_path):
+  """A 1-indexed file, or gold of other sentences, would score links past the sentence as misses."""
+  from flax_xalign.errors import UserError
+
+  pairs = [("a b c".split(), "x y".split()), ("d e".split(), "z w v".split())]
+  good = tmp_path / "good.links"
+  good.write_text("0-0 2-1\n1-2 0?0\n", encoding="utf-8")
+  aer.check_gold_fits(aer.read_pharaoh(str(good)), pairs, gold_path="good", input_path="in")
+  shifted = tmp_path / "one.links"  # the same links counted from 1
+  shifted.write_text("1-1 3-2\n2-3 1?1\n", encoding="utf-8")
+  with pytest.raises(UserError, match=r"entry 1: link 3-2 lies outside the pair \(3 source and 2 target.*from 1"):
+    aer.check_gold_fits(aer.read_pharaoh(str(shifted)), pairs, gold_path="one", input_path="in")
+  other = tmp_path / "other.links"  # 0-indexed, but not these sentences
+  other.write_text("0-0\n1-1 4-2\n", encoding="utf-8")
+  with pytest.raises(UserError, match="entry 2: link 4-2 lies outside.*belongs to this input"):
+    aer.check_gold_fits(aer.read_pharaoh(str(other)), pairs, gold_path="other", input_path="in")
+  with pytest.raises(UserError, match="has 1 entries but input in has 2 pairs"):
+    aer.check_gold_fits(aer.read_pharaoh(str(good))[:1], pairs, gold_path="g", input_path="in")

@@ -80,9 +80,8 @@ class WordAlignment:
       return pairs, sure, None
     pairs = aer.read_pairs(self.input, setting="word_align option 'input'")
     gold = aer.read_gold(self.gold, self.gold_format, num_sentences=len(pairs))
-    if len(gold) != len(pairs):
-      raise UserError(f"word_align: gold {self.gold} has {len(gold)} entries but input {self.input} has "
-                      f"{len(pairs)} pairs; they must correspond line by line.")
+    aer.check_gold_fits(gold, pairs, gold_path=f"word_align option 'gold' {self.gold}",
+                        input_path=f"word_align option 'input' {self.input}")
     gold, pairs = gold[:self.max_pairs], pairs[:self.max_pairs]
     return pairs, [g.sure for g in gold], [g.possible for g in gold]
 

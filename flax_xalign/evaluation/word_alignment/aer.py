@@ -237,6 +237,29 @@ def read_gold(path: str, gold_format: str = "pharaoh", *, num_sentences: int | N
   raise UserError(f"unknown gold format {gold_format!r}; use one of {', '.join(GOLD_FORMATS)}.")
 
 
+def check_gold_fits(gold: Sequence[GoldLinks], pairs: Sequence[tuple[Sequence[str], Sequence[str]]], *,
+                    gold_path: str, input_path: str) -> None:
+  """UserError unless gold has one entry per pair and every link lies inside its pair's words.
+
+  A link past a sentence's last word would be scored as a miss (a wrong AER,
+  silently); the usual cause is a file that counts words from 1, or a gold
+  file of other sentences.
+  """
+  if len(gold) != len(pairs):
+    raise UserError(f"gold {gold_path} has {len(gold)} entries but input {input_path} has {len(pairs)} pairs; they "
+                    "must correspond line by line.")
+  for number, (links, (src, tgt)) in enumerate(zip(gold, pairs), start=1):
+    outside = sorted((i, j) for i, j in links.possible if i >= len(src) or j >= len(tgt))
+    if outside:
+      i, j = outside[0]
+      uses_zero = any(0 in link for entry in gold for link in entry.possible)
+      hint = ("no link of the file uses word 0: it probably counts words from 1 (Pharaoh files are 0-indexed; "
+              "subtract 1 from every index)" if not uses_zero else
+              "check that the gold file belongs to this input, line by line")
+      raise UserError(f"gold {gold_path}, entry {number}: link {i}-{j} lies outside the pair ({len(src)} source and "
+                      f"{len(tgt)} target words on line {number} of {input_path}); {hint}.")
+
+
 def _format_links(links: Iterable[Link] | GoldLinks) -> str:
   if isinstance(links, GoldLinks):
     marked = [(i, j, "-") for i, j in links.sure]
