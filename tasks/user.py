@@ -54,6 +54,7 @@ malformed TSV row stop with a `UserError` naming the file (and line).
 import dataclasses
 import glob
 import os
+import stat
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from flax_xalign import errors
@@ -105,10 +106,28 @@ def _absolute(path: str) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+def _not_readable_as_text(path: str) -> Optional[str]:
+  """Why a glob's match cannot be read as a text file (None: a regular file or a folder)."""
+  if os.path.islink(path) and not os.path.exists(path):
+    return "is a symbolic link to nothing (its target is gone, or the links loop)"
+  try:
+    mode = os.stat(path).st_mode
+  except OSError as e:
+    return f"cannot be read ({e.strerror})"
+  if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+    return None
+  return "is not a regular file (a FIFO, socket or device)"
+
+
 def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
   paths = []
   for pattern in globs:
     matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    for match in matches:  # Never drop a shard silently: a match that is no file is an error.
+      problem = _not_readable_as_text(match)
+      if problem:
+        raise errors.UserError(f"Task {task!r}, split {split!r}: {match} (from {pattern}) {problem}; fix or remove "
+                               "it, or narrow the files= setting.")
     if not matches:
       kind = "file" if glob.escape(pattern) == pattern else "glob"
       what = "does not exist" if kind == "file" else "matches no file"

@@ -106,6 +106,30 @@ def test_missing_files_and_globs(tmp_path, model):
     _build("u_missing", split="validation")
 
 
+def test_a_glob_match_that_is_no_file_is_an_error_not_a_dropped_shard(tmp_path, model):
+  import os
+
+  shards = tmp_path / "shards"
+  shards.mkdir()
+  _write(shards, "a.txt", "hello world\n")
+  os.symlink(shards / "gone.txt", shards / "b.txt")  # dangling: its target does not exist
+  user.TextTask(name="u_dangling", files={"train": str(shards / "*.txt")}, lang="en",
+                vocabulary_path=model).register()
+  with pytest.raises(errors.UserError, match=r"b.txt \(from .*\*.txt\) is a symbolic link to nothing"):
+    _build("u_dangling")
+  os.remove(shards / "b.txt")
+  os.mkfifo(shards / "c.txt")
+  user.TextTask(name="u_fifo", files={"train": str(shards / "*.txt")}, lang="en", vocabulary_path=model).register()
+  with pytest.raises(errors.UserError, match=r"c.txt .* is not a regular file \(a FIFO"):
+    _build("u_fifo")
+  os.remove(shards / "c.txt")
+  os.symlink(shards / "d.txt", shards / "e.txt")
+  os.symlink(shards / "e.txt", shards / "d.txt")  # a loop
+  user.TextTask(name="u_loop", files={"train": str(shards / "*.txt")}, lang="en", vocabulary_path=model).register()
+  with pytest.raises(errors.UserError, match=r"d.txt .* symbolic link to nothing .*loop"):
+    _build("u_loop")
+
+
 def test_unknown_names_suggest_close_matches(model):
   with pytest.raises(errors.UserError) as info:
     tasks.resolve("bible_en_mlmm")
