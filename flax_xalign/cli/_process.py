@@ -194,9 +194,13 @@ class KnownNoise(logging.Filter):
   re-raising any failure of a mixture's task: for a UserError (which names the
   file and line) that is a second error line, so it is held back (`held`) and
   printed only when the failure turns out to be a crash (`gin_cli.run`).
+  seqio warns "T5 library uses PAD_ID=0" on every load of a SentencePiece
+  model whose pad id is another (XLM-R's layout: <pad> = 1); our special ids
+  are read from the model itself (`data.vocab.specials`), never seqio's
+  constant, so the line says nothing.
   """
 
-  PREFIXES = ("Path not found:", "Using an uncached FunctionDataset")
+  PREFIXES = ("Path not found:", "Using an uncached FunctionDataset", "T5 library uses PAD_ID")
   HOLD = ("Failed to load task",)
 
   def __init__(self):
