@@ -122,3 +122,24 @@ def test_old_module_paths_still_run_their_command(module, needle, tmp_path):
                         timeout=300, env={**os.environ, "HOME": str(tmp_path)})
   assert done.returncode == 0 and done.stdout.startswith("usage:") and needle in done.stdout, done.stderr[-2000:]
   assert done.stderr == "", done.stderr[-2000:]
+
+
+def test_ctrl_c_in_a_gin_command_is_one_line_and_exit_130(monkeypatch, capsys):
+  import gin
+
+  from flax_xalign import gin_cli
+
+  def interrupted(**_):
+    raise KeyboardInterrupt
+
+  real = gin.get_configurable
+  monkeypatch.setattr(gin, "get_configurable", lambda name: interrupted if name == "flax_xalign.eval_job" else
+                      real(name))
+  try:
+    code, result = gin_cli.run(["--gin_file=runs/eval.gin", "--gin.MODEL_DIR='nowhere'"], description="eval",
+                               configurable="eval_job")
+  finally:
+    gin.clear_config()
+  assert (code, result) == (130, None)
+  err = capsys.readouterr().err
+  assert err.strip().splitlines() == ["interrupted (Ctrl-C); nothing was left half-written"], err
