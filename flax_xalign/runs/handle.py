@@ -52,17 +52,29 @@ class Run:
 
   @classmethod
   def open(cls, model_dir: str | os.PathLike | RunDir, *, step: int | None = None) -> "Run":
-    """The run in `model_dir` at `step` (the latest by default); reads only its manifest.
+    """The run in `model_dir` at `step` (by default the newest complete one); reads only its manifest.
+
+    A damaged newer step (an interrupted save, a deleted item) is named in
+    one warning line and skipped: readers never move or change a run's files.
 
     Raises:
-      UserError: no finished checkpoint in `model_dir`, or a step that is
-        missing or damaged.
+      UserError: no finished checkpoint in `model_dir`, no complete one, or a
+        given step that is missing or damaged.
     """
+    import sys
+
+    from flax_xalign.training import checkpoints as checkpoints_lib
+
     run_dir = model_dir if isinstance(model_dir, RunDir) else RunDir(os.fspath(model_dir))
     latest = run_checkpoints.find_latest_step(run_dir.path)
     if latest is None:
       raise UserError(f"{run_dir.path} has no checkpoint to evaluate; train first (python -m flax_xalign.train).")
-    step = latest if step is None else int(step)
+    if step is None:
+      step, damaged = checkpoints_lib.newest_readable_step(run_dir.path)
+      for error in damaged:
+        print(f"warning: checkpoint step {error.step} of {run_dir.path} is damaged ({error.what}); reading step "
+              f"{step}, the newest complete one", file=sys.stderr, flush=True)
+    step = int(step)
     _, spec, fingerprints = run_checkpoints.read_run_spec(run_dir.path, step=step)
     return cls(dir=run_dir, step=step, latest_step=latest, spec=spec, fingerprints=dict(fingerprints))
 

@@ -177,3 +177,20 @@ def test_run_dir_from_user_expands_and_refuses_as_check_model_dir(tmp_path, monk
   with pytest.raises(UserError, match="is a file"):
     RunDir.from_user(str(tmp_path / "f"))
   assert RunDir.from_user(str(tmp_path / "f"), writable=False).path == str(tmp_path / "f")
+
+
+def test_a_damaged_newest_step_is_skipped_with_one_warning_and_left_in_place(trained, tmp_path, capfd):
+  import shutil
+
+  model_dir, _ = trained
+  copy = tmp_path / "model"
+  shutil.copytree(model_dir, copy)
+  newest = max(int(p.name) for p in (copy / "checkpoints").iterdir() if p.name.isdigit())
+  shutil.rmtree(copy / "checkpoints" / str(newest) / "state")  # an interrupted or hand-damaged save
+  before = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
+  run = Run.open(str(copy))
+  assert run.step < newest and run.latest_step == newest
+  err = capfd.readouterr().err.strip().splitlines()
+  assert err == [f"warning: checkpoint step {newest} of {copy} is damaged (state/ is missing); reading step "
+                 f"{run.step}, the newest complete one"], err
+  assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before  # a reader moves nothing
