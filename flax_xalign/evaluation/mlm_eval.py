@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -61,7 +62,8 @@ def evaluate(
     baseline_batches: training batches sampled for the unigram baseline.
     seed: masking seed (fixed: evaluations are repeatable).
     num_partitions: 'model' mesh axis size.
-    output: file name inside model_dir (None: do not write).
+    output: file name inside model_dir (None: do not write); the default,
+      eval.json, is eval.<split>.json for a split other than validation.
     relocate: recorded data folder -> its new place, for a run trained on
       files that have moved since (the run manifest records absolute paths),
       e.g. {"/old/data": "/new/data"}.
@@ -144,8 +146,16 @@ def evaluate(
   if alignment is not None:
     results["alignment"] = alignment
   if output and jax.process_index() == 0:
-    write_atomically(run_dir.file(output), json.dumps(results, indent=2))
+    write_atomically(run_dir.file(output_file(output, split)), json.dumps(results, indent=2))
   return results
+
+
+def output_file(output: str, split: str) -> str:
+  """eval.json for the validation split, eval.<split>.json for another: two splits never overwrite one file."""
+  if output != EVAL_JSON or split == "validation":
+    return output
+  stem, extension = os.path.splitext(EVAL_JSON)
+  return f"{stem}.{split}{extension}"
 
 
 def format_table(results: Mapping[str, Any]) -> str:

@@ -24,6 +24,16 @@ def test_eval_scores_the_shared_run(shared_run_copy, capsys):
   assert "held-out masked-token accuracy" in capsys.readouterr().out
 
 
+def test_eval_of_another_split_writes_its_own_file(shared_run_copy):
+  assert eval_main.main([f"--gin.MODEL_DIR='{shared_run_copy}'", "--gin.SPLIT='validation'", "--gin.BATCH_SIZE=6",
+                         "--gin.evaluate.baseline_batches=2", "--gin.evaluate.max_batches=1"]) == 0
+  validation = (shared_run_copy / "eval.json").read_bytes()
+  assert eval_main.main([f"--gin.MODEL_DIR='{shared_run_copy}'", "--gin.SPLIT='train'", "--gin.BATCH_SIZE=6",
+                         "--gin.evaluate.baseline_batches=2", "--gin.evaluate.max_batches=1"]) == 0
+  assert (shared_run_copy / "eval.json").read_bytes() == validation  # not overwritten by the train split
+  assert json.loads((shared_run_copy / "eval.train.json").read_text())["split"] == "train"
+
+
 def test_eval_of_missing_model_dir_creates_nothing(tmp_path, capfd):
   missing = tmp_path / "typo"
   outcome = harness.run_main(capfd, "eval", [f"--gin.MODEL_DIR='{missing}'"])
