@@ -138,7 +138,7 @@ def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inp
     raise UserError(f"{setting} is empty; name the file to write.")
   path = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
-    if os.path.lexists(source) and _same_path(path, source):
+    if _same_path(path, source):
       raise UserError(f"{setting} {text} is the {flag} file; the output would replace it: name another file.")
   if os.path.isdir(path):
     raise UserError(f"{setting} {text} is a folder; name a file to write (e.g. {os.path.join(text, 'out.txt')}).")

@@ -129,9 +129,30 @@ def _scores_line(scores) -> str:
           f"AER {100 * scores.aer:.1f}  ({scores.num_predicted} links, {scores.num_sure} sure)")
 
 
+def check_files(args: argparse.Namespace) -> None:
+  """The output is none of the inputs and can be written; the inputs can be read (before any work)."""
+  from flax_xalign import fileio
+
+  inputs = {"--input": args.input, "--gold": args.gold, "--vocabulary": args.vocabulary}
+  if args.bible_gold:  # Its gold is written beside --output, then read back as --input and --gold.
+    folder = os.path.dirname(os.path.abspath(args.output))
+    inputs = {"--bible_gold": [os.path.join(folder, f"grc_en.{args.bible_gold}.{ext}") for ext in ("tsv", "pharaoh")]}
+  fileio.check_output_file(args.output, inputs=inputs)
+  if args.sweep:
+    fileio.check_output_file(_plot_path(args.output), setting="--output's plot", inputs=inputs)
+  for flag, path in inputs.items():
+    if path and not args.bible_gold:
+      fileio.check_input_file(path, setting=flag)
+
+
+def _plot_path(output: str) -> str:
+  return os.path.splitext(output)[0] + "_layers.png"
+
+
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.evaluation.word_alignment import aer
   from flax_xalign.evaluation.word_alignment import word_align
+  check_files(args)
   if args.bible_gold:
     if args.input or args.gold:
       raise UserError("--bible_gold replaces --input and --gold; pass one or the other.")
@@ -169,7 +190,7 @@ def run(args: argparse.Namespace) -> None:
     sure, possible = [g.sure for g in gold], [g.possible for g in gold]
     table = {key: aer.score(links, sure, possible) for key, links in every.items()}
     print(aer.format_table(table, title=f"{os.path.basename(args.gold)}, {options.similarity} similarity"))
-    plot = os.path.splitext(args.output)[0] + "_layers.png"
+    plot = _plot_path(args.output)
     aer.plot_layer_curve(table, plot, title=f"{aligner.src_lang}-{aligner.tgt_lang} word alignment")
     print(f"wrote {plot}")
     pinned = [k for k in table if args.method in (None, k[0]) and args.layer in (None, k[1])]

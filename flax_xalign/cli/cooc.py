@@ -93,6 +93,21 @@ def count_text(inputs: Sequence[tuple[str, str]], *, vocabulary: str, window: in
   return table
 
 
+def check_files(args: argparse.Namespace) -> None:
+  """--output is a new, empty or earlier cooc folder holding none of the inputs; the inputs can be read."""
+  from flax_xalign import fileio
+  from flax_xalign.data import cooc
+
+  own = {cooc.TABLE_FILE, cooc.MANIFEST_FILE}
+  texts = [spec.rpartition(":")[0] for spec in args.text]
+  fileio.check_output_folder(args.output, inputs={"--text": texts, "--vocabulary": args.vocabulary},
+                             owned=lambda folder: set(os.listdir(folder)) <= own,
+                             what=f"a cooc table ({cooc.TABLE_FILE}, {cooc.MANIFEST_FILE})")
+  for path in texts + ([args.vocabulary] if args.vocabulary else []):
+    if path and os.path.exists(path):  # A missing one is named with its flag below.
+      fileio.check_input_file(path, setting="--text" if path in texts else "--vocabulary")
+
+
 def count(args: argparse.Namespace) -> None:
   from flax_xalign.data import cooc
 
@@ -103,6 +118,7 @@ def count(args: argparse.Namespace) -> None:
     raise UserError("--output=DIR is missing: the directory to write cooc.npz and cooc.json into.")
   if args.window < 1:
     raise UserError(f"--window must be an integer >= 1 (n of the ±n window; the paper: 2), got {args.window}.")
+  check_files(args)
   if args.task:
     from flax_xalign.tasks import cooc_input  # (registers the embedded tasks)
 

@@ -51,6 +51,7 @@ from flax_xalign.data.sources import debian
 from flax_xalign.data.sources import paths
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser, UserError
+from flax_xalign.fileio import check_output_folder
 
 ROOT_ENV = "FLAX_XALIGN_DEBIAN_ROOT"
 
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> dict:
   if not os.path.isdir(args.root):
     raise UserError(f"--root={args.root} is not a folder; pass where the packages are installed (/) or "
                     "unpacked with dpkg-deb -x.")
+  check_output_folder(output, owned=lambda folder: os.path.isfile(os.path.join(folder, "manifest.json")),
+                      what="an earlier debian_data output (manifest.json)")
   print(f"reading Debian packages under {args.root}, writing {output}", flush=True)
   manifest = debian.build(args.root, output, languages=_codes(args.languages, "languages"),
                           sources=_codes(args.sources, "sources"), max_translations=args.max_translations,

@@ -231,6 +231,34 @@ def e5_demo(model_dir: str, align_steps: int | None, *, so_steps: int = DEMO_SO_
   return 0
 
 
+# What the demo writes into its --model_dir: runs (each a MODEL_DIR), eflomal's links, the scores and the plot.
+DEMO_RUNS = ("cold", "xlm_align", "e5", "so_eflomal")
+DEMO_FILES = ("bible_links", "aer", "aer.json", "aer_layers.png")
+
+
+def is_demo_dir(folder: str) -> bool:
+  """Whether `folder` holds only what a demo writes (so --fresh may delete it and a rerun may write into it)."""
+  from flax_xalign.run_dir import is_run_dir
+
+  for name in os.listdir(folder):
+    path = os.path.join(folder, name)
+    if name in DEMO_RUNS and os.path.isdir(path) and (is_run_dir(path) or not os.listdir(path)):
+      continue
+    if name not in DEMO_FILES:
+      return False
+  return True
+
+
+def _check_model_dir(args: argparse.Namespace) -> None:
+  """--model_dir is new, empty or an earlier demo's; --fresh deletes only the latter (before any work)."""
+  from flax_xalign.fileio import check_output_folder
+
+  what = f"an earlier demo's (only {', '.join(DEMO_RUNS + DEMO_FILES)})"
+  check_output_folder(args.model_dir, setting="--model_dir", owned=is_demo_dir, what=what)
+  if args.fresh and os.path.isdir(args.model_dir):
+    shutil.rmtree(args.model_dir)
+
+
 def _e5_main(args: argparse.Namespace) -> int:
   if args.steps is not None:
     raise UserError("--steps is the from-scratch demo's pretraining; with --start=e5 use --align_steps=N.")
@@ -259,8 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--fresh", action="store_true", help="delete model_dir first")
   args = parser.parse_args(argv)
   args.model_dir = args.model_dir or ("runs/demo_e5" if args.start == "e5" else "runs/demo")
-  if args.fresh and os.path.isdir(args.model_dir):
-    shutil.rmtree(args.model_dir)
+  code = run_command(lambda: _check_model_dir(args))
+  if code:
+    return code
   if args.start == "e5":
     status = [0]  # A stage's own failure was printed by that stage; keep its exit status.
     return run_command(lambda: status.__setitem__(0, _e5_main(args))) or status[0]

@@ -35,9 +35,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
+  from flax_xalign.fileio import check_output_folder
   from flax_xalign.interop.e5_small import import_e5_small
   from flax_xalign.interop.trim import import_maybe_trimmed
 
+  check_output_folder(args.output, inputs={"--data_dir": args.data_dir})
   def write(output: str) -> None:
     import_e5_small(output, languages=args.languages.split(","), data_dir=args.data_dir)
 

@@ -29,7 +29,8 @@ import sys
 from collections.abc import Sequence
 
 from flax_xalign.cli import common
-from flax_xalign.errors import ArgumentParser, UserError
+from flax_xalign.errors import ArgumentParser
+from flax_xalign.fileio import makedirs
 
 
 def parse_args(argv: Sequence[str]):
@@ -64,15 +65,22 @@ def run(args) -> None:
   from flax_xalign.cli import align as align_cli
   from flax_xalign.evaluation.word_alignment import statistical
 
+  from flax_xalign import fileio
+  from flax_xalign.data.sources import bible
+
   if args.input:
-    if os.path.abspath(args.output) == os.path.abspath(args.input):
-      raise UserError(f"--output {args.output} is the --input file; name another file for the links.")
+    fileio.check_output_file(args.output, inputs={"--input": args.input})
+    fileio.check_input_file(args.input, setting="--input")
     pairs = align_cli.read_pairs(args.input)
     print(f"eflomal: aligning {len(pairs)} pairs of {args.input} ...", flush=True)
     result = statistical.run_eflomal(pairs)
     statistical.write_links(args.output, _combine(result, args.symmetrize))
     print(f"wrote {args.output}: {args.symmetrize}, {len(pairs)} lines ({result.seconds:.1f} s)")
     return
+  own = {f"{split}.{ext}" for split in bible.SPLITS for ext in ("tsv", "links")} | {"NOTICE"}
+  fileio.check_output_folder(args.output_dir, setting="--output_dir",
+                             owned=lambda folder: set(os.listdir(folder)) <= own,
+                             what="an earlier --bible output (<split>.tsv, <split>.links, NOTICE)")
   result, _ = bible_links(args.output_dir, symmetrize=args.symmetrize, verbose=True)
   print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
 
@@ -92,7 +100,7 @@ def bible_links(output_dir: str, *, symmetrize: str = "grow-diag-final-and", ver
     print(f"eflomal: aligning all {len(pairs)} New Testament verse pairs ...", flush=True)
   result = statistical.run_eflomal(pairs)
   links = _combine(result, symmetrize)
-  os.makedirs(output_dir, exist_ok=True)
+  makedirs(output_dir, setting="--output_dir")
   for split, indices in splits.items():
     tsv = os.path.join(output_dir, f"{split}.tsv")
     aer.write_atomically(tsv, "".join(f"{' '.join(pairs[k][0])}\t{' '.join(pairs[k][1])}\n" for k in indices))

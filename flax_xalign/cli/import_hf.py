@@ -45,9 +45,11 @@ def _codes(text: str, flag: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> None:
+  from flax_xalign.fileio import check_output_folder
   from flax_xalign.interop.import_hf import import_hf
   from flax_xalign.interop.trim import import_maybe_trimmed
 
+  check_output_folder(args.output, inputs={"--source": args.source})
   languages = _codes(args.languages, "--languages")
   pair = _codes(args.language_pair, "--language_pair")
   if pair and len(pair) != 2:

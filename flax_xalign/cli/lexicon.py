@@ -29,8 +29,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.data.sources import lexicon
-  from flax_xalign.fileio import write_atomically
+  from flax_xalign.fileio import check_output_file, write_atomically
 
+  check_output_file(args.output)
   rows = lexicon.greek_english_lexicon(args.split, min_count=args.min_count)
   write_atomically(args.output, lexicon.format_lexicon(rows))
   print(f"wrote {args.output}: {len(rows)} Greek words ({args.split} books, min_count {args.min_count})")

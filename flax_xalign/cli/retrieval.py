@@ -35,6 +35,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from flax_xalign import fileio
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser
 from flax_xalign.evaluation.retrieval import BIBLE_SPLITS, RetrievalOptions, read_pairs  # noqa: F401
@@ -75,6 +76,10 @@ def run(args: argparse.Namespace) -> dict:
   from flax_xalign.runs import Run
 
   options = options_of(args).check()  # Bad flags are reported before the run is read.
+  if args.output is not None:
+    fileio.check_output_file(args.output, inputs={"--tsv": args.tsv})
+  if args.tsv:
+    fileio.check_input_file(args.tsv, setting="--tsv")
   result = evaluate_retrieval(Run.open(common.existing_model_dir(args.model_dir)), options,
                               log=lambda line: print(line, flush=True))
   print(json.dumps(result), flush=True)

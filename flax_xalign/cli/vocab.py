@@ -49,6 +49,11 @@ def _read_lines(files: Sequence[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> str:
+  from flax_xalign import fileio
+
+  fileio.check_output_file(args.output + ".model", inputs={"--input": args.input})
+  for name in args.input:
+    fileio.check_input_file(name, setting="--input file")
   lines = _read_lines(args.input)
   from flax_xalign.data.vocab import sentencepiece as vocab
 

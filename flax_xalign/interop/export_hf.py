@@ -126,9 +126,9 @@ def write_hf_directory(output: str, hf_config: Mapping[str, Any], state: Mapping
   """Writes config.json, model.safetensors, the tokenizer files and NOTICE; returns the file names."""
   import safetensors.numpy
 
-  from flax_xalign.fileio import write_atomically
+  from flax_xalign.fileio import makedirs, write_atomically
 
-  os.makedirs(output, exist_ok=True)
+  makedirs(output, setting="--output")
   write_atomically(os.path.join(output, "config.json"), json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
   # transformers reads safetensors whose metadata names the framework.
   safetensors.numpy.save_file(dict(state), os.path.join(output, "model.safetensors"), metadata={"format": "pt"})

@@ -445,9 +445,14 @@ def read_hf_config(path: str) -> dict[str, Any]:
 def _load_safetensors(path: str) -> dict[str, np.ndarray]:
   # bfloat16 tensors load as ml_dtypes.bfloat16 (registered with numpy by
   # jax, which models.config imports); params_from_hf casts them.
+  import safetensors
   import safetensors.numpy
 
-  return dict(safetensors.numpy.load_file(path))
+  try:
+    return dict(safetensors.numpy.load_file(path))
+  except safetensors.SafetensorError as e:  # A truncated or damaged file (a download that stopped).
+    raise UserError(f"cannot read {path}: not a complete safetensors file ({e}); download or save it "
+                    "again.") from e
 
 
 def _load_torch(path: str) -> dict[str, np.ndarray]:

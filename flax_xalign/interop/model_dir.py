@@ -20,7 +20,6 @@ matter only to a model with language embeddings).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -28,7 +27,7 @@ import numpy as np
 
 from flax_xalign.assets.vocabulary import VocabularyAsset, spec_of
 from flax_xalign.errors import UserError
-from flax_xalign.fileio import write_atomically
+from flax_xalign.fileio import makedirs, write_atomically
 from flax_xalign.models.config import MODEL_GIN_FILE, EncoderConfig, architecture_gin
 from flax_xalign.run_dir import RunDir
 from flax_xalign.run_spec import RunSpec
@@ -72,7 +71,7 @@ def write_model_dir(output: str, *, config: EncoderConfig, params: Mapping[str, 
                 vocabulary=spec, model=config, objectives={})
   value = asset.build(run)
   run = run.replace(assets={"vocabulary": asset.fingerprint(value)})
-  os.makedirs(output, exist_ok=True)
+  makedirs(output, setting="--output")
   run_dir = RunDir(output)
   asset.save(run_dir.assets, value)
   write_atomically(run_dir.origin, json.dumps(dict(origin or {}), indent=2, sort_keys=True))

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import makedirs
 
 _SPLITS = ("train", "validation", "test")
 
@@ -191,7 +192,7 @@ def import_trimmed(import_into: Callable[[str], Any], output: str, task: str, *,
 
   tasks.task_names(task)  # An unknown task fails before the import's work.
   parent = os.path.dirname(os.path.abspath(output))
-  os.makedirs(parent, exist_ok=True)
+  makedirs(parent, setting="--output")
   scratch = tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(output)) + ".untrimmed.", dir=parent)
   try:
     import_into(os.path.join(scratch, "model"))

@@ -28,13 +28,14 @@ from flax_xalign.assets import registry as asset_registry
 from flax_xalign.assets import vocabulary as vocabulary_asset
 from flax_xalign.data.vocab.specials import check_pair_layout
 from flax_xalign.errors import UserError
+from flax_xalign.fileio import check_output_folder, makedirs
 from flax_xalign.models import flops as flops_lib
 from flax_xalign.models.config import ARCHITECTURE_FIELDS, MODEL_GIN_FILE, EncoderConfig
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives import base as objectives_lib
 from flax_xalign.objectives.masking import max_predictions_for
 from flax_xalign.objectives.model import MaskingConfig, PretrainingModel
-from flax_xalign.run_dir import RunDir
+from flax_xalign.run_dir import NOT_A_RUN, RunDir, is_run_dir
 from flax_xalign.training import asset_setup
 from flax_xalign.training import checkpoints as checkpoints_lib
 from flax_xalign.training import metrics as metrics_lib
@@ -178,6 +179,8 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
   """
   c = TrainConfig(**settings) if config is None else config.replace(**settings)
   model_dir = model_dir_lib.check_model_dir(c.model_dir)
+  # A user's own non-empty folder is never written into (its config.gin and metrics.jsonl were overwritten).
+  check_output_folder(model_dir, setting="MODEL_DIR", owned=is_run_dir, what=NOT_A_RUN)
   validate.check_settings(
       train_steps=c.train_steps, batch_size=c.batch_size, log_every=c.log_every, eval_every=c.eval_every,
       eval_batches=c.eval_batches, checkpoint=c.checkpoint, replicate_limit_bytes=c.replicate_limit_bytes,
@@ -250,7 +253,7 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
 
   # From here on MODEL_DIR is written: one writer at a time (process 0 holds the lock for the job).
   with model_dir_lib.lock(model_dir):
-    os.makedirs(model_dir, exist_ok=True)
+    makedirs(model_dir, setting="MODEL_DIR")
     for error in damaged:  # Newest first; `latest` is the newest step whose meta reads.
       checkpoints_lib.warn_damaged(error, checkpoints_lib.move_damaged_step(error), latest)
     if jax.process_index() == 0:

@@ -46,6 +46,12 @@ ENTRY_POINTS = {
     "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
     "cache": "flax_xalign.cache",
     "eflomal": "flax_xalign.eflomal",
+    "bli": "flax_xalign.cli.bli",
+    "cooc": "flax_xalign.cli.cooc",
+    "export_hf": "flax_xalign.cli.export_hf",
+    "import_hf": "flax_xalign.cli.import_hf",
+    "e5_small": "flax_xalign.cli.e5_small",
+    "compile_check": "flax_xalign.cli.compile_check",
     # `train` where TensorFlow, tensorflow_text and seqio cannot be imported (tests/training/no_tf_train.py).
     "train_without_tf": "tests.training.no_tf_train",
 }

@@ -28,7 +28,7 @@ import flax_xalign
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
-from flax_xalign.fileio import no_space_error, write_atomically
+from flax_xalign.fileio import check_output_folder, no_space_error, write_atomically
 
 SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per process on large caches.
 
@@ -54,7 +54,14 @@ def check_output(root: str, split: str, *, overwrite: bool) -> str:
                     "replace it.")
   if os.path.exists(root) and not os.path.isdir(root):
     raise UserError(f"--output={root} is a file, not a folder; name a folder for the cache.")
+  check_output_folder(root, owned=_is_cache, what="a packed cache (<split>/manifest.json per entry)")
   return target
+
+
+def _is_cache(root: str) -> bool:
+  """Whether every entry of `root` is a split of a packed cache, or a killed write's temporary folder."""
+  return all(format_lib.has_split(root, name) or (name.startswith(".") and ".tmp-" in name)
+             for name in os.listdir(root))
 
 
 def layout_of(info: format_lib.Manifest) -> tuple[tuple[tuple[str, str], ...], dict[str, int]]:
