@@ -7,10 +7,12 @@ anything runs.
 `lock` makes a run the only writer of its MODEL_DIR: two trainers on one
 folder used to both exit 0 with their metrics interleaved and, with different
 settings, two trajectories mixed in the checkpoints. The lock is
-`fcntl.flock(LOCK_EX | LOCK_NB)` on MODEL_DIR/.lock, so the kernel releases it
-when the holder dies, however it dies; the holder writes who it is (pid, host,
-start time, command) into the file for the refusal message. The file stays
-after the run: deleting it would race with a new run that has just opened it.
+`fcntl.flock(LOCK_EX | LOCK_NB)` on the MODEL_DIR folder itself and on
+MODEL_DIR/.lock, so the kernel releases it when the holder dies, however it
+dies, and deleting .lock while a run trains does not free the folder (the
+folder's own lock still holds); the holder writes who it is (pid, host, start
+time, command) into .lock for the refusal message. The file stays after the
+run: deleting it would race with a new run that has just opened it.
 Where the file system has no flock (some network file systems answer ENOLCK or
 EOPNOTSUPP) the owner record is the lock: held while its pid lives on this
 host; a record left by a dead process on this host is stale and taken over
@@ -59,25 +61,49 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
     return
   makedirs(model_dir, setting="MODEL_DIR")
   path = RunDir(model_dir).lock
-  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+  folder_fd = os.open(model_dir, os.O_RDONLY | os.O_DIRECTORY)
   try:
+    # The folder's own lock first: it holds even when someone deletes .lock under a running trainer.
     try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      flocked = True
+      fcntl.flock(folder_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-      raise _in_use(model_dir, _read_owner(fd)) from None
+      raise _in_use(model_dir, _owner_of(path), flocked=True) from None
     except OSError as e:
       if e.errno not in _NO_FLOCK:
         raise
-      flocked = False
-      _claim_without_flock(model_dir, _read_owner(fd))
-    _write_owner(fd)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-      yield
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        flocked = True
+      except BlockingIOError:
+        raise _in_use(model_dir, _read_owner(fd), flocked=True) from None
+      except OSError as e:
+        if e.errno not in _NO_FLOCK:
+          raise
+        flocked = False
+        _claim_without_flock(model_dir, _read_owner(fd))
+      _write_owner(fd)
+      try:
+        yield
+      finally:
+        os.ftruncate(fd, 0)  # A record without a holder would read as a stale lock where flock is missing.
+        if flocked:
+          fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
-      os.ftruncate(fd, 0)  # A record without a holder would read as a stale lock where flock is missing.
-      if flocked:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+      os.close(fd)
+  finally:
+    os.close(folder_fd)  # Closing the folder's descriptor releases its lock.
+
+
+def _owner_of(path: str) -> dict:
+  """The owner record in the file at `path` ({} when it is gone or unreadable)."""
+  try:
+    fd = os.open(path, os.O_RDONLY)
+  except OSError:
+    return {}
+  try:
+    return _read_owner(fd)
   finally:
     os.close(fd)
 
@@ -119,15 +145,22 @@ def _claim_without_flock(model_dir: str, owner: dict) -> None:
   if not isinstance(pid, int) or isinstance(pid, bool):
     return
   if owner.get("host") != socket.gethostname() or _pid_alive(pid):
-    raise _in_use(model_dir, owner)
+    raise _in_use(model_dir, owner, flocked=False)
   print(f"warning: MODEL_DIR {model_dir} was locked by pid {pid} on this host, which has ended; taking the "
         "lock over.", file=sys.stderr, flush=True)
 
 
-def _in_use(model_dir: str, owner: dict) -> UserError:
+def _in_use(model_dir: str, owner: dict, *, flocked: bool) -> UserError:
+  """The refusal; only without flock (where a dead run's record stays a lock) is deleting .lock advised."""
   pid = owner.get("pid", "?")
-  who = f"pid {pid} on host {owner.get('host', '?')}, since {owner.get('started', '?')}"
-  return UserError(
-      f"MODEL_DIR {model_dir} is in use by another run ({who}); wait for it to finish or stop it "
-      f"(kill {pid}), or choose another MODEL_DIR. If that run is gone (e.g. it ran on another host of a "
-      f"network file system), delete {RunDir(model_dir).lock} and rerun.")
+  who = (f"pid {pid} on host {owner.get('host', '?')}, since {owner.get('started', '?')}" if owner
+         else "its record in .lock was deleted")
+  if flocked:
+    advice = ("The lock is the kernel's: it is released the moment that run ends, however it ends, so there "
+              "is no file to delete.")
+  else:
+    advice = (f"This file system has no flock: if that run is gone (e.g. it ran on another host of a network "
+              f"file system), delete {RunDir(model_dir).lock} and rerun.")
+  stop = f"stop it (kill {pid})" if owner else "stop it"
+  return UserError(f"MODEL_DIR {model_dir} is in use by another run ({who}); wait for it to finish or {stop}, "
+                   f"or choose another MODEL_DIR. {advice}")

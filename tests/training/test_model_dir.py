@@ -204,3 +204,17 @@ def test_without_flock_a_live_owner_or_another_host_is_respected(tmp_path, no_fl
   with pytest.raises(UserError, match="on host elsewhere.*delete .*\\.lock and rerun"):
     with model_dir_lib.lock(folder, process_index=0):
       pass
+
+
+def test_deleting_the_lock_file_under_a_holder_does_not_admit_a_second_writer(tmp_path):
+  """The folder itself is locked too: removing .lock (which the old message advised) frees nothing."""
+  folder = str(tmp_path / "run")
+  with model_dir_lib.lock(folder, process_index=0):
+    os.remove(os.path.join(folder, ".lock"))
+    with pytest.raises(UserError, match=r"in use by another run \(its record in .lock was deleted\).*no file to "
+                                        "delete") as info:
+      with model_dir_lib.lock(folder, process_index=0):
+        pass
+    assert "delete " + os.path.join(folder, ".lock") not in str(info.value)
+  with model_dir_lib.lock(folder, process_index=0):  # Released with the holder.
+    pass
