@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from typing import Any, Sequence
 
 from flax_xalign.cli import setup_process
+from flax_xalign.cli.experiments import harness
 from flax_xalign.errors import ArgumentParser, report
 from flax_xalign.fileio import save_figure, write_atomically
 
@@ -195,11 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       if "trans" not in transform.split("_"):
         raise UserError(f"transform {transform!r} has no transliteration ('trans'): the alignment score and "
                         "the dictionary objectives need the one-to-one token map it creates.")
+    harness.prepare_driver_dir(args.model_dir, fresh=args.fresh)
   except UserError as e:
     return report(e)
-  if args.fresh and os.path.isdir(args.model_dir):
-    shutil.rmtree(args.model_dir)
-  os.makedirs(args.model_dir, exist_ok=True)
   results_path = os.path.join(args.model_dir, "results.json")
   done = {}
   if os.path.exists(results_path):

@@ -121,6 +121,41 @@ def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[st
   return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}
 
 
+RESULT_FILES = ("results.json", "results.md")
+DRIVER_DIR = "a driver's output (results.json, results.md, plots and folders of flax_xalign runs)"
+
+
+def is_driver_dir(folder: str) -> bool:
+  """Whether `folder` holds only what a driver writes: its results and plots at the top, and folders that
+  hold flax_xalign runs (a setting's folder may keep its data beside them). A user's notes or a trained run
+  given as the driver's folder is not, and is never written into or deleted (`--fresh`)."""
+  from flax_xalign.run_dir import is_run_dir
+
+  for name in os.listdir(folder):
+    path = os.path.join(folder, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      if os.listdir(path) and not any(is_run_dir(p) for p, _, _ in os.walk(path)):
+        return False
+    elif name not in RESULT_FILES and not name.endswith(".png"):
+      return False
+  return True
+
+
+def prepare_driver_dir(model_dir: str, *, fresh: bool) -> None:
+  """--model_dir checked before any work (new, empty or a driver's: `is_driver_dir`); --fresh empties it only
+  when it also holds a driver's results.json (a folder of the user's runs alone is not deleted)."""
+  from flax_xalign.errors import UserError
+  from flax_xalign.fileio import check_output_folder, makedirs
+
+  check_output_folder(model_dir, setting="--model_dir", owned=is_driver_dir, what=DRIVER_DIR)
+  if fresh and os.path.isdir(model_dir) and os.listdir(model_dir):
+    if not os.path.isfile(os.path.join(model_dir, RESULT_FILES[0])):
+      raise UserError(f"--fresh would delete --model_dir {model_dir}, which holds runs but no driver's "
+                      f"{RESULT_FILES[0]}; remove it yourself if it is a driver's, or choose a new folder.")
+    shutil.rmtree(model_dir)
+  makedirs(model_dir, setting="--model_dir")
+
+
 def row_key(row: dict) -> tuple:
   """(setting, objective), and the seed when the row has one (settings run with several seeds)."""
   return (row["setting"], row["objective"], *(() if row.get("seed") is None else (row["seed"],)))
@@ -135,9 +170,7 @@ class Results:
   """
 
   def __init__(self, model_dir: str, args: Any, *, fresh: bool = False):
-    if fresh and os.path.isdir(model_dir):
-      shutil.rmtree(model_dir)
-    os.makedirs(model_dir, exist_ok=True)
+    prepare_driver_dir(model_dir, fresh=fresh)
     self.model_dir = model_dir
     self.path = os.path.join(model_dir, "results.json")
     self.args = vars(args)
