@@ -1,0 +1,271 @@
+"""Every command that writes × every way its output can endanger a user's file (issue 27, classes 1 and 3).
+
+The cases, each checked by C1 (exit 2, one `error:` line, no traceback) and by the file at risk being
+byte-identical afterwards:
+
+* output_is_input: the output names one of the command's inputs (a folder output: holds it);
+* output_in_foreign_folder: a folder output is a user's non-empty folder (notes.txt), not the command's own;
+* output_in_read_only_folder: the output would be created in a read-only folder;
+* output_under_file: the output's path runs through an existing file;
+* unreadable_input: the input file cannot be read (chmod 000; root reads anything, so skipped as root).
+
+A refusal comes from the command's own check right after its flags are parsed (`fileio.check_output_*`),
+before any work: a command that did not refuse would compute (train, align) before failing. A new
+command must get a row in WRITERS or a reason in NOT_WRITERS (`test_every_command_is_in_the_matrix`).
+In-process and cheap per case (the contract tier: about 0.1 s a case once the library is imported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import subprocess
+from collections.abc import Callable
+
+import pytest
+
+from tests.cli.test_contract_files import commands
+from tests.hardening import harness
+
+pytestmark = pytest.mark.contract
+
+
+@dataclasses.dataclass(frozen=True)
+class Writer:
+  """A command that writes `out`: its flags, the kind of its output and of the input it reads."""
+
+  entry: str  # harness.ENTRY_POINTS key
+  argv: Callable[[str, str, dict], list[str]]  # (output, input, context) -> flags
+  output: str  # "file" or "folder"
+  input: str | None = None  # "file", "folder" or None: what `argv`'s input is
+  input_flag: str = ""  # the flag the output_is_input error names
+  input_name: str = "input.txt"
+  output_name: str = "out.txt"
+  gin: bool = False  # parses a training gin file (needs the tiny corpus)
+
+
+def _tsv(path: str) -> None:
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("a b\tc d\n")
+
+
+def _train_argv(out, inp, ctx):
+  del inp
+  return harness.train_argv(ctx["gin"], out)
+
+
+WRITERS = {
+    "align": Writer("align", lambda out, inp, ctx: ["--model_dir", ctx["no_run"], "--input", inp, "--output", out],
+                    "file", "file", "--input"),
+    "bli": Writer("bli", lambda out, inp, ctx: ["--model_dir", ctx["no_run"], "--src=grc", "--tgt=en",
+                                                 "--gold", inp, "--output", out], "file", "file", "--gold"),
+    "retrieval": Writer("retrieval", lambda out, inp, ctx: ["--model_dir", ctx["no_run"], "--tsv", inp,
+                                                             "--output", out], "file", "file", "--tsv"),
+    "eflomal": Writer("eflomal", lambda out, inp, ctx: ["--input", inp, "--output", out], "file", "file", "--input"),
+    "vocab": Writer("vocab", lambda out, inp, ctx: ["--input", inp, "--vocab_size=50",
+                                                     "--output", out.removesuffix(".model")],
+                    "file", "file", "--input", input_name="input.model", output_name="out.model"),
+    "lexicon": Writer("lexicon", lambda out, inp, ctx: ["--output", out], "file"),
+    "compile_check": Writer("compile_check", lambda out, inp, ctx: ["--topology=v4:2x2x1", "--output", out], "file"),
+    "export_hf": Writer("export_hf", lambda out, inp, ctx: ["--model_dir", inp, "--output", out, "--layout=bert"],
+                        "folder", "folder", "--model_dir"),
+    "trim": Writer("trim", lambda out, inp, ctx: ["--model_dir", inp, "--task=tiny_en", "--output", out],
+                   "folder", "folder", "--model_dir"),
+    "import_hf": Writer("import_hf", lambda out, inp, ctx: ["--source", inp, "--output", out],
+                        "folder", "folder", "--source"),
+    "e5_small": Writer("e5_small", lambda out, inp, ctx: ["--output", out, "--data_dir", inp],
+                       "folder", "folder", "--data_dir"),
+    "cooc": Writer("cooc", lambda out, inp, ctx: ["--text", f"{inp}:en", "--vocabulary", ctx["no_run"],
+                                                   "--output", out], "folder", "file", "--text"),
+    "cache": Writer("cache", lambda out, inp, ctx: ["--task=tiny_en", "--output", out], "folder"),
+    "eflomal_bible": Writer("eflomal", lambda out, inp, ctx: ["--bible", "--output_dir", out], "folder"),
+    "debian_data": Writer("debian_data", lambda out, inp, ctx: ["--output", out, f"--root={ctx['tmp']}"], "folder"),
+    "demo": Writer("demo", lambda out, inp, ctx: ["--model_dir", out, "--start=scratch", "--steps=1"], "folder"),
+    "align_mlm_grid": Writer("align_mlm_grid", lambda out, inp, ctx: ["--model_dir", out], "folder"),
+    "align_mlm_grid_fresh": Writer("align_mlm_grid", lambda out, inp, ctx: ["--model_dir", out, "--fresh"], "folder"),
+    "train": Writer("train", _train_argv, "folder", gin=True),
+    "assets": Writer("assets", _train_argv, "folder", gin=True),
+}
+
+# Commands with no output path of their own to check here, and why.
+NOT_WRITERS = {
+    "eval": "writes eval.json into the run it evaluates (a run: refused unless it holds checkpoints)",
+    "cooc_beam": "an Apache Beam pipeline run in .venv-beam (tests/data/test_cooc_beam.py)",
+    "experiments/bli_table": "driver (tests/cli/test_bli_table_cli.py)",
+    "experiments/code_switch": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
+    "experiments/mlm_gc": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
+    "experiments/e5_debian": "driver",
+    "experiments/e5_debian_report": "driver",
+}
+# A command module's name in cli/ -> its row(s) above.
+MODULE_ROWS = {"align": ["align"], "bli": ["bli"], "retrieval": ["retrieval"], "eflomal": ["eflomal", "eflomal_bible"],
+               "vocab": ["vocab"], "lexicon": ["lexicon"], "compile_check": ["compile_check"],
+               "export_hf": ["export_hf"], "trim": ["trim"], "import_hf": ["import_hf"], "e5_small": ["e5_small"],
+               "cooc": ["cooc"], "cache": ["cache"], "debian_data": ["debian_data"], "demo": ["demo"],
+               "train": ["train"], "assets": ["assets"],
+               "experiments/align_mlm_grid": ["align_mlm_grid", "align_mlm_grid_fresh"]}
+
+CASES = ("output_is_input", "output_in_foreign_folder", "output_in_read_only_folder", "output_under_file",
+         "unreadable_input")
+KEYWORDS = {"output_in_foreign_folder": ("non-empty folder",), "output_in_read_only_folder": ("not writable",),
+            "output_under_file": ("file",), "unreadable_input": (("permission denied", "cannot be read"),)}
+
+
+def _applies(writer: Writer, case: str) -> bool:
+  if case == "output_is_input":
+    return writer.input is not None
+  if case == "output_in_foreign_folder":
+    return writer.output == "folder"
+  if case == "unreadable_input":
+    return writer.input == "file"
+  return True
+
+
+GRID = [pytest.param(name, case, id=f"{name}-{case}")
+        for name in WRITERS for case in CASES if _applies(WRITERS[name], case)]
+
+
+def test_every_command_is_in_the_matrix():
+  listed = set(MODULE_ROWS) | set(NOT_WRITERS)
+  missing = sorted(set(commands()) - listed)
+  assert not missing, (f"commands in neither WRITERS nor NOT_WRITERS of {__file__}: {missing}; give each a row "
+                       "(its flags with an output and an input) or the reason it writes no output path")
+  for rows in MODULE_ROWS.values():
+    assert set(rows) <= set(WRITERS)
+  assert all(w.entry in harness.ENTRY_POINTS for w in WRITERS.values())
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+  """A folder this process cannot write: mode 0555, or for root (which ignores modes) a read-only tmpfs."""
+  folder = tmp_path / "read_only"
+  folder.mkdir()
+  if os.geteuid() != 0:
+    folder.chmod(0o555)
+    yield folder
+    folder.chmod(0o755)
+    return
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                    capture_output=True).returncode != 0:
+    pytest.skip("running as root and cannot mount a read-only tmpfs")
+  yield folder
+  subprocess.run(["umount", str(folder)], check=True)
+
+
+def _make_input(writer: Writer, root) -> str:
+  """The input the command reads, in a folder of its own (a folder output 'is' that folder)."""
+  if writer.input is None:
+    return str(root / "no_input")
+  folder = root / "in"
+  folder.mkdir()
+  if writer.input == "folder":
+    (folder / "config.json").write_text("{}\n")
+    return str(folder)
+  path = folder / writer.input_name
+  _tsv(str(path))
+  return str(path)
+
+
+@pytest.mark.parametrize("name, case", GRID)
+def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, capfd, request):
+  writer = WRITERS[name]
+  if case == "unreadable_input" and os.geteuid() == 0:
+    pytest.skip("running as root: file modes do not stop root from reading")
+  ctx = {"tmp": str(tmp_path), "no_run": str(tmp_path / "no_run")}
+  if writer.gin:
+    ctx["gin"] = harness.write_run_gin(tmp_path / "run.gin", request.getfixturevalue("tiny_corpus"), tag="outp")
+  inp = _make_input(writer, tmp_path)
+  keywords = KEYWORDS.get(case, ())
+  if case == "output_is_input":
+    out = inp if writer.output == writer.input else os.path.dirname(inp)
+    at_risk, keywords = inp, (writer.input_flag,)
+  elif case == "output_in_foreign_folder":
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes\n")
+    (mine / "config.gin").write_text("# my settings\n")
+    out = at_risk = str(mine)
+  elif case == "output_in_read_only_folder":
+    folder = request.getfixturevalue("read_only_folder")
+    out, at_risk = str(folder / writer.output_name), str(folder)
+  elif case == "output_under_file":
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    out, at_risk = str(afile / writer.output_name), str(afile)
+  else:
+    out, at_risk = str(tmp_path / writer.output_name), inp
+    os.chmod(inp, 0)
+  before = harness.tree_digest(at_risk)
+  try:
+    outcome = harness.run_main(capfd, writer.entry, writer.argv(out, inp, ctx))
+  finally:
+    if case == "unreadable_input":
+      os.chmod(inp, stat.S_IRUSR | stat.S_IWUSR)
+  harness.assert_user_error(outcome, *keywords, model_dir=at_risk, before=before)
+
+
+# --- the experiment drivers' folder (experiments/harness.py; align_mlm_grid above runs it end to end) --------
+
+
+def test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder(tmp_path):
+  from flax_xalign.cli.experiments import harness as driver
+  from flax_xalign.errors import UserError
+
+  args = type("Args", (), {})()
+  ours = tmp_path / "ours"
+  (ours / "bible" / "mlm" / "checkpoints" / "2").mkdir(parents=True)
+  (ours / "bible" / "dictionary.tsv").write_text("a\tb\n")
+  (ours / "results.json").write_text('{"rows": []}')
+  (ours / "rsim_bible.png").write_bytes(b"png")
+  driver.Results(str(ours), args, fresh=True)
+  assert os.listdir(ours) == []
+  for name, make in [("notes", lambda d: (d / "notes.txt").write_text("mine\n")),
+                     ("trained_run", lambda d: ((d / "checkpoints" / "4").mkdir(parents=True),
+                                                (d / "config.gin").write_text("# run\n"))),
+                     ("results_and_notes", lambda d: ((d / "results.json").write_text("{}"),
+                                                      (d / "notes.md").write_text("mine\n")))]:
+    folder = tmp_path / name
+    folder.mkdir()
+    make(folder)
+    before = harness.tree_digest(folder)
+    for fresh in (False, True):
+      with pytest.raises(UserError, match="non-empty folder that is not a driver's output"):
+        driver.Results(str(folder), args, fresh=fresh)
+    assert harness.tree_digest(folder) == before
+  runs = tmp_path / "runs"  # A user's folder of runs: written into, never deleted.
+  (runs / "demo" / "checkpoints" / "2").mkdir(parents=True)
+  before = harness.tree_digest(runs)
+  with pytest.raises(UserError, match="holds runs but no driver's results.json"):
+    driver.Results(str(runs), args, fresh=True)
+  assert harness.tree_digest(runs) == before
+  with pytest.raises(UserError, match="--model_dir is empty"):
+    driver.Results("", args)
+
+
+# --- inputs that fail half way -------------------------------------------------------------------------------
+
+
+def test_a_truncated_safetensors_file_is_one_error(tmp_path, capfd):
+  import numpy as np
+  import safetensors.numpy
+
+  source = tmp_path / "hf"
+  source.mkdir()
+  (source / "config.json").write_text('{"model_type": "bert"}\n')
+  weights = source / "model.safetensors"
+  safetensors.numpy.save_file({"w": np.zeros((64, 64), np.float32)}, str(weights))
+  weights.write_bytes(weights.read_bytes()[:1000])  # A download that stopped.
+  outcome = harness.run_main(capfd, "import_hf", ["--source", str(source), "--output", str(tmp_path / "out")])
+  harness.assert_user_error(outcome, "model.safetensors", "not a complete safetensors file",
+                            model_dir=tmp_path / "out", before=None)
+
+
+@pytest.mark.parametrize("entry, flags", [("align", ["--model_dir", "{tmp}/no_run", "--input", "{tmp}",
+                                                     "--output", "{tmp}/out.txt"]),
+                                          ("vocab", ["--input", "{tmp}", "--vocab_size=50",
+                                                     "--output", "{tmp}/out"])])
+def test_an_input_that_is_a_folder_is_one_error(entry, flags, tmp_path, capfd):
+  """The unreadable-input case that root meets too (chmod 000 does not stop root)."""
+  outcome = harness.run_main(capfd, entry, [f.format(tmp=tmp_path) for f in flags])
+  harness.assert_user_error(outcome, "is a folder")
