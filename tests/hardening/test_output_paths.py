@@ -218,8 +218,13 @@ def test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder(tmp_path):
   (ours / "bible" / "dictionary.tsv").write_text("a\tb\n")
   (ours / "results.json").write_text('{"rows": []}')
   (ours / "rsim_bible.png").write_bytes(b"png")
+  (ours / "gold").mkdir()
+  (ours / "gold" / "de-en.provisional.txt").write_text("a b\n")
   driver.Results(str(ours), args, fresh=True)
-  assert os.listdir(ours) == []
+  assert os.listdir(ours) == ["results.json"]  # The driver's mark, written first.
+  (ours / "synthetic").mkdir()  # A setting's data before its first run: the folder is still the driver's.
+  (ours / "synthetic" / "corpus.txt").write_text("a b\n")
+  driver.Results(str(ours), args)
   for name, make in [("notes", lambda d: (d / "notes.txt").write_text("mine\n")),
                      ("trained_run", lambda d: ((d / "checkpoints" / "4").mkdir(parents=True),
                                                 (d / "config.gin").write_text("# run\n"))),

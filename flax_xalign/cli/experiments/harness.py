@@ -126,15 +126,18 @@ DRIVER_DIR = "a driver's output (results.json, results.md, plots and folders of 
 
 
 def is_driver_dir(folder: str) -> bool:
-  """Whether `folder` holds only what a driver writes: its results and plots at the top, and folders that
-  hold flax_xalign runs (a setting's folder may keep its data beside them). A user's notes or a trained run
-  given as the driver's folder is not, and is never written into or deleted (`--fresh`)."""
+  """Whether `folder` holds only what a driver writes: its results and plots at the top, and folders of its
+  own: any, beside the results.json a driver writes first (`prepare_driver_dir`), else only folders that
+  hold flax_xalign runs. A user's notes or a trained run given as the driver's folder is not, and is never
+  written into or deleted (`--fresh`)."""
   from flax_xalign.run_dir import is_run_dir
 
-  for name in os.listdir(folder):
+  names = os.listdir(folder)
+  marked = RESULT_FILES[0] in names
+  for name in names:
     path = os.path.join(folder, name)
     if os.path.isdir(path) and not os.path.islink(path):
-      if os.listdir(path) and not any(is_run_dir(p) for p, _, _ in os.walk(path)):
+      if not marked and os.listdir(path) and not any(is_run_dir(p) for p, _, _ in os.walk(path)):
         return False
     elif name not in RESULT_FILES and not name.endswith(".png"):
       return False
@@ -154,6 +157,11 @@ def prepare_driver_dir(model_dir: str, *, fresh: bool) -> None:
                       f"{RESULT_FILES[0]}; remove it yourself if it is a driver's, or choose a new folder.")
     shutil.rmtree(model_dir)
   makedirs(model_dir, setting="--model_dir")
+  results = os.path.join(model_dir, RESULT_FILES[0])
+  if not os.path.exists(results):  # The mark of a driver's folder, before its first run.
+    from flax_xalign.fileio import write_atomically
+
+    write_atomically(results, json.dumps({"rows": [], "args": {}}, indent=2))
 
 
 def row_key(row: dict) -> tuple:
