@@ -114,6 +114,8 @@ def _not_readable_as_text(path: str) -> Optional[str]:
     mode = os.stat(path).st_mode
   except OSError as e:
     return f"cannot be read ({e.strerror})"
+  if stat.S_ISREG(mode) and not os.access(path, os.R_OK):  # chmod 000: TF would fail mid-training.
+    return "cannot be read (permission denied); fix its permissions (chmod +r)"
   if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
     return None
   return "is not a regular file (a FIFO, socket or device)"

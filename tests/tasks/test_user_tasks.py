@@ -130,6 +130,18 @@ def test_a_glob_match_that_is_no_file_is_an_error_not_a_dropped_shard(tmp_path, 
     _build("u_loop")
 
 
+def test_a_file_that_cannot_be_read_is_an_error_before_training(tmp_path, model, monkeypatch):
+  import os
+
+  _write(tmp_path, "a.txt", "hello world\n")
+  user.TextTask(name="u_unreadable", files={"train": str(tmp_path / "a.txt")}, lang="en",
+                vocabulary_path=model).register()
+  real_access = os.access  # chmod 000 does not stop root: deny the read the way it would for anyone else.
+  monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).endswith("a.txt") else real_access(p, mode))
+  with pytest.raises(errors.UserError, match=r"a.txt .* cannot be read \(permission denied\)"):
+    _build("u_unreadable")
+
+
 def test_unknown_names_suggest_close_matches(model):
   with pytest.raises(errors.UserError) as info:
     tasks.resolve("bible_en_mlmm")
