@@ -89,6 +89,9 @@ def test_other_bad_input(tmp_path, checkpoint, pairs_file, capsys):
   gold.write_text("0-0\n")
   _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, f"--gold={gold}"]),
                 "has 1 entries but", "3 pairs")
+  gold.write_text("1-1\n1-1\n1-1 40-1\n")  # a link past the last source word of pair 3
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, f"--gold={gold}"]),
+                "entry 3: link 40-1 lies outside the pair")
   _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, "--layer=7"]),
                 "layer 7 is outside 0..2")
   _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", *base, "--src_lang=fr"]),

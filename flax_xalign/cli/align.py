@@ -164,9 +164,7 @@ def run(args: argparse.Namespace) -> None:
   gold = None
   if args.gold:
     gold = aer.read_gold(args.gold, args.gold_format, num_sentences=len(pairs))
-    if len(gold) != len(pairs):
-      raise UserError(f"--gold {args.gold} has {len(gold)} entries but --input {args.input} has {len(pairs)} "
-                      "pairs; they must correspond line by line.")
+    aer.check_gold_fits(gold, pairs, gold_path=f"--gold {args.gold}", input_path=f"--input {args.input}")
   elif args.sweep:
     raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
   options = solver_from_args(args)

@@ -56,6 +56,7 @@ from flax_xalign.training.data_positions import (DATA_ITERATOR, DATA_ITERATOR_CA
 
 STATE, META, ASSETS = "state", "meta", "assets"
 LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
+STEP_KEY = "step"  # The meta entry naming the step a folder was saved as.
 DAMAGED_DIR = DAMAGED
 ON_DAMAGED = ("fallback", "error")
 # The data-loop settings an iterator state depends on, with the setting a user changes for each.
@@ -212,6 +213,14 @@ def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec",
       )
 
 
+def check_meta_step(step_dir: epath.Path, meta: Mapping[str, Any]) -> None:
+  """DamagedCheckpointError when the meta of a step folder records another step (the folder was renamed)."""
+  recorded = meta.get(STEP_KEY)
+  if recorded is not None and int(recorded) != int(step_dir.name):
+    raise DamagedCheckpointError(step_dir, f"it holds the files of step {int(recorded)}: the folder was renamed; "
+                                           f"name it {int(recorded)} again")
+
+
 def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
   if not (step_dir / item).exists():
     return DamagedCheckpointError(step_dir, f"{item}/ is missing")
@@ -264,7 +273,8 @@ class Checkpointer:
   def save(self, step: int, state: Any, iterator: Any, meta: Mapping[str, Any], *,
            assets: Mapping[str, Asset] | None = None, asset_values: Mapping[str, Any] | None = None,
            force: bool = False) -> bool:
-    items = {STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(dict(meta))}
+    # The step is recorded in meta too: a renamed step folder is then seen for what it is.
+    items = {STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave({**dict(meta), STEP_KEY: int(step)})}
     if iterator is not None:  # None: an imported model, which no data has touched yet.
       item = iterator_item(iterator)
       items[item] = ITEM_ARGS[item][0](iterator)
@@ -425,6 +435,7 @@ def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback"
             raise ValueError(f"holds a {type(meta).__name__}, not an object")
         except Exception as e:  # pylint: disable=broad-except
           raise _damage_of(step_dir, META, e) from None
+        check_meta_step(step_dir, meta)
       except DamagedCheckpointError as e:
         if on_damaged == "error":
           raise
@@ -480,6 +491,7 @@ def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tup
         raise ValueError(f"holds a {type(meta).__name__}, not an object")
     except Exception as e:  # pylint: disable=broad-except
       raise _damage_of(directory / str(step), META, e) from None
+  check_meta_step(directory / str(step), meta)
   return step, dict(meta)
 
 

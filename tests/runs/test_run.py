@@ -194,3 +194,20 @@ def test_a_damaged_newest_step_is_skipped_with_one_warning_and_left_in_place(tra
   assert err == [f"warning: checkpoint step {newest} of {copy} is damaged (state/ is missing); reading step "
                  f"{run.step}, the newest complete one"], err
   assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before  # a reader moves nothing
+
+
+def test_a_renamed_step_folder_is_seen_for_what_it_is(trained, tmp_path, capfd):
+  import shutil
+
+  model_dir, _ = trained
+  copy = tmp_path / "model"
+  shutil.copytree(model_dir, copy)
+  steps = sorted(int(p.name) for p in (copy / "checkpoints").iterdir() if p.name.isdigit())
+  renamed = steps[-1] + 10
+  (copy / "checkpoints" / str(steps[-1])).rename(copy / "checkpoints" / str(renamed))
+  run = Run.open(str(copy))  # the newest complete step is the one before
+  assert run.step == steps[-2]
+  err = capfd.readouterr().err
+  assert f"step {renamed} of {copy} is damaged (it holds the files of step {steps[-1]}: the folder was renamed" in err
+  with pytest.raises(UserError, match=f"it holds the files of step {steps[-1]}"):
+    Run.open(str(copy), step=renamed)
