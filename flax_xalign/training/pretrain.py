@@ -202,6 +202,11 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
   # Damaged newer steps are only listed here; they are moved once the run is known valid.
   latest, damaged = checkpoints_lib.newest_readable_step(model_dir, on_damaged=c.checkpoint.on_damaged)
   resume = None
+  if latest is not None and latest > c.train_steps:
+    # Nothing to train, and config.gin (which would say TRAIN_STEPS=c.train_steps) must not be rewritten.
+    raise UserError(f"{model_dir} already holds checkpoint step {latest}, beyond TRAIN_STEPS={c.train_steps}: "
+                    f"there is nothing to train. Set TRAIN_STEPS above {latest} to continue this run (the "
+                    "learning-rate schedule then changes), or use another MODEL_DIR.")
   if latest is not None:
     saved, step_fingerprints = _check_resumable(model_dir, latest, run, loop_record,
                                                 fresh_data_iterator=c.fresh_data_iterator)

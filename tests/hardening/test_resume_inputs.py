@@ -101,3 +101,11 @@ def test_stale_lock_of_a_finished_run_does_not_block(trained, trained_copy, capf
   outcome = harness.run_main(capfd, "train", harness.train_argv(trained["gin"], trained_copy, "--gin.TRAIN_STEPS=5"))
   assert outcome.code == 0, harness.summary(outcome)
   assert (trained_copy / ".lock").exists()
+
+
+def test_train_steps_below_the_newest_checkpoint_is_refused_and_changes_nothing(trained, trained_copy, capfd):
+  """The run holds step 4; TRAIN_STEPS=3 has nothing to train and must not rewrite config.gin."""
+  before = harness.tree_digest(trained_copy)
+  outcome = harness.run_main(capfd, "train", harness.train_argv(trained["gin"], trained_copy, "--gin.TRAIN_STEPS=3"))
+  harness.assert_user_error(outcome, "step 4", "TRAIN_STEPS=3", "nothing to train", model_dir=trained_copy,
+                            before=before)
