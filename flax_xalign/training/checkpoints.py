@@ -57,6 +57,7 @@ from flax_xalign.training.data_positions import (DATA_ITERATOR, DATA_ITERATOR_CA
 STATE, META, ASSETS = "state", "meta", "assets"
 LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
 STEP_KEY = "step"  # The meta entry naming the step a folder was saved as.
+LOG_INTERVAL = "log_interval"  # The meta entry with the metrics of the steps saved but not logged yet.
 DAMAGED_DIR = DAMAGED
 ON_DAMAGED = ("fallback", "error")
 # The data-loop settings an iterator state depends on, with the setting a user changes for each.

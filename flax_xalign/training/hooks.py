@@ -209,6 +209,22 @@ class Progress:
       elapsed, steps = time.perf_counter() - self._timed_from[0], info.step - self._timed_from[1]
       self.logger.tick(info.step, elapsed / steps if steps else None)
 
+  def pending(self) -> dict[str, Any]:
+    """The metrics of the steps since the last row, as JSON (saved with a checkpoint: see `resume_pending`)."""
+    fetched = jax.device_get(self._interval)
+    if not fetched:
+      return {"dtypes": {}, "rows": []}
+    return {"dtypes": {k: str(np.asarray(v).dtype) for k, v in fetched[0].items()},
+            "rows": [{k: np.asarray(v).item() for k, v in m.items()} for m in fetched]}
+
+  def resume_pending(self, saved: Mapping[str, Any] | None) -> None:
+    """Starts with the steps a checkpoint had not logged yet, in their dtypes: the first row after a resume
+    is then the mean over the same steps, and the same number, as the uninterrupted run's."""
+    if not saved or not saved.get("rows"):
+      return
+    dtypes = saved["dtypes"]
+    self._interval = [{k: np.asarray(v, dtype=dtypes[k]) for k, v in row.items()} for row in saved["rows"]]
+
   def write(self, info: StepInfo) -> None:
     if not self._interval:
       return

@@ -28,6 +28,7 @@ holds are finite, so a blow-up never leaves a poisoned step to resume from.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -38,7 +39,8 @@ from flax_xalign.errors import UserError
 from flax_xalign.run_spec import RunSpec
 from flax_xalign.training import hooks as hooks_lib
 from flax_xalign.training.batches import BatchFetcher, StopWhileFetching
-from flax_xalign.training.checkpoints import Checkpointer, DamagedCheckpointError, make_meta, warn_damaged
+from flax_xalign.training.checkpoints import (LOG_INTERVAL, Checkpointer, DamagedCheckpointError, make_meta,
+                                              read_checkpoint_meta, warn_damaged)
 from flax_xalign.training.metrics import MetricsLogger, Throughput
 from flax_xalign.training.trainer import HostBatch, Trainer, TrainState
 
@@ -119,6 +121,9 @@ def train(
   with hooks_lib.StopSignals() as stop, trainer.mesh_context():
     hooks, saver, progress = _hooks(trainer, stop, eval_batches, checkpointer, logger, run, flops_per_step,
                                     step_callback, loop_record, train_iterator, latest, checkpoint_hooks)
+    if latest is not None and restore_iterator:  # The steps the checkpoint saved but had not logged yet.
+      progress.resume_pending(read_checkpoint_meta(os.fspath(checkpointer.directory), step=latest)[1]
+                              .get(LOG_INTERVAL))
     # The fetch runs beside the main thread, so a stop request is heard while the pipeline is busy.
     fetcher = BatchFetcher(train_iterator, should_stop=stop.requested, convert=_to_host)
     for step in range(start + 1, trainer.loop.train_steps + 1):
@@ -155,8 +160,10 @@ def _hooks(trainer: Trainer, stop: hooks_lib.StopSignals, eval_batches: Callable
   clock = Throughput(flops_per_step=flops_per_step, peak_flops=loop.peak_flops_per_device,
                      num_devices=jax.device_count())
   progress = hooks_lib.Progress(logger, clock, terms)
-  saver = hooks_lib.CheckpointSaver(checkpointer, trainer.assets, lambda prints: make_meta(run, prints, loop_record),
-                                    train_iterator, clock, last_saved=resumed)
+  saver = hooks_lib.CheckpointSaver(
+      checkpointer, trainer.assets,
+      lambda prints: {**make_meta(run, prints, loop_record), LOG_INTERVAL: progress.pending()},
+      train_iterator, clock, last_saved=resumed)
   guard = hooks_lib.NanGuard(trainer, last_saved=lambda: saver.last_saved)
   logs = dict(every=loop.log_every, last_step=loop.train_steps)
   saves = dict(every=loop.checkpoint_every, last_step=loop.train_steps, on_stop=True)

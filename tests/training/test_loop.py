@@ -102,7 +102,7 @@ def _dataset():
 
 def _train(model_dir, *, steps=STEPS, learning_rate=LR, callback=None, eval_every=0, checkpoint_every=2,
            on_damaged="fallback", async_save=False, eval_batches=None, train_iterator=None, restore_iterator=True,
-           checkpoint_hooks=(), before_training=None):
+           checkpoint_hooks=(), before_training=None, log_every=1):
   """One invocation of the loop over `model_dir` (resumes what is there), as `pretrain` wires it.
 
   `eval_batches` replaces the held-out batches (default: one batch of the train rows); `train_iterator`
@@ -113,7 +113,7 @@ def _train(model_dir, *, steps=STEPS, learning_rate=LR, callback=None, eval_ever
   run_assets = RunAssets({"counter": asset}, {"counter": asset.build(run)}, run)
   trainer = Trainer(model=QuadraticModel(), optimizer=OptimizerConfig(learning_rate=learning_rate, warmup_steps=0),
                     partitioner=Partitioner(mesh=make_mesh(1)), assets=run_assets,
-                    loop=LoopConfig(train_steps=steps, batch_size=B, length=L, log_every=1,
+                    loop=LoopConfig(train_steps=steps, batch_size=B, length=L, log_every=log_every,
                                     checkpoint_every=checkpoint_every, eval_every=eval_every, eval_batches=1))
   checkpointer = Checkpointer(str(model_dir), CheckpointConfig(every_steps=checkpoint_every, keep=10,
                                                                async_save=async_save, on_damaged=on_damaged))
@@ -205,6 +205,28 @@ def test_stop_signal_keeps_the_newest_checkpoint_and_the_resumed_run_matches(tmp
   assert sorted(rows) == list(range(1, STEPS + 1))
   np.testing.assert_allclose([rows[s]["loss"] for s in rows], losses, rtol=1e-5)
   np.testing.assert_allclose(np.asarray(second.state.params["w"]), w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_resumed_run_logs_the_rows_of_the_uninterrupted_one_at_log_every_above_one(tmp_path):
+  """Stopped at step 3 with LOG_EVERY=4: the row of step 4 is still the mean over steps 1-4."""
+  def stop_at_3(step, metrics):
+    if step == 3:
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  _train(tmp_path / "whole", log_every=4)
+  whole = _rows(tmp_path / "whole")
+  first, _ = _train(tmp_path / "run", log_every=4, callback=stop_at_3)
+  assert first.interrupted and first.last_step == 3
+  assert not os.path.exists(tmp_path / "run" / "metrics.jsonl") or _rows(tmp_path / "run") == {}
+  _train(tmp_path / "run", log_every=4)
+  resumed = _rows(tmp_path / "run")
+  assert sorted(whole) == sorted(resumed) == [4, 6]
+  losses, _ = _reference(STEPS)
+  np.testing.assert_allclose(whole[4]["loss"], np.mean(losses[:4], dtype=np.float32), rtol=1e-5)
+  for step in (4, 6):
+    for key in ("loss", "counter", "grad_norm", "learning_rate"):
+      if key in whole[step]:
+        assert resumed[step][key] == whole[step][key], (step, key, resumed[step][key], whole[step][key])
 
 
 def test_nan_guard_refuses_to_save_a_non_finite_update(tmp_path):
