@@ -15,6 +15,7 @@ import os
 import random
 import pathlib
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -194,3 +195,23 @@ def tiny_corpus(tmp_path_factory):
 @pytest.fixture
 def tiny_encoder():
   return testlib.tiny_encoder_config()
+
+
+# --- File-system fixtures -------------------------------------------------
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+  """A folder this process cannot write: mode 0555, or for root (which ignores modes) a read-only tmpfs."""
+  folder = tmp_path / "ro"
+  folder.mkdir()
+  if os.geteuid() != 0:
+    folder.chmod(0o555)
+    yield folder
+    folder.chmod(0o755)
+    return
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                    capture_output=True).returncode != 0:
+    pytest.skip("running as root and cannot mount a read-only tmpfs")
+  yield folder
+  subprocess.run(["umount", str(folder)], check=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import subprocess
 from collections.abc import Callable
 
 import pytest
@@ -136,22 +135,6 @@ def test_every_command_is_in_the_matrix():
   assert all(w.entry in harness.ENTRY_POINTS for w in WRITERS.values())
 
 
-@pytest.fixture
-def read_only_folder(tmp_path):
-  """A folder this process cannot write: mode 0555, or for root (which ignores modes) a read-only tmpfs."""
-  folder = tmp_path / "read_only"
-  folder.mkdir()
-  if os.geteuid() != 0:
-    folder.chmod(0o555)
-    yield folder
-    folder.chmod(0o755)
-    return
-  if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
-                    capture_output=True).returncode != 0:
-    pytest.skip("running as root and cannot mount a read-only tmpfs")
-  yield folder
-  subprocess.run(["umount", str(folder)], check=True)
-
 
 def _make_input(writer: Writer, root) -> str:
   """The input the command reads, in a folder of its own (a folder output 'is' that folder)."""
@@ -187,7 +170,7 @@ def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, cap
     (mine / "config.gin").write_text("# my settings\n")
     out = at_risk = str(mine)
   elif case == "output_in_read_only_folder":
-    folder = request.getfixturevalue("read_only_folder")
+    folder = request.getfixturevalue("read_only_dir")
     out, at_risk = str(folder / writer.output_name), str(folder)
   elif case == "output_under_file":
     afile = tmp_path / "afile"

@@ -44,22 +44,6 @@ def test_a_file_or_a_path_under_a_file_is_refused(tmp_path):
     model_dir_lib.check_model_dir(str(tmp_path / "f" / "run"))
 
 
-@pytest.fixture
-def read_only_dir(tmp_path):
-  """A folder this process cannot write: mode 0555, or for root (which ignores modes) a read-only tmpfs."""
-  folder = tmp_path / "ro"
-  folder.mkdir()
-  if os.geteuid() != 0:
-    folder.chmod(0o555)
-    yield folder
-    folder.chmod(0o755)
-    return
-  if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
-                    capture_output=True).returncode != 0:
-    pytest.skip("running as root and cannot mount a read-only tmpfs")
-  yield folder
-  subprocess.run(["umount", str(folder)], check=True)
-
 
 def test_read_only_folder_or_parent_is_refused(read_only_dir):
   with pytest.raises(UserError, match="is not writable"):

@@ -20,11 +20,3 @@ def model_sha256(vocabulary: Any) -> str | None:
     data = getattr(vocabulary, "sp_model", None)
   return hashlib.sha256(bytes(data)).hexdigest() if data else None
 
-
-def file_sha256(path: str) -> str:
-  """sha256 (hex) of a vocabulary file's bytes (equal to `model_sha256` of the vocabulary read from it)."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
