@@ -25,6 +25,28 @@ def test_refuses_bad_flags(flags, keywords, tmp_path, capfd):
   harness.assert_user_error(outcome, *keywords)
 
 
+def _data(tmp_path):
+  (tmp_path / "help").mkdir()
+  for name in ("de.train.txt", "en.train.txt"):
+    (tmp_path / "help" / name).write_text("Datei\n")
+  (tmp_path / "bli").mkdir()
+  (tmp_path / "bli" / "de-en.test.txt").write_text("Datei file\n")
+
+
+def test_an_output_folder_that_is_not_an_earlier_table_is_refused_untouched(tmp_path, capfd):
+  _data(tmp_path)
+  mine = tmp_path / "notes"
+  mine.mkdir()
+  (mine / "todo.txt").write_text("mine\n")
+  before = harness.tree_digest(mine)
+  outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path}",
+                                                  "--languages=de", f"--output={mine}"])
+  harness.assert_user_error(outcome, "non-empty folder", "earlier bli_table output", model_dir=mine, before=before)
+  outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path}",
+                                                  "--languages=de", f"--output={tmp_path}"])
+  harness.assert_user_error(outcome, "--output", "--data_dir")
+
+
 def test_missing_gold_names_the_builder(tmp_path, capfd):
   outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path}",
                                                   "--languages=de"])

@@ -91,7 +91,7 @@ WRITERS = {
 NOT_WRITERS = {
     "eval": "writes eval.json into the run it evaluates (a run: refused unless it holds checkpoints)",
     "cooc_beam": "an Apache Beam pipeline run in .venv-beam (tests/data/test_cooc_beam.py)",
-    "experiments/bli_table": "driver (tests/cli/test_bli_table_cli.py)",
+    "experiments/bli_table": "driver; its --output checks in tests/cli/test_bli_table_cli.py",
     "experiments/code_switch": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
     "experiments/mlm_gc": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
     "experiments/e5_debian": "driver",

@@ -65,6 +65,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   return parser.parse_args(argv)
 
 
+# What the command writes into --output (an earlier run's folder holds only these).
+OUTPUT_FILES = {"dict", "bli_table.json", "bli_table.partial.json", "bli_table.md", "bli_per_layer.png"}
+
+
 def text_file(data_dir: str, code: str) -> str:
   """X's monolingual text: the help training split, else the UI catalogues' translations."""
   for path in (os.path.join(data_dir, "help", f"{code}.train.txt"), os.path.join(data_dir, "gettext", f"{code}.txt")):
@@ -207,9 +211,15 @@ def run(args: argparse.Namespace) -> dict:
   for code in codes:  # Missing files are reported before anything slow runs.
     text_file(args.data_dir, code), gold_file(args.data_dir, code, "dev" if candidates else args.split)
   text_file(args.data_dir, "en")
+  from flax_xalign.fileio import check_output_folder, makedirs
+
+  # New, empty or an earlier table's folder; never the model or the data (checked before any work).
+  output = check_output_folder(args.output or os.path.join(args.model_dir, "bli_table"), setting="--output",
+                               inputs={"--data_dir": args.data_dir},
+                               owned=lambda folder: set(os.listdir(folder)) <= OUTPUT_FILES,
+                               what="an earlier bli_table output")
   run_ = Run.open(common.existing_model_dir(args.model_dir))
-  output = args.output or os.path.join(args.model_dir, "bli_table")
-  os.makedirs(os.path.join(output, "dict"), exist_ok=True)
+  makedirs(os.path.join(output, "dict"), setting="--output")
   start = time.perf_counter()
   selection = select_min_count(run_, codes, args, candidates) if candidates else None
   min_count = selection["chosen"] if selection else args.min_count
