@@ -186,3 +186,13 @@ def test_solver_and_layout_flags(tmp_path, checkpoint, pairs_file, capsys):
   capsys.readouterr()
   _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", f"--input={pairs_file}",
                                          f"--output={default}", "--mu=0"]), "AlignmentSolver.mu must be")
+
+
+def test_bible_gold_files_never_replace_a_users_file_of_that_name(tmp_path, checkpoint, capsys):
+  """`--bible_gold` writes grc_en.<split>.* beside --output: a different file of that name is refused, untouched."""
+  mine = tmp_path / "grc_en.test.tsv"
+  mine.write_text("my own notes\n")
+  _expect_error(capsys, align_main.main([f"--checkpoint={checkpoint}", "--bible_gold=test",
+                                         f"--output={tmp_path / 'links.txt'}"]),
+                "grc_en.test.tsv exists and is not the embedded test gold")
+  assert mine.read_text() == "my own notes\n"

@@ -260,7 +260,8 @@ def check_gold_fits(gold: Sequence[GoldLinks], pairs: Sequence[tuple[Sequence[st
                       f"{len(tgt)} target words on line {number} of {input_path}); {hint}.")
 
 
-def _format_links(links: Iterable[Link] | GoldLinks) -> str:
+def format_links(links: Iterable[Link] | GoldLinks) -> str:
+  """One Pharaoh line: sorted `i-j` links (GoldLinks: `i?j` for possible ones)."""
   if isinstance(links, GoldLinks):
     marked = [(i, j, "-") for i, j in links.sure]
     marked += [(i, j, "?") for i, j in links.possible - links.sure]
@@ -273,7 +274,7 @@ def write_pharaoh(path: str, alignments: Sequence[Iterable[Link] | GoldLinks]) -
 
   The file is replaced atomically, so a reader never sees half of it.
   """
-  write_atomically(path, "".join(_format_links(a) + "\n" for a in alignments))
+  write_atomically(path, "".join(format_links(a) + "\n" for a in alignments))
 
 
 # ------------------------------------------------------------------ reports

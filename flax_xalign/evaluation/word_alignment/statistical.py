@@ -52,9 +52,7 @@ _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1,
 _LINK = re.compile(r"^(\d+)-(\d+)$")
 
 
-def format_links(links: Iterable[Link]) -> str:
-  """One Pharaoh line (no newline): sorted `i-j` links separated by spaces."""
-  return " ".join(f"{i}-{j}" for i, j in sorted(links))
+format_links = aer.format_links  # One Pharaoh line (no newline): sorted `i-j` links separated by spaces.
 
 
 def parse_links(line: str, *, where: str = "line") -> frozenset:

@@ -473,10 +473,24 @@ def export_bible_gold(split: str, directory: str, *, data_dir: str | None = None
   pairs, sure = bible_gold(split, data_dir=data_dir)
   tsv = os.path.join(directory, f"grc_en.{split}.tsv")
   gold = os.path.join(directory, f"grc_en.{split}.pharaoh")
-  aer.write_atomically(tsv, "".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in pairs))
-  aer.write_pharaoh(gold, sure)
-  aer.write_atomically(os.path.join(directory, "grc_en.NOTICE"), bible.LICENSE_NOTICE)
+  files = {tsv: "".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in pairs),
+           gold: "".join(aer.format_links(links) + "\n" for links in sure),
+           os.path.join(directory, "grc_en.NOTICE"): bible.LICENSE_NOTICE}
+  for path, text in files.items():  # Checked first: a file of that name that is not this gold is the user's.
+    if os.path.exists(path) and _read_text(path) != text:
+      raise UserError(f"{path} exists and is not the embedded {split} gold; the aligner writes the gold files "
+                      "beside --output: move that file, or write --output into another folder.")
+  for path, text in files.items():
+    aer.write_atomically(path, text)
   return tsv, gold
+
+
+def _read_text(path: str) -> str | None:
+  try:
+    with open(path, encoding="utf-8") as f:
+      return f.read()
+  except (OSError, UnicodeDecodeError):
+    return None
 
 
 def score_tables(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[dict, dict]:
