@@ -40,6 +40,23 @@ def register(name: str) -> Callable[[Factory], Factory]:
   return wrap
 
 
+def prepared_files() -> frozenset[str]:
+  """Every file name an asset reads from MODEL_DIR: a user may put these there before a run's first step.
+
+  The built-in assets' class-level `files` (the vocabulary's two kinds included); a folder holding only
+  such files is a run prepared for training, not a user's folder of other things.
+  """
+  from flax_xalign.assets import base, vocabulary
+
+  found, todo = set(vocabulary.FILENAMES.values()), list(base.Asset.__subclasses__())
+  while todo:
+    cls = todo.pop()
+    todo.extend(cls.__subclasses__())
+    if isinstance(cls.__dict__.get("files"), tuple):
+      found.update(cls.__dict__["files"])
+  return frozenset(found)
+
+
 def names() -> tuple[str, ...]:
   return tuple(sorted(_FACTORIES))
 

@@ -179,8 +179,10 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
   """
   c = TrainConfig(**settings) if config is None else config.replace(**settings)
   model_dir = model_dir_lib.check_model_dir(c.model_dir)
-  # A user's own non-empty folder is never written into (its config.gin and metrics.jsonl were overwritten).
-  check_output_folder(model_dir, setting="MODEL_DIR", owned=is_run_dir, what=NOT_A_RUN)
+  # A user's own non-empty folder is never written into (its config.gin and metrics.jsonl were overwritten);
+  # a folder of asset files only (dictionary.tsv, ... put there before the first run) is a run being prepared.
+  check_output_folder(model_dir, setting="MODEL_DIR", owned=_run_or_prepared_assets,
+                      what=NOT_A_RUN.replace(")", ", and holds other files than asset files)"))
   validate.check_settings(
       train_steps=c.train_steps, batch_size=c.batch_size, log_every=c.log_every, eval_every=c.eval_every,
       eval_batches=c.eval_batches, checkpoint=c.checkpoint, replicate_limit_bytes=c.replicate_limit_bytes,
@@ -321,6 +323,11 @@ def _check_hooks(hooks: Sequence[CheckpointHook], checkpoint: checkpoints_lib.Ch
           f"{hook.name} runs every {hook.every} steps on the checkpoint of that step, but checkpoints are written "
           f"every {checkpoint.every_steps} steps (CHECKPOINT_EVERY); set {hook.setting} to a positive "
           f"multiple of {checkpoint.every_steps}.")
+
+
+def _run_or_prepared_assets(folder: str) -> bool:
+  """A flax_xalign run, or a folder of asset files a user prepared for a run's start."""
+  return is_run_dir(folder) or set(os.listdir(folder)) <= asset_registry.prepared_files()
 
 
 def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop: Mapping[str, Any], *,

@@ -248,7 +248,7 @@ def test_cli_table_baselines_and_json(checkpoint, tsv, tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, needle", [
     ([], "exactly one of --tsv"),
-    (["--tsv=MISSING", "--src_lang=de", "--tgt_lang=en"], "no such file"),
+    (["--tsv=MISSING", "--src_lang=de", "--tgt_lang=en"], "does not exist"),
     (["--src_lang=de", "--tgt_lang=fr"], "not one of the checkpoint's languages"),
     (["--src_lang=de", "--tgt_lang=en", "--layers=5"], "0..2"),
     (["--src_lang=de", "--tgt_lang=en", "--method=dot"], "--method"),
