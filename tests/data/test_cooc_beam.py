@@ -86,7 +86,10 @@ def test_task_pipeline_writes_the_local_table(beam_corpus, tmp_path):
   assert _metric(result, "shards") == 6
   assert _metric(result, "bucket_parts") > 5
   info = _load(beam_dir)[1]
-  assert info["source"] == {"task": "cb_mix", "split": "train", "examples": 100, "skipped_sides": 0}
+  local_source = _load(local_dir)[1]["source"]  # Both record the vocabulary the ids come from.
+  assert info["source"] == {"task": "cb_mix", "split": "train", "examples": 100, "skipped_sides": 0,
+                            "vocabulary_sha256": local_source["vocabulary_sha256"]}
+  assert len(local_source["vocabulary_sha256"]) == 64
   assert info["sequences"] == 130
 
 
