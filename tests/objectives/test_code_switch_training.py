@@ -52,6 +52,21 @@ def _metrics(model_dir):
   return [r for r in rows if "loss" in r]
 
 
+def _mlm_base(gin_file, base):
+  """A 2-step MLM run, the mono-mPLM the code-switching runs continue."""
+  assert train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{base}'", "--gin.TRAIN_STEPS=2",
+                          "--gin.train.objectives={'mlm': 1.0}"]) == 0
+  return base
+
+
+def _continue(gin_file, base, name, model_dir, steps, *extra):
+  """Exit status of objectives/<name>.gin continued from `base` for `steps` steps."""
+  return train_main.main([
+      f"--gin_file={gin_file}", f"--gin_file=objectives/{name}.gin", f"--gin.MODEL_DIR='{model_dir}'",
+      f"--gin.INIT_FROM_CHECKPOINT='{base}'", f"--gin.TRAIN_STEPS={steps}", "--gin.LANG_VOCAB_MIN_COUNT=3",
+      "--gin.OptimizerConfig.warmup_steps=1", *extra])
+
+
 def test_the_gin_files_configure_each_objective_its_assets_and_the_warm_start(tmp_path, tiny_corpus):
   """The unit-tier part of the runs below: what objectives/{tcs,scs}.gin make of the run's settings."""
   import gin
@@ -81,15 +96,10 @@ def test_the_gin_files_configure_each_objective_its_assets_and_the_warm_start(tm
 @pytest.mark.slow  # Three training runs through the entry point (~25 s); the test above parses the same files.
 def test_mlm_base_then_tcs_and_scs_continue_from_it(tmp_path, tiny_corpus):
   gin_file = _gin_file(tmp_path, tiny_corpus)
-  base = tmp_path / "mlm"
-  assert train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{base}'", "--gin.TRAIN_STEPS=2",
-                          "--gin.train.objectives={'mlm': 1.0}"]) == 0
+  base = _mlm_base(gin_file, tmp_path / "mlm")
   for name in ("tcs", "scs"):
     model_dir = tmp_path / name
-    code = train_main.main([
-        f"--gin_file={gin_file}", f"--gin_file=objectives/{name}.gin", f"--gin.MODEL_DIR='{model_dir}'",
-        f"--gin.INIT_FROM_CHECKPOINT='{base}'", "--gin.TRAIN_STEPS=3", "--gin.LANG_VOCAB_MIN_COUNT=3",
-        "--gin.OptimizerConfig.warmup_steps=1", "--gin.OptimizerConfig.learning_rate=3e-3"])
+    code = _continue(gin_file, base, name, model_dir, 3, "--gin.OptimizerConfig.learning_rate=3e-3")
     assert code == 0, name
     rows = _metrics(model_dir)
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -119,15 +129,10 @@ def test_three_languages_switch_through_a_pivot(tmp_path, tiny_corpus):
   gin_file = _gin_file(tmp_path, tiny_corpus)
   with open(gin_file, "a", encoding="utf-8") as f:
     f.write(extra)
-  base = tmp_path / "mlm"
-  assert train_main.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{base}'", "--gin.TRAIN_STEPS=2",
-                          "--gin.train.objectives={'mlm': 1.0}"]) == 0
+  base = _mlm_base(gin_file, tmp_path / "mlm")
   for name in ("tcs", "scs"):
     model_dir = tmp_path / name
-    code = train_main.main([
-        f"--gin_file={gin_file}", f"--gin_file=objectives/{name}.gin", f"--gin.MODEL_DIR='{model_dir}'",
-        f"--gin.INIT_FROM_CHECKPOINT='{base}'", "--gin.TRAIN_STEPS=2", "--gin.LANG_VOCAB_MIN_COUNT=3",
-        "--gin.OptimizerConfig.warmup_steps=1"])
+    code = _continue(gin_file, base, name, model_dir, 2)
     assert code == 0, name
     rows = _metrics(model_dir)
     assert all(np.isfinite(r[name]) and r[f"{name}_switched"] > 0 for r in rows), rows
