@@ -44,6 +44,8 @@ def parse_args(argv=None):
                       "the GPU's memory: run the peer in a process of its own)")
   parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout rates")
   parser.add_argument("--no_scan", action="store_true", help="EncoderConfig.scan_layers=False (layers unrolled)")
+  parser.add_argument("--attention", default="einsum", choices=("einsum", "xla", "cudnn"),
+                      help="EncoderConfig.attention_implementation (xla/cudnn need --dropout=0)")
   parser.add_argument("--prng", default=None, help="jax_default_prng_impl, e.g. rbg (cheaper random bits)")
   return parser.parse_args(argv)
 
@@ -146,6 +148,8 @@ def main(argv=None):
   if args.prng:
     jax.config.update("jax_default_prng_impl", args.prng)
   overrides = {} if args.dropout is None else {"dropout_rate": args.dropout, "attention_dropout_rate": args.dropout}
+  if args.attention != "einsum":
+    overrides["attention_implementation"] = args.attention
   if args.no_scan:
     overrides["scan_layers"] = False
   config = config_lib.preset(args.size, vocab_size=args.vocab, dtype=args.dtype, remat_policy=args.remat,
@@ -185,6 +189,7 @@ def main(argv=None):
         print(f"batch {batch:4d} {side}: {r['error']}", flush=True)
     rows.append(row)
   print(json.dumps({"size": args.size, "dtype": args.dtype, "remat": args.remat, "dropout": config.dropout_rate,
+                    "attention": config.attention_implementation,
                     "scan_layers": config.scan_layers, "prng": args.prng, "device": jax.devices()[0].device_kind,
                     "peak_tflops": args.peak_tflops, "rows": rows}))
 

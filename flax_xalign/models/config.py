@@ -17,6 +17,7 @@ from flax_xalign.errors import SettingError
 _DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots")
 POSITION_INITS = ("normal", "sinusoidal")
+ATTENTION_IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,6 +79,12 @@ class EncoderConfig:
     remat_policy: rematerialisation of each layer in the backward pass:
       "none" (keep all activations), "full" (recompute everything), "dots"
       (keep only weight matmul outputs, recompute attention and elementwise).
+    attention_implementation: how scores, softmax and context are computed:
+      "einsum" (explicit einsums, the [b, h, l, l] probabilities materialised;
+      the only one with attention dropout), "xla" or "cudnn"
+      (`jax.nn.dot_product_attention`; "cudnn" is the fused flash-attention
+      kernel of NVIDIA GPUs and needs a bfloat16/float16 dtype). The three
+      compute the same function; the fused ones need attention_dropout_rate 0.
     pointer_head: add the query/key projections of XLM-Align's denoising
       word alignment pointer network (`Encoder.pointer_projections`); set by
       the trainer when the `dwa` objective is used.
@@ -104,6 +111,7 @@ class EncoderConfig:
   param_dtype: str = "float32"
   scan_layers: bool = True
   remat_policy: str = "none"
+  attention_implementation: str = "einsum"
   pointer_head: bool = False
 
   def __post_init__(self):
@@ -150,6 +158,21 @@ class EncoderConfig:
       raise SettingError(
           f"EncoderConfig.remat_policy must be one of {REMAT_POLICIES}, got "
           f"{self.remat_policy!r}.")
+    if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
+      raise SettingError(
+          f"EncoderConfig.attention_implementation must be one of "
+          f"{ATTENTION_IMPLEMENTATIONS}, got {self.attention_implementation!r}.")
+    if self.attention_implementation != "einsum" and self.attention_dropout_rate:
+      raise SettingError(
+          f"EncoderConfig.attention_implementation={self.attention_implementation!r} "
+          f"has no attention dropout, but attention_dropout_rate is "
+          f"{self.attention_dropout_rate}; set EncoderConfig.attention_dropout_rate = 0.0 "
+          f"or use attention_implementation='einsum'.")
+    if self.attention_implementation == "cudnn" and self.dtype not in ("bfloat16", "float16"):
+      raise SettingError(
+          f"EncoderConfig.attention_implementation='cudnn' runs in bfloat16 or "
+          f"float16, but dtype is {self.dtype!r}; set EncoderConfig.dtype = "
+          f"'bfloat16' or use attention_implementation='xla'.")
 
   def replace(self, **changes: Any) -> EncoderConfig:
     """Returns a copy with `changes` applied (and validated again)."""

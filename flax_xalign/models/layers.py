@@ -200,17 +200,31 @@ class SelfAttention(nn.Module):
     query = _constrain(project(name="query")(x), head_names)
     key = _constrain(project(name="key")(x), head_names)
     value = _constrain(project(name="value")(x), head_names)
-    # Scaling the [b, l, h, d] queries is cheaper than scaling [b, h, l, l].
-    query = query * jnp.asarray(cfg.head_dim**-0.5, query.dtype)
-    # An explicit einsum (rather than jax.nn.dot_product_attention) because we
-    # need dropout on the probabilities; XLA fuses it well on CPU/TPU/GPU.
-    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key,
-                        preferred_element_type=jnp.float32)
-    scores = jnp.where(mask, scores, _MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1)
-    probs = nn.Dropout(rate=cfg.attention_dropout_rate)(
-        probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(cfg.dtype), value)
+    implementation = cfg.attention_implementation
+    if implementation == "cudnn" and jax.default_backend() != "gpu":
+      # A run trained with cuDNN attention, read on a CPU/TPU host (eval,
+      # align, export): the same function through XLA. Training refuses
+      # "cudnn" off a GPU (training/pretrain.resolve_encoder_config).
+      implementation = "xla"
+    if implementation != "einsum":
+      # The fused kernels take the boolean mask as is (cuDNN turns it into a
+      # large negative bias, as _MASK_VALUE does below) and never write the
+      # [b, h, l, l] probabilities to memory.
+      context = jax.nn.dot_product_attention(
+          query, key, value, mask=mask, scale=cfg.head_dim**-0.5,
+          implementation=implementation)
+    else:
+      # Scaling the [b, l, h, d] queries is cheaper than scaling [b, h, l, l].
+      query = query * jnp.asarray(cfg.head_dim**-0.5, query.dtype)
+      # An explicit einsum (rather than jax.nn.dot_product_attention) because we
+      # need dropout on the probabilities; XLA fuses it well on CPU/TPU.
+      scores = jnp.einsum("bqhd,bkhd->bhqk", query, key,
+                          preferred_element_type=jnp.float32)
+      scores = jnp.where(mask, scores, _MASK_VALUE)
+      probs = jax.nn.softmax(scores, axis=-1)
+      probs = nn.Dropout(rate=cfg.attention_dropout_rate)(
+          probs, deterministic=deterministic)
+      context = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(cfg.dtype), value)
     context = _constrain(context, head_names)
     return _dense(cfg, cfg.embed_dim, axis=(-2, -1),
                   kernel_axes=(axes.HEADS, axes.KV, axes.EMBED),

@@ -61,6 +61,11 @@ def resolve_encoder_config(encoder: EncoderConfig, *, vocab_size: int, num_langu
     raise UserError(
         f"EncoderConfig.num_languages={encoder.num_languages} is too small for "
         f"{num_languages} languages (+1 for padding); raise it or set 0 to drop language embeddings.")
+  if encoder.attention_implementation == "cudnn" and jax.default_backend() != "gpu":
+    raise UserError(
+        f"EncoderConfig.attention_implementation='cudnn' needs an NVIDIA GPU, and this process runs on "
+        f"{jax.default_backend()}; drop runs/nvidia_gpu.gin here, or set "
+        "EncoderConfig.attention_implementation = 'xla' (the same function, fused by XLA).")
   return dataclasses.replace(encoder, vocab_size=vocab_size)
 
 

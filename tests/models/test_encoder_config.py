@@ -27,10 +27,21 @@ _SIZES = {k: TINY_ENCODER[k] for k in ("num_layers", "embed_dim", "num_heads", "
     ("dtype", "float8"),
     ("param_dtype", "int32"),
     ("remat_policy", "some"),
+    ("attention_implementation", "flash"),
 ])
 def test_invalid_values_name_the_field(field, value):
   with pytest.raises(ValueError, match=field):
     EncoderConfig(**{**_SIZES, field: value})
+
+
+def test_fused_attention_refuses_what_it_cannot_compute():
+  # No dropout on fused probabilities; cuDNN's kernel has no float32 form.
+  with pytest.raises(ValueError, match="attention_dropout_rate = 0.0"):
+    EncoderConfig(**_SIZES, attention_implementation="xla", attention_dropout_rate=0.1)
+  with pytest.raises(ValueError, match="dtype = 'bfloat16'"):
+    EncoderConfig(**_SIZES, attention_implementation="cudnn", attention_dropout_rate=0.0)
+  assert EncoderConfig(**_SIZES, attention_implementation="cudnn", attention_dropout_rate=0.0,
+                       dtype="bfloat16").attention_implementation == "cudnn"
 
 
 def test_replace_validates_and_keeps_frozen():
@@ -113,3 +124,16 @@ def test_position_init_is_validated():
 
   with pytest.raises(ValueError, match="position_init"):
     tiny(position_init="rope")
+
+
+def test_nvidia_gpu_gin_file_gives_a_valid_base_config():
+  # runs/nvidia_gpu.gin must stay a combination EncoderConfig accepts (cuDNN needs bf16, no attention dropout).
+  parser = pytest.importorskip("gin.config_parser")
+  gin_config = pytest.importorskip("gin.config")
+  text = (_GIN_DIR.parent / "runs" / "nvidia_gpu.gin").read_text()
+  bindings = {}
+  for statement in parser.ConfigParser(text, gin_config.ParserDelegate(skip_unknown=True)):
+    assert statement.selector == "EncoderConfig"
+    bindings[statement.arg_name] = statement.value
+  config = config_lib.preset("base", **bindings)
+  assert (config.attention_implementation, config.dtype, config.scan_layers) == ("cudnn", "bfloat16", False)

@@ -8,6 +8,7 @@ import pytest
 
 from tests.models.encoder_testlib import abstract_variables
 from tests.models.encoder_testlib import encode
+from tests.models.encoder_testlib import encode_embeddings_with_grad
 from tests.models.encoder_testlib import mlm_logits
 from tests.models.encoder_testlib import variables_for
 from flax_xalign.models.encoder import Encoder
@@ -91,3 +92,24 @@ def test_dropout(config, batch):
   assert not np.allclose(first, clean)
   np.testing.assert_array_equal(
       clean, encode(variables, batch, config=config).hidden)
+
+
+@pytest.mark.parametrize("implementation", ["xla", "cudnn"])
+def test_fused_attention_computes_the_einsum_attention(config, batch, implementation):
+  # The reference is the explicit einsum path; packing (two segments in row 0),
+  # padding and an all-padding row go through the same boolean mask.
+  # Off a GPU, "cudnn" is the path of a reader (eval, align) opening a run
+  # trained with it: the layer falls back to XLA's attention.
+  dtype = "bfloat16" if implementation == "cudnn" else "float32"
+  einsum = config.replace(attention_dropout_rate=0.0, dtype=dtype)
+  fused = einsum.replace(attention_implementation=implementation)
+  variables = variables_for(config)
+  x = jax.random.normal(jax.random.key(3), batch["tokens"].shape + (config.embed_dim,))
+  want, want_grad = encode_embeddings_with_grad(variables, batch, x, config=einsum)
+  got, got_grad = encode_embeddings_with_grad(variables, batch, x, config=fused)
+  real = np.asarray(batch["segment_ids"]) > 0
+  tol = 2e-2 if dtype == "bfloat16" else 2e-5
+  np.testing.assert_allclose(np.asarray(got, np.float32)[real], np.asarray(want, np.float32)[real],
+                             atol=tol, rtol=tol)
+  np.testing.assert_allclose(np.asarray(got_grad, np.float32)[real],
+                             np.asarray(want_grad, np.float32)[real], atol=tol * 10, rtol=tol)

@@ -194,3 +194,37 @@ def test_compile_of_the_first_step_is_announced_and_timed(tmp_path, tiny_corpus,
   start = out.index("compiling the train step...")
   assert out[start + 1].startswith("  compiled and ran the first step in ") and out[start + 1].endswith(" s")
   assert out[start + 2].startswith("step 1/1")
+
+
+def test_resume_may_change_the_attention_kernel_but_not_the_layer_layout():
+  import dataclasses
+
+  from flax_xalign import run_spec as run_spec_lib
+  from flax_xalign.training import checkpoints
+
+  vocabulary = run_spec_lib.VocabularySpec(file="vocabulary.model", sha256="cd" * 32, size=61, pieces=61)
+  saved = run_spec_lib.RunSpec(
+      task="t", languages=("de", "en"), task_feature_lengths={"tokens": 19}, vocabulary=vocabulary,
+      model=testlib.tiny_encoder_config(vocab_size=61, attention_dropout_rate=0.0, dtype="bfloat16",
+                                        attention_implementation="cudnn"),
+      objectives={"mlm": 1.0})
+  # Trained with cuDNN on a GPU, continued with XLA's attention elsewhere: same function, same parameters.
+  on_cpu = dataclasses.replace(saved, model=saved.model.replace(attention_implementation="xla"))
+  checkpoints.check_compatible(saved, on_cpu, where="x")
+  unrolled = dataclasses.replace(saved, model=saved.model.replace(scan_layers=False))
+  with pytest.raises(UserError, match="different model"):
+    checkpoints.check_compatible(saved, unrolled, where="x")
+
+
+def test_cudnn_attention_off_a_gpu_is_refused_before_anything_is_written(tmp_path, tiny_corpus):
+  import jax
+
+  if jax.default_backend() == "gpu":
+    pytest.skip("this host has the GPU cuDNN attention needs")
+  model_dir = tmp_path / "run"
+  encoder = testlib.tiny_encoder_config(attention_dropout_rate=0.0, dtype="bfloat16",
+                                        attention_implementation="cudnn")
+  with pytest.raises(UserError, match="'cudnn' needs an NVIDIA GPU, and this process runs on cpu"):
+    pretrain(model_dir=str(model_dir), mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19},
+             batch_size=6, train_steps=2, encoder=encoder, objectives={"mlm": 1.0})
+  assert not model_dir.exists()
