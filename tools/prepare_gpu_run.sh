@@ -6,7 +6,7 @@
 #   tools/prepare_gpu_run.sh [ROWS] [VOCABULARY]
 #
 # Writes, here (where seqio and TensorFlow are installed):
-#   .gpu/wheels/  what the host lacks, as CPython 3.12 manylinux wheels: gin-config, grain, array-record,
+#   .gpu/wheels/  what the host lacks, as CPython 3.12 manylinux wheels: gin-config, grain, array-record, conllu,
 #                 portpicker, cloudpickle (about 5 MB)
 #   .gpu/cache/   a packed cache (train split) of the Bible mixture, rows of 512 tokens, ROWS rows
 #                 (default 6000: ~31 MB with a 250k vocabulary, under the 64 MiB a device call carries).
@@ -14,7 +14,7 @@
 #                 `python -m flax_xalign.e5_small`) the Bible tasks are tokenised with it (task
 #                 xlmr_bible_grc_en_mlm_tlm), so the model has XLM-R base's 250,002-row embedding.
 # Then, on the GPU host, from the repository root with `.gpu` carried, .gpu/run.sh trains XLM-R base (bf16,
-# MLM+TLM, then MLM+TLM+DWA) from the cache and prints each run's tokens/s, step time and MFU.
+# cuDNN attention, layers unrolled: runs/nvidia_gpu.gin; MLM+TLM, then MLM+TLM+DWA) from the cache and prints each run's tokens/s, step time and MFU.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROWS="${1:-6000}"
@@ -24,7 +24,7 @@ mkdir -p .gpu
 rm -rf .gpu/wheels .gpu/cache
 "$PY" -m pip download --quiet --only-binary=:all: --python-version 3.12 --no-deps -d .gpu/wheels \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-  gin-config==0.5.0 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0 cloudpickle==3.1.1
+  gin-config==0.5.0 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0 cloudpickle==3.1.1 conllu==6.0.0
 TASK=bible_grc_en_mlm_tlm
 GIN=()
 if [[ -n "$VOCABULARY" ]]; then
@@ -51,12 +51,11 @@ for objectives in mlm_tlm xlm_align; do
   extra=()  # XLM-Align warm-starts from a checkpoint in the paper; for throughput, from scratch.
   [[ \$objectives == xlm_align ]] && extra=(--gin.INIT_FROM_CHECKPOINT=None)
   python3 -m flax_xalign.train --gin_file=runs/pretrain.gin --gin_file=models/base.gin \\
-    --gin_file=objectives/\$objectives.gin \\
+    --gin_file=objectives/\$objectives.gin --gin_file=runs/nvidia_gpu.gin \\
     --gin.MIXTURE_OR_TASK_NAME="'$TASK'" --gin.TASK_FEATURE_LENGTHS="{'tokens': 512}" \\
     --gin.train.data="'cache:.gpu/cache'" --gin.MODEL_DIR="'/tmp/gpu_\$objectives'" \\
     --gin.BATCH_SIZE=\$BATCH --gin.TRAIN_STEPS=\$STEPS --gin.LOG_EVERY=10 --gin.CHECKPOINT_EVERY=\$STEPS \\
-    --gin.EVAL_EVERY=0 --gin.EncoderConfig.dtype="'bfloat16'" --gin.EncoderConfig.dropout_rate=0.0 \\
-    --gin.EncoderConfig.attention_dropout_rate=0.0 "\${extra[@]}" 2>&1 | grep -v "^I0000\|^W0000"
+    --gin.EVAL_EVERY=0 --gin.EncoderConfig.dropout_rate=0.0 "\${extra[@]}" 2>&1 | grep -v "^I0000\|^W0000"
 done
 RUN
 chmod +x .gpu/run.sh
