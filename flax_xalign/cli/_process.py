@@ -13,7 +13,9 @@ module) does none of it:
   (gin's search-path misses, seqio's uncached-source warning) and holds back
   seqio's "Failed to load task" line for `gin_cli.run`;
 * it installs the Orbax noise hooks (`training/checkpoint_noise.py`), so a
-  damaged checkpoint is reported in one line, not hundreds.
+  damaged checkpoint is reported in one line, not hundreds;
+* it makes sure no Ctrl-C is lost: one that lands in a callback Python cannot
+  raise from (JAX's gc callback) is delivered again, not printed and dropped.
 
 A notebook or script that wants the same behaviour calls it once, before
 anything imports TensorFlow or starts JAX:
@@ -32,8 +34,11 @@ import importlib.util
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
+import time
 
 from flax_xalign.training import checkpoint_noise
 
@@ -50,6 +55,35 @@ def setup_process() -> None:
   _quiet_tensorflow()
   known_noise()
   checkpoint_noise.install()
+  _redeliver_swallowed_interrupts()
+
+
+def _redeliver_swallowed_interrupts() -> None:
+  """Re-raises SIGINT when its KeyboardInterrupt was raised where Python can only print it.
+
+  A Ctrl-C whose handler runs inside a callback of the garbage collector (JAX
+  registers one) raises KeyboardInterrupt there; Python reports it through
+  `sys.unraisablehook` as "Exception ignored in: <function _xla_gc_callback>"
+  with a traceback, and the command carries on as if never interrupted. The
+  hook below marks the signal pending again instead, so the handler runs again
+  once the callback has returned: the command stops as for any Ctrl-C.
+  """
+  previous = sys.unraisablehook
+
+  def hook(info) -> None:
+    if isinstance(info.exc_value, KeyboardInterrupt):
+      # From another thread, a moment later: signalled from here, the handler would run
+      # inside this hook and its KeyboardInterrupt would be swallowed again.
+      threading.Thread(target=_signal_again, daemon=True).start()
+      return
+    previous(info)
+
+  sys.unraisablehook = hook
+
+
+def _signal_again() -> None:
+  time.sleep(0.05)
+  os.kill(os.getpid(), signal.SIGINT)
 
 
 # --- libtpu -----------------------------------------------------------------------------------------------

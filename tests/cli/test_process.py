@@ -143,3 +143,28 @@ def test_ctrl_c_in_a_gin_command_is_one_line_and_exit_130(monkeypatch, capsys):
   assert (code, result) == (130, None)
   err = capsys.readouterr().err
   assert err.strip().splitlines() == ["interrupted (Ctrl-C); nothing was left half-written"], err
+
+
+def test_a_ctrl_c_swallowed_by_a_gc_callback_is_delivered_again(monkeypatch, capsys):
+  # Python reports a KeyboardInterrupt raised in a callback it cannot raise from (JAX's gc callback; here a
+  # __del__) through sys.unraisablehook and carries on: eval exited 0 after such a Ctrl-C. The set-up's hook
+  # signals SIGINT again, so the default handler raises it in the main thread.
+  import signal
+  import time
+
+  from flax_xalign.cli import _process
+
+  monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  _process._redeliver_swallowed_interrupts()
+
+  class Interrupted:
+    def __del__(self):
+      raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    Interrupted()  # Dropped at once: __del__ raises, Python calls the unraisable hook.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+      time.sleep(0.01)
+  assert "Exception ignored" not in capsys.readouterr().err

@@ -282,6 +282,28 @@ def test_a_disk_that_fills_at_the_final_async_save_is_one_line_and_keeps_the_pre
 # (a long line no longer stalls a real one: lines are cut at max_line_chars and tokenising is fast).
 
 
+@pytest.mark.subprocess
+def test_ctrl_c_during_eval_is_one_line_and_exit_130(tmp_path, tiny_corpus):
+  # The probe saw a KeyboardInterrupt traceback, and a Ctrl-C that JAX's gc callback swallowed (eval then
+  # finished with exit 0). Interrupted while it loads, compiles and evaluates: one line, 130, nothing else.
+  gin_file = _fault_gin(tmp_path, tiny_corpus)
+  model_dir = tmp_path / "model"
+  trained = harness.run_child("train", harness.train_argv(gin_file, model_dir, "--gin.TRAIN_STEPS=2"), timeout=300)
+  assert trained.code == 0, trained.out[-2000:]
+  for delay in (2.0, 4.5):
+    child = harness.Child("eval", [f"--gin.MODEL_DIR='{model_dir}'", "--gin.SPLIT='validation'", "--gin.BATCH_SIZE=6"])
+    try:
+      time.sleep(delay)
+      child.proc.send_signal(signal.SIGINT)
+      code = child.finish(120)
+    finally:
+      child.kill()
+    lines = [line for line in child.output.splitlines() if line.strip()]
+    assert "Exception ignored" not in child.output and "Traceback" not in child.output, child.output[-2000:]
+    if code != 0:  # (0: eval had finished before the signal came)
+      assert code == 130 and lines == ["interrupted (Ctrl-C); nothing was left half-written"], (code, lines[-5:])
+
+
 # --- quiet start (C11) ----------------------------------------------------------------------------------
 
 
