@@ -15,6 +15,7 @@ original, so the user sees one line.
 
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -94,6 +95,17 @@ class ArgumentParser(argparse.ArgumentParser):
   def error(self, message: str) -> NoReturn:
     print(f"error: {message}; see {self.prog} --help.", file=sys.stderr)
     sys.exit(2)
+
+  def parse_known_args(self, args=None, namespace=None):
+    """Also expands a leading `~` in every string value: a shell leaves `--output=~/x` as it is, and a
+    command would otherwise create a folder named `~` where it runs (the checks expand it, the writes not)."""
+    namespace, extras = super().parse_known_args(args, namespace)
+    for name, value in vars(namespace).items():
+      if isinstance(value, str) and value.startswith("~"):
+        setattr(namespace, name, os.path.expanduser(value))
+      elif isinstance(value, list) and any(isinstance(v, str) and v.startswith("~") for v in value):
+        setattr(namespace, name, [os.path.expanduser(v) if isinstance(v, str) else v for v in value])
+    return namespace, extras
 
 
 class SettingError(UserError, ValueError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 
@@ -185,10 +186,25 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
 def check_input_file(path: str | os.PathLike, *, setting: str) -> str:
   """`path`, checked as a readable file before any work; UserError names what is wrong."""
   text = os.fspath(path)
-  if not os.path.exists(text):
-    raise UserError(f"{setting} {text} does not exist; check the path.")
-  if os.path.isdir(text):
+  try:
+    mode = os.stat(text).st_mode
+  except OSError as e:
+    if e.errno == errno.ELOOP:
+      raise UserError(f"{setting} {text} is a loop of symbolic links; point it at a file.") from None
+    if os.path.islink(text):
+      raise UserError(f"{setting} {text} is a symbolic link to {os.readlink(text)}, which does not exist; "
+                      "fix the link or name the file itself.") from None
+    if e.errno == errno.ENOENT:
+      raise UserError(f"{setting} {text} does not exist; check the path.") from None
+    raise path_error(e, text, setting=setting, doing="read") from None
+  if stat.S_ISDIR(mode):
     raise UserError(f"{setting} {text} is a folder; name a file.")
+  if not stat.S_ISREG(mode):
+    # A pipe (also a shell's <(...)) can be read once and blocks until written; commands may read twice.
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device")
+    raise UserError(f"{setting} {text} is {kind}, not a regular file; write its contents to a file and "
+                    "pass that.")
   if not os.access(text, os.R_OK):
     raise UserError(f"{setting} {text} cannot be read (permission denied); fix its permissions (chmod +r).")
   return text

@@ -1,5 +1,7 @@
 """`errors.user_message`: a UserError's own text, out of gin's proxy and TF autograph's re-raise."""
 
+import os
+
 import gin
 import pytest
 
@@ -39,3 +41,25 @@ def test_report_prints_one_error_line(capsys):
   assert errors.run_command(lambda: _raise()) == 2
   assert capsys.readouterr().err == f"error: {MESSAGE}\n"
   assert errors.user_message(ValueError("plain")) == "plain"
+
+
+def test_a_leading_tilde_in_a_flag_is_the_home_folder_not_a_folder_named_tilde(tmp_path, monkeypatch, capfd):
+  # `--output=~/x` reaches the command unexpanded (the shell expands only a word that starts with ~).
+  from tests.hardening import harness
+
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  monkeypatch.chdir(tmp_path)
+  parser = errors.ArgumentParser(prog="x")
+  parser.add_argument("--output")
+  parser.add_argument("--text", action="append")
+  args = parser.parse_args(["--output=~/out.txt", "--text=~/a.txt:en", "--text=b.txt:de"])
+  assert args.output == str(tmp_path / "home" / "out.txt")
+  assert args.text == [str(tmp_path / "home" / "a.txt") + ":en", "b.txt:de"]
+  # End to end: a command writes under HOME and creates nothing named '~' where it runs.
+  (tmp_path / "home").mkdir()
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("".join(f"the word number {i} goes here and there\n" for i in range(300)))
+  outcome = harness.run_main(capfd, "vocab", [f"--input={corpus}", "--vocab_size=40", "--output=~/spm"])
+  assert outcome.code == 0, outcome.err[-2000:]
+  assert os.path.isfile(tmp_path / "home" / "spm.model")
+  assert not os.path.exists(tmp_path / "~")

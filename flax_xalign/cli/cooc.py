@@ -104,7 +104,7 @@ def check_files(args: argparse.Namespace) -> None:
                              owned=lambda folder: set(os.listdir(folder)) <= own,
                              what=f"a cooc table ({cooc.TABLE_FILE}, {cooc.MANIFEST_FILE})")
   for path in texts + ([args.vocabulary] if args.vocabulary else []):
-    if path and os.path.exists(path):  # A missing one is named with its flag below.
+    if path and (os.path.exists(path) or os.path.islink(path)):  # A missing one is named with its flag below.
       fileio.check_input_file(path, setting="--text" if path in texts else "--vocabulary")
 
 

@@ -7,7 +7,9 @@ byte-identical afterwards:
 * output_in_foreign_folder: a folder output is a user's non-empty folder (notes.txt), not the command's own;
 * output_in_read_only_folder: the output would be created in a read-only folder;
 * output_under_file: the output's path runs through an existing file;
-* unreadable_input: the input file cannot be read (chmod 000; root reads anything, so skipped as root).
+* unreadable_input: the input file cannot be read (chmod 000; root reads anything, so skipped as root);
+* input_is_fifo / input_is_symlink_loop: the input file is a named pipe (reading it would block, and a
+  command may read twice) or a loop of symbolic links.
 
 A refusal comes from the command's own check right after its flags are parsed (`fileio.check_output_*`),
 before any work: a command that did not refuse would compute (train, align) before failing. A new
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -106,9 +109,10 @@ MODULE_ROWS = {"align": ["align"], "bli": ["bli"], "retrieval": ["retrieval"], "
                "experiments/align_mlm_grid": ["align_mlm_grid", "align_mlm_grid_fresh"]}
 
 CASES = ("output_is_input", "output_in_foreign_folder", "output_in_read_only_folder", "output_under_file",
-         "unreadable_input")
+         "unreadable_input", "input_is_fifo", "input_is_symlink_loop")
 KEYWORDS = {"output_in_foreign_folder": ("non-empty folder",), "output_in_read_only_folder": ("not writable",),
-            "output_under_file": ("file",), "unreadable_input": (("permission denied", "cannot be read"),)}
+            "output_under_file": ("file",), "unreadable_input": (("permission denied", "cannot be read"),),
+            "input_is_fifo": ("named pipe",), "input_is_symlink_loop": ("loop of symbolic links",)}
 
 
 def _applies(writer: Writer, case: str) -> bool:
@@ -116,7 +120,7 @@ def _applies(writer: Writer, case: str) -> bool:
     return writer.input is not None
   if case == "output_in_foreign_folder":
     return writer.output == "folder"
-  if case == "unreadable_input":
+  if case in ("unreadable_input", "input_is_fifo", "input_is_symlink_loop"):
     return writer.input == "file"
   return True
 
@@ -176,6 +180,19 @@ def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, cap
     afile = tmp_path / "afile"
     afile.write_text("keep me\n")
     out, at_risk = str(afile / writer.output_name), str(afile)
+  elif case == "input_is_fifo":
+    os.remove(inp)
+    os.mkfifo(inp)
+    out = at_risk = str(tmp_path / writer.output_name)  # (a digest of the folder would open the pipe)
+    # A command that reads the pipe instead of refusing it would block for ever: after 30 s, write its end.
+    unblock = threading.Timer(30, lambda: open(inp, "w").close())
+    unblock.daemon = True
+    unblock.start()
+    request.addfinalizer(unblock.cancel)
+  elif case == "input_is_symlink_loop":
+    os.remove(inp)
+    os.symlink(inp, inp)
+    out = at_risk = str(tmp_path / writer.output_name)
   else:
     out, at_risk = str(tmp_path / writer.output_name), inp
     os.chmod(inp, 0)
