@@ -45,6 +45,14 @@ def test_counting_a_task_writes_the_table_and_manifest(corpus, tmp_path, capsys)
   text = cooc.load_table(str(text_out))
   assert text.info["corpus_fingerprint"] == info["corpus_fingerprint"]
   assert text.log_x.tobytes() == table.log_x.tobytes() and text.indices.tobytes() == table.indices.tobytes()
+  # Both record the vocabulary they were counted with, as a run's manifest hashes it (a run with another
+  # vocabulary of the same size refuses the table: tests/assets/test_cooc_asset.py).
+  from flax_xalign.data.vocab.fingerprint import model_sha256
+  from flax_xalign.data.vocab.sentencepiece import load_vocabulary
+
+  expected = model_sha256(load_vocabulary(corpus["model"]))
+  assert info["source"][cooc.VOCABULARY_KEY] == expected
+  assert text.info["source"][cooc.VOCABULARY_KEY] == expected
   capsys.readouterr()
 
   # --inspect by piece and by id: the top pairs of the row, X descending.

@@ -21,6 +21,7 @@ the vocabulary is known (the counted task's, the --text run's model, or
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -85,8 +86,10 @@ def count_text(inputs: Sequence[tuple[str, str]], *, vocabulary: str, window: in
         report(int(counter.tokens.sum()), lines)
   counts = counter.result()
   report(int(counts.tokens.sum()), lines, True)
+  with open(vocabulary, "rb") as f:  # The bytes a run's manifest hashes (a seqio vocabulary's sp_model).
+    vocabulary_sha256 = hashlib.sha256(f.read()).hexdigest()
   source = {"files": [{"path": os.path.abspath(p), "language": lang} for p, lang in inputs],
-            "vocabulary": os.path.abspath(vocabulary)}
+            "vocabulary": os.path.abspath(vocabulary), cooc.VOCABULARY_KEY: vocabulary_sha256}
   table = cooc.finalize(counts, reference_language=reference_language, drop_diagonal=drop_diagonal,
                         source=source, seconds=time.perf_counter() - start, log=log)
   log(cooc.summary(table))

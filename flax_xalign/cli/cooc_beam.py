@@ -15,6 +15,7 @@ functions, after the process set-up, since it brings in TensorFlow.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 from collections.abc import Sequence
@@ -106,6 +107,35 @@ def _check(args: argparse.Namespace) -> None:
       raise UserError(f"{flag} must be an integer in [1, {limit or 'inf'}], got {value}.")
   if args.text and not args.vocabulary:
     raise UserError("--text needs --vocabulary=MODEL, the SentencePiece model to tokenise it with.")
+  _check_local_paths(args)
+
+
+def _is_local(path: str) -> bool:
+  return "://" not in path or path.startswith("file://")
+
+
+def _check_local_paths(args: argparse.Namespace) -> None:
+  """The local command's checks for a local --output (new, empty or a cooc table's; none of the inputs) and
+  for the local inputs, before the pipeline is built; remote paths are left to the Beam filesystem."""
+  if not _is_local(args.output):
+    return
+  from flax_xalign.cli import cooc as cooc_cli
+
+  local_texts = [spec for spec in args.text if _is_local(spec.rpartition(":")[0])]
+  vocabulary = args.vocabulary if args.vocabulary and _is_local(args.vocabulary) else None
+  cooc_cli.check_files(argparse.Namespace(output=args.output, text=local_texts, vocabulary=vocabulary))
+
+
+def _sha256(path: str) -> str:
+  """sha256 of a local or Beam-filesystem file's bytes (the vocabulary a table was counted with)."""
+  from flax_xalign.data.cooc import beam as cooc_beam
+
+  beam = cooc_beam.beam
+  if beam is not None and beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file"):
+    with beam.io.filesystems.FileSystems.open(path) as f:
+      return hashlib.sha256(f.read()).hexdigest()
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
 
 
 def run(argv: Sequence[str] | None = None) -> Any:
@@ -146,7 +176,7 @@ def run(argv: Sequence[str] | None = None) -> Any:
     settings = cooc_beam.Settings(languages=languages, vocab_size=vocab_size, window=args.window,
                                   buckets=args.buckets)
     source = {"files": [{"path": _path(p), "language": lang} for p, lang in inputs],
-              "vocabulary": _path(args.vocabulary)}
+              "vocabulary": _path(args.vocabulary), cooc.VOCABULARY_KEY: _sha256(args.vocabulary)}
     pipeline = cooc_beam.beam.Pipeline(options=options)
     cooc_beam.build(pipeline, settings=settings, source=source,
                     texts=[(p, languages.index(lang)) for p, lang in inputs], vocabulary=args.vocabulary,

@@ -6,6 +6,7 @@ command's errors need no Beam and are the main environment's contract tier (`mak
 
 import collections
 import json
+import os
 import random
 
 import numpy as np
@@ -104,7 +105,8 @@ def test_text_pipeline_matches_the_local_table_and_the_definitions(beam_corpus, 
   assert cooc_command.main([*texts, f"--vocabulary={model}", "--window=3", f"--output={local_dir}"]) == 0
   result = cooc_beam_cli.run([*texts, f"--vocabulary={model}", "--window=3", f"--output={beam_dir}",
                           "--lines_per_shard=16", "--buckets=7"])
-  _assert_same_table(local_dir, beam_dir)
+  _assert_same_table(local_dir, beam_dir)  # (the vocabulary's sha256 in both manifests' source included)
+  assert cooc.load_table(str(beam_dir)).info["source"][cooc.VOCABULARY_KEY]
   assert _metric(result, "shards") >= 2
   sp = spm.SentencePieceProcessor(model_file=model)
   sequences = [(1, sp.encode(t.strip())) for t in beam_corpus["en"]] + [(0, sp.encode(t.strip()))
@@ -148,6 +150,24 @@ def test_split_rows_and_merge_are_exact(beam):
 def test_bad_command_line_is_one_user_error(argv, match, capsys):
   assert cooc_beam_cli.main(argv) == 2
   assert match in capsys.readouterr().err
+
+
+@pytest.mark.contract
+def test_a_dangerous_local_output_is_refused_before_the_pipeline(tmp_path, capsys):
+  # The local command's rules, checked before Beam is needed: never into a user's non-empty folder, never
+  # onto an input.
+  mine = tmp_path / "mine"
+  mine.mkdir()
+  (mine / "notes.txt").write_text("my notes\n")
+  data = tmp_path / "data"
+  data.mkdir()
+  (data / "en.txt").write_text("a line\n")
+  (data / "spm.model").write_bytes(b"not read before the checks")
+  text = f"--text={data / 'en.txt'}:en"
+  for output, match in ((mine, "non-empty folder"), (data, "holds the --text")):
+    assert cooc_beam_cli.main([text, f"--vocabulary={data / 'spm.model'}", f"--output={output}"]) == 2
+    assert match in capsys.readouterr().err
+  assert (mine / "notes.txt").read_text() == "my notes\n" and sorted(os.listdir(mine)) == ["notes.txt"]
 
 
 @pytest.mark.contract
