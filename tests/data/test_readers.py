@@ -178,3 +178,10 @@ def test_file_errors(tmp_path):
                encoding="latin-1")
   with pytest.raises(errors.UserError, match=f"{path}:3: not valid UTF-8"):
     readers.read_conll_ner(path)
+
+
+def test_the_column_names_are_conllus_own():
+  # readers names the ten columns itself so that importing it needs no conllu (a bare GPU host trains).
+  import conllu.parser
+
+  assert readers.CONLLU_FIELDS == tuple(conllu.parser.DEFAULT_FIELDS)

@@ -1,4 +1,5 @@
-"""`python -m flax_xalign.train` in a process whose import system refuses TensorFlow, tensorflow_text and seqio.
+"""`python -m flax_xalign.train` in a process whose import system refuses TensorFlow, tensorflow_text, seqio
+and conllu (a bare GPU host has none of them; conllu is only needed to parse CoNLL-U files).
 
     python -m tests.training.no_tf_train --gin_file=run.gin ...
 
@@ -12,7 +13,7 @@ import importlib.machinery
 import runpy
 import sys
 
-REFUSED = ("tensorflow", "tensorflow_text", "seqio")
+REFUSED = ("tensorflow", "tensorflow_text", "seqio", "conllu")
 
 
 class _Refuse(importlib.abc.Loader):

@@ -23,20 +23,23 @@ Files are read as UTF-8; a leading byte-order mark and `\\r\\n` line ends are
 tolerated.
 """
 
+from __future__ import annotations
+
 from collections.abc import Iterable, Iterator
 import os
-from typing import Callable, NamedTuple, Optional, Union
-
-import conllu
-import conllu.exceptions
-import conllu.parser
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from flax_xalign import errors
 
+if TYPE_CHECKING:
+  import conllu
+# `conllu` is imported where a CoNLL-U file is parsed: every command's gin set-up imports this module
+# (the transfer evaluator's configurables), and a host without conllu (a bare GPU machine) still trains.
+
 PathLike = Union[str, os.PathLike]
 
-# id form lemma upos xpos feats head deprel deps misc: conllu's names.
-CONLLU_FIELDS = tuple(conllu.parser.DEFAULT_FIELDS)
+# conllu's names of the ten columns (conllu.parser.DEFAULT_FIELDS; a test checks they agree).
+CONLLU_FIELDS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 CONLLU_COLUMNS = len(CONLLU_FIELDS)
 # Column names `read_conllu_pos` accepts, with their 0-based index.
 POS_COLUMNS = {"upos": CONLLU_FIELDS.index("upos"), "xpos": CONLLU_FIELDS.index("xpos")}
@@ -131,7 +134,7 @@ class ConlluSentence(NamedTuple):
 
 
 # check_word(token, "file:line", position of the word in its sentence).
-WordCheck = Callable[[conllu.Token, str, int], None]
+WordCheck = Callable[["conllu.Token", str, int], None]
 
 
 def is_syntactic_word(token: conllu.Token) -> bool:
@@ -143,6 +146,9 @@ def _conllu_token(line: str, where: str, *, allow_empty: bool) -> conllu.Token:
   # Split on tabs only: conllu's own line parser also splits on runs of two
   # spaces and accepts short lines, which would read a space-separated file or
   # a FORM with spaces column-shifted instead of refusing it at its line.
+  import conllu.exceptions
+  import conllu.parser
+
   values = line.split("\t")
   if len(values) != CONLLU_COLUMNS:
     raise errors.UserError(
@@ -230,6 +236,9 @@ def read_conllu_sentences(path_or_lines: Union[PathLike, Iterable[str]], *,
 
 def _conllu_sentence(tokens, line_numbers, comments, first_line, last_line
                      ) -> ConlluSentence:
+  import conllu
+  import conllu.parser
+
   metadata = conllu.Metadata(
       pair for comment in comments for pair in conllu.parser.parse_comment_line(comment))
   return ConlluSentence(conllu.TokenList(tokens, metadata, default_fields=CONLLU_FIELDS),

@@ -43,19 +43,21 @@ keeps its side. `is_projective` tells which sentences needed lifting, for
 those who prefer to drop them, as MultilingualAnalysis did.
 """
 
+from __future__ import annotations
+
 from collections.abc import Iterable, Sequence
 import dataclasses
 import os
-from typing import NamedTuple, Union
+from typing import TYPE_CHECKING, NamedTuple, Union
 
-import conllu
-import conllu.exceptions
-import conllu.parser
 import numpy as np
 
 from flax_xalign import errors
 from flax_xalign.data.sources import readers
 from flax_xalign.fileio import write_atomically
+
+if TYPE_CHECKING:
+  import conllu  # (imported where a head is parsed: see data/sources/readers.py)
 
 CONLLU_COLUMNS = readers.CONLLU_COLUMNS
 SUBJECT_RELATIONS = frozenset({"nsubj", "csubj"})
@@ -144,6 +146,9 @@ def _check_tree(tokens: Sequence[Token], where: str) -> None:
 
 
 def _head(token: conllu.Token, where: str) -> int:
+  import conllu.exceptions
+  import conllu.parser
+
   # conllu reads HEAD `_` as None; the transform needs every head.
   try:
     head = conllu.parser.parse_int_value(token["head"])
