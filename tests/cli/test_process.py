@@ -155,16 +155,20 @@ def test_a_ctrl_c_swallowed_by_a_gc_callback_is_delivered_again(monkeypatch, cap
   from flax_xalign.cli import _process
 
   monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-  _process._redeliver_swallowed_interrupts()
+  # Python's own handler (a shell starts background jobs, CI's included, with SIGINT ignored).
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    _process._redeliver_swallowed_interrupts()
 
-  class Interrupted:
-    def __del__(self):
-      raise KeyboardInterrupt
+    class Interrupted:
+      def __del__(self):
+        raise KeyboardInterrupt
 
-  with pytest.raises(KeyboardInterrupt):
-    Interrupted()  # Dropped at once: __del__ raises, Python calls the unraisable hook.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-      time.sleep(0.01)
+    with pytest.raises(KeyboardInterrupt):
+      Interrupted()  # Dropped at once: __del__ raises, Python calls the unraisable hook.
+      deadline = time.monotonic() + 10
+      while time.monotonic() < deadline:
+        time.sleep(0.01)
+  finally:
+    signal.signal(signal.SIGINT, previous)
   assert "Exception ignored" not in capsys.readouterr().err
