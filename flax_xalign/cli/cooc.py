@@ -21,7 +21,6 @@ the vocabulary is known (the counted task's, the --text run's model, or
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import time
@@ -71,6 +70,7 @@ def count_text(inputs: Sequence[tuple[str, str]], *, vocabulary: str, window: in
                drop_diagonal: bool, log: Callable[[str], Any] = print) -> Any:
   """The table of text files [(path, language code)] tokenised with a SentencePiece model."""
   from flax_xalign.data import cooc
+  from flax_xalign.data.sources import wheels
 
   start = time.perf_counter()
   languages = tuple(sorted({lang for _, lang in inputs}))
@@ -86,10 +86,9 @@ def count_text(inputs: Sequence[tuple[str, str]], *, vocabulary: str, window: in
         report(int(counter.tokens.sum()), lines)
   counts = counter.result()
   report(int(counts.tokens.sum()), lines, True)
-  with open(vocabulary, "rb") as f:  # The bytes a run's manifest hashes (a seqio vocabulary's sp_model).
-    vocabulary_sha256 = hashlib.sha256(f.read()).hexdigest()
+  # The file's bytes are what a run's manifest hashes (a seqio vocabulary's sp_model).
   source = {"files": [{"path": os.path.abspath(p), "language": lang} for p, lang in inputs],
-            "vocabulary": os.path.abspath(vocabulary), cooc.VOCABULARY_KEY: vocabulary_sha256}
+            "vocabulary": os.path.abspath(vocabulary), cooc.VOCABULARY_KEY: wheels.sha256_of(vocabulary)}
   table = cooc.finalize(counts, reference_language=reference_language, drop_diagonal=drop_diagonal,
                         source=source, seconds=time.perf_counter() - start, log=log)
   log(cooc.summary(table))

@@ -39,13 +39,19 @@ def _text_inputs(specs: Sequence[str]) -> list[tuple[str, str]]:
   return inputs
 
 
-def _path(path: str) -> str:
-  """An absolute local path (as the local command records it); remote paths unchanged."""
+def _remote(path: str) -> bool:
+  """Whether `path` is on a Beam filesystem other than the local one (gs://, s3://, ...); without Beam
+  (checked before it is required), any URL but file://."""
   from flax_xalign.data.cooc import beam as cooc_beam
   beam = cooc_beam.beam
-  if beam is not None and beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file"):
-    return path
-  return os.path.abspath(path)
+  if beam is None:
+    return "://" in path and not path.startswith("file://")
+  return beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file")
+
+
+def _path(path: str) -> str:
+  """An absolute local path (as the local command records it); remote paths unchanged."""
+  return path if _remote(path) else os.path.abspath(path)
 
 
 PIPELINE_MODULE = "flax_xalign.data.cooc.beam"
@@ -110,31 +116,27 @@ def _check(args: argparse.Namespace) -> None:
   _check_local_paths(args)
 
 
-def _is_local(path: str) -> bool:
-  return "://" not in path or path.startswith("file://")
-
-
 def _check_local_paths(args: argparse.Namespace) -> None:
   """The local command's checks for a local --output (new, empty or a cooc table's; none of the inputs) and
   for the local inputs, before the pipeline is built; remote paths are left to the Beam filesystem."""
-  if not _is_local(args.output):
+  if _remote(args.output):
     return
   from flax_xalign.cli import cooc as cooc_cli
 
-  local_texts = [spec for spec in args.text if _is_local(spec.rpartition(":")[0])]
-  vocabulary = args.vocabulary if args.vocabulary and _is_local(args.vocabulary) else None
+  local_texts = [spec for spec in args.text if not _remote(spec.rpartition(":")[0])]
+  vocabulary = args.vocabulary if args.vocabulary and not _remote(args.vocabulary) else None
   cooc_cli.check_files(argparse.Namespace(output=args.output, text=local_texts, vocabulary=vocabulary))
 
 
 def _sha256(path: str) -> str:
   """sha256 of a local or Beam-filesystem file's bytes (the vocabulary a table was counted with)."""
+  if not _remote(path):
+    from flax_xalign.data.sources import wheels
+
+    return wheels.sha256_of(path)
   from flax_xalign.data.cooc import beam as cooc_beam
 
-  beam = cooc_beam.beam
-  if beam is not None and beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file"):
-    with beam.io.filesystems.FileSystems.open(path) as f:
-      return hashlib.sha256(f.read()).hexdigest()
-  with open(path, "rb") as f:
+  with cooc_beam.beam.io.filesystems.FileSystems.open(path) as f:
     return hashlib.sha256(f.read()).hexdigest()
 
 
