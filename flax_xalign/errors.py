@@ -71,13 +71,32 @@ def path_problem(e: BaseException) -> UserError | None:
   return path_error(inner)
 
 
+INTERRUPTED = "interrupted (Ctrl-C); nothing was left half-written"
+
+
+def interrupted() -> int:
+  """Exit status 130 (the shell's for SIGINT) with one line on stderr, for a Ctrl-C a command caught.
+
+  Writers replace files atomically, so an interrupted command leaves nothing half-written.
+  """
+  print(INTERRUPTED, file=sys.stderr)
+  # CPython (3.11, pythonrun.c run_eval_code_obj) marks a KeyboardInterrupt that leaves code run by
+  # exec or eval of a *string* (dataclasses and namedtuple build their methods that way, e.g. while
+  # flax imports) as unhandled, even when a caller catches it. Under `python -m` it then ends the
+  # process by SIGINT at exit: status -2 instead of 130. Running string code again clears the mark.
+  exec("")  # noqa: S102
+  return 128 + 2
+
+
 def run_command(work: Callable[[], Any]) -> int:
-  """A command's exit status: 0 after `work()`, or 2 with `error: <message>` on stderr for a UserError
-  (or an OSError on a named path, `path_problem`)."""
+  """A command's exit status: 0 after `work()`, 2 with `error: <message>` on stderr for a UserError
+  (or an OSError on a named path, `path_problem`), 130 with one line for Ctrl-C (`interrupted`)."""
   try:
     work()
   except UserError as e:
     return report(e)
+  except KeyboardInterrupt:
+    return interrupted()
   except OSError as e:
     problem = path_problem(e)
     if problem is None:

@@ -392,10 +392,8 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
   except UserError as e:
     return errors.report(e), None
   except KeyboardInterrupt:
-    # Ctrl-C outside a training step (train turns the first one into a stop after the step): one line,
-    # the shell's exit status for SIGINT. Writers replace files atomically, so nothing is left half-written.
-    print("interrupted (Ctrl-C); nothing was left half-written", file=sys.stderr)
-    return 128 + 2, None
+    # Ctrl-C outside a training step (train turns the first one into a stop after the step).
+    return errors.interrupted(), None
   except BaseException as e:
     problem = errors.path_problem(e)
     if problem is not None:

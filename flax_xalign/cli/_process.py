@@ -29,6 +29,7 @@ alone, to debug TF itself.
 
 from __future__ import annotations
 
+import _thread
 import glob
 import importlib.util
 import logging
@@ -83,7 +84,10 @@ def _redeliver_swallowed_interrupts() -> None:
 
 def _signal_again() -> None:
   time.sleep(0.05)
-  os.kill(os.getpid(), signal.SIGINT)
+  # Not os.kill: a signal that came while the interpreter shuts down (the command finished meanwhile)
+  # would meet the default action and end the process by SIGINT; this is a no-op once Python's handler
+  # is gone.
+  _thread.interrupt_main(signal.SIGINT)
 
 
 # --- libtpu -----------------------------------------------------------------------------------------------
