@@ -15,7 +15,6 @@ import os
 import random
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -204,14 +203,8 @@ def tiny_encoder():
 def read_only_dir(tmp_path):
   """A folder this process cannot write: mode 0555, or for root (which ignores modes) a read-only tmpfs."""
   folder = tmp_path / "ro"
-  folder.mkdir()
-  if os.geteuid() != 0:
-    folder.chmod(0o555)
-    yield folder
-    folder.chmod(0o755)
-    return
-  if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
-                    capture_output=True).returncode != 0:
+  undo = testlib.read_only_folder(folder)
+  if undo is None:
     pytest.skip("running as root and cannot mount a read-only tmpfs")
   yield folder
-  subprocess.run(["umount", str(folder)], check=True)
+  undo()

@@ -118,3 +118,23 @@ def iterator_checkpoint_round_trip(dataset, directory, *, skip: int, count: int 
   restored = iter(dataset)
   tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()
   return expected, [next(restored) for _ in range(count)]
+
+
+def read_only_folder(folder):
+  """Creates `folder` so that this process cannot write in it; returns the undo, or None when it cannot.
+
+  Mode 0555 stops anyone but root; root (CI runs as root) ignores modes, so for root the folder is an
+  empty read-only tmpfs mount instead (None where mounting is not allowed).
+  """
+  import stat
+  import subprocess
+
+  os.makedirs(folder)
+  if os.geteuid() != 0:
+    os.chmod(folder, stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    return lambda: os.chmod(folder, stat.S_IRWXU)
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", os.fspath(folder)],
+                           capture_output=True, check=False)
+  if mounted.returncode != 0:
+    return None
+  return lambda: subprocess.run(["umount", os.fspath(folder)], check=True)

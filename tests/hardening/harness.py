@@ -264,9 +264,10 @@ class Child:
   """`python -m flax_xalign.<entry> argv` in a child process whose merged output is read by a thread."""
 
   def __init__(self, entry: str, argv: Sequence[str], *, env: dict | None = None,
-               preexec_fn: Callable[[], None] | None = None):
+               preexec_fn: Callable[[], None] | None = None, prefix: Sequence[str] = ()):
     module = ENTRY_POINTS[entry].removesuffix(".__main__")
-    self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO, env=env or child_env(),
+    # `prefix`: a wrapper that starts the Python (e.g. setpriv, to run it with fewer privileges).
+    self.proc = subprocess.Popen([*prefix, sys.executable, "-m", module, *argv], cwd=REPO, env=env or child_env(),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  preexec_fn=preexec_fn)  # noqa: PLW1509  (only for resource limits)
     self._chunks: list[str] = []

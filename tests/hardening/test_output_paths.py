@@ -7,7 +7,8 @@ byte-identical afterwards:
 * output_in_foreign_folder: a folder output is a user's non-empty folder (notes.txt), not the command's own;
 * output_in_read_only_folder: the output would be created in a read-only folder;
 * output_under_file: the output's path runs through an existing file;
-* unreadable_input: the input file cannot be read (chmod 000; root reads anything, so skipped as root);
+* unreadable_input: the input file cannot be read (chmod 000; root reads anything, so for root a child
+  process without the two file-privilege capabilities runs it);
 * input_is_fifo / input_is_symlink_loop: the input file is a named pipe (reading it would block, and a
   command may read twice) or a loop of symbolic links.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Callable
@@ -158,7 +160,8 @@ def _make_input(writer: Writer, root) -> str:
 def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, capfd, request):
   writer = WRITERS[name]
   if case == "unreadable_input" and os.geteuid() == 0:
-    pytest.skip("running as root: file modes do not stop root from reading")
+    pytest.skip("running as root: file modes do not stop root; "
+                "test_an_unreadable_input_is_refused_by_root_without_file_privileges runs this case")
   ctx = {"tmp": str(tmp_path), "no_run": str(tmp_path / "no_run")}
   if writer.gin:
     ctx["gin"] = harness.write_run_gin(tmp_path / "run.gin", request.getfixturevalue("tiny_corpus"), tag="outp")
@@ -203,6 +206,32 @@ def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, cap
     if case == "unreadable_input":
       os.chmod(inp, stat.S_IRUSR | stat.S_IWUSR)
   harness.assert_user_error(outcome, *keywords, model_dir=at_risk, before=before)
+
+
+# Root reads a file of mode 000 through two capabilities; without them in its bounding set, the child
+# (still uid 0, the owner of everything the test makes) meets file modes like any user.
+WITHOUT_FILE_PRIVILEGES = ("setpriv", "--bounding-set=-dac_override,-dac_read_search", "--")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", [n for n in WRITERS if _applies(WRITERS[n], "unreadable_input")])
+def test_an_unreadable_input_is_refused_by_root_without_file_privileges(name, tmp_path, request):
+  if os.geteuid() != 0:
+    pytest.skip("not root: test_a_dangerous_output_is_refused_before_any_work runs this case in-process")
+  if shutil.which("setpriv") is None:
+    pytest.skip("running as root without setpriv (util-linux), so a file cannot be made unreadable")
+  writer = WRITERS[name]
+  ctx = {"tmp": str(tmp_path), "no_run": str(tmp_path / "no_run")}
+  if writer.gin:
+    ctx["gin"] = harness.write_run_gin(tmp_path / "run.gin", request.getfixturevalue("tiny_corpus"), tag="outp")
+  inp = _make_input(writer, tmp_path)
+  out = str(tmp_path / writer.output_name)
+  os.chmod(inp, 0)
+  before = harness.tree_digest(inp)  # (this process is root: it reads the file)
+  outcome = harness.run_child(writer.entry, writer.argv(out, inp, ctx), timeout=300,
+                              prefix=WITHOUT_FILE_PRIVILEGES)
+  harness.assert_user_error(outcome, *KEYWORDS["unreadable_input"], model_dir=inp, before=before)
+  assert not os.path.exists(out), f"{name} wrote {out} although it could not read its input"
 
 
 # --- the experiment drivers' folder (experiments/harness.py; align_mlm_grid above runs it end to end) --------

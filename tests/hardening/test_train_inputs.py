@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import stat
 from collections.abc import Callable
 
 import pytest
 
+from tests import testlib
 from tests.hardening import harness
 
 pytestmark = pytest.mark.contract  # C1 checks, in-process and cheap per case.
@@ -26,6 +26,7 @@ class Ctx:
   tmp: pathlib.Path
   corpus: dict
   tag: str
+  undo: list = dataclasses.field(default_factory=list)  # what a case set up and must take down
 
   def file(self, name: str, content: bytes | str) -> str:
     path = self.tmp / name
@@ -46,7 +47,6 @@ class Case:
   argv: tuple | Callable[[Ctx], list] = ()   # extra flags
   gin: Callable[[Ctx], dict] | None = None   # write_run_gin overrides
   model_dir: Callable[[Ctx], str] | None = None   # MODEL_DIR (default: tmp/m, absent)
-  root_skips: bool = False                   # permission cases mean nothing to root
 
   def flags(self, ctx: Ctx) -> list:
     return list(self.argv(ctx) if callable(self.argv) else self.argv)
@@ -64,18 +64,22 @@ def _lengths(case_id: str, value: str, *keywords) -> Case:
               (f"--gin.TASK_FEATURE_LENGTHS={value}",))
 
 
+def _read_only(ctx: Ctx, name: str) -> str:
+  """A folder train cannot write (for root, which ignores modes, a read-only tmpfs); undone after the case."""
+  folder = ctx.tmp / name
+  undo = testlib.read_only_folder(folder)
+  if undo is None:
+    pytest.skip("running as root and cannot mount a read-only tmpfs")
+  ctx.undo.append(undo)
+  return str(folder)
+
+
 def _readonly_parent(ctx: Ctx) -> str:
-  parent = ctx.tmp / "ro"
-  parent.mkdir()
-  parent.chmod(stat.S_IRUSR | stat.S_IXUSR)
-  return str(parent / "m")
+  return os.path.join(_read_only(ctx, "ro"), "m")
 
 
 def _readonly_dir(ctx: Ctx) -> str:
-  folder = ctx.tmp / "ro_dir"
-  folder.mkdir()
-  folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
-  return str(folder)
+  return _read_only(ctx, "ro_dir")
 
 
 def _file(ctx: Ctx) -> str:
@@ -145,8 +149,8 @@ MODEL_DIR_CASES = [
     Case("model_dir_blank", ("MODEL_DIR",), model_dir=lambda c: "   "),
     Case("model_dir_is_a_file", ("model_dir_is_a_file",), model_dir=_file),
     Case("model_dir_below_a_file", ("model_dir_is_a_file",), model_dir=lambda c: os.path.join(_file(c), "sub")),
-    Case("model_dir_in_read_only_folder", ("ro",), model_dir=_readonly_parent, root_skips=True),
-    Case("model_dir_read_only", ("ro_dir",), model_dir=_readonly_dir, root_skips=True),
+    Case("model_dir_in_read_only_folder", ("ro",), model_dir=_readonly_parent),
+    Case("model_dir_read_only", ("ro_dir",), model_dir=_readonly_dir),
     Case("model_dir_not_a_string", ("MODEL_DIR",), ("--gin.MODEL_DIR=5",), model_dir=lambda c: None),
 ]
 
@@ -181,8 +185,6 @@ ALL_CASES = GIN_CASES + COUNT_CASES + LENGTH_CASES + MODEL_DIR_CASES + DATA_CASE
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
 def test_train_refuses_bad_input(case, tmp_path, tiny_corpus, capfd, monkeypatch):
   monkeypatch.chdir(tmp_path)  # A relative MODEL_DIR that is wrongly accepted lands here, not in the checkout.
-  if case.root_skips and os.geteuid() == 0:
-    pytest.skip("running as root: file permissions do not stop root, so a read-only folder cannot be made")
   ctx = Ctx(tmp_path, tiny_corpus, tag=tmp_path.name.replace("-", "_").lower()[-40:])
   gin_file = harness.write_run_gin(tmp_path / "run.gin", tiny_corpus, tag=ctx.tag,
                                    **(case.gin(ctx) if case.gin else {}))
@@ -197,9 +199,8 @@ def test_train_refuses_bad_input(case, tmp_path, tiny_corpus, capfd, monkeypatch
   try:
     outcome = harness.run_main(capfd, "train", argv)
   finally:
-    for path in (tmp_path / "ro", tmp_path / "ro_dir"):
-      if path.exists():
-        path.chmod(stat.S_IRWXU)
+    for undo in ctx.undo:
+      undo()
   if watched:
     harness.assert_user_error(outcome, *case.keywords, model_dir=watched, before=before)
   else:
