@@ -138,7 +138,6 @@ def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: di
 
 
 def _ensure_e5(e5_dir: str) -> None:
-  from flax_xalign.errors import UserError
   from flax_xalign.cli import e5_small
 
   if os.path.isdir(RunDir(e5_dir).checkpoints):
@@ -146,8 +145,7 @@ def _ensure_e5(e5_dir: str) -> None:
   print(f"importing multilingual-e5-small, trimmed to the Bible's pieces -> {e5_dir}", flush=True)
   code = e5_small.main([f"--output={e5_dir}", "--trim_vocab_to=bible_grc_en_mlm_tlm",
                         f"--trim_normalize={NATURAL_NORMALIZE}"])
-  if code != 0:
-    raise UserError(f"importing e5-small into {e5_dir} failed (exit {code}).")
+  harness.check_exit(code, f"importing e5-small into {e5_dir}")
 
 
 def bible_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict, save) -> list[dict]:

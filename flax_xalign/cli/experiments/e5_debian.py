@@ -95,7 +95,6 @@ def languages_of(args: argparse.Namespace) -> list[str]:
 def ensure_e5(e5_dir: str, data_dir: str, languages: Sequence[str]) -> None:
   """Imports e5-small trimmed to the help text of every built language into `e5_dir` unless it is there."""
   from flax_xalign.cli import e5_small
-  from flax_xalign.errors import UserError
   from flax_xalign.tasks.debian import DebianTasks
 
   if os.path.isdir(RunDir(e5_dir).checkpoints):
@@ -105,8 +104,7 @@ def ensure_e5(e5_dir: str, data_dir: str, languages: Sequence[str]) -> None:
         flush=True)
   code = e5_small.main([f"--output={e5_dir}", f"--trim_vocab_to={TRIM_PREFIX}_mlm",
                         f"--languages={','.join([PIVOT, *languages])}"])
-  if code != 0:
-    raise UserError(f"importing e5-small into {e5_dir} failed (exit {code}).")
+  harness.check_exit(code, f"importing e5-small into {e5_dir}")
 
 
 def register_tasks(data_dir: str, languages: Sequence[str], e5_dir: str) -> None:

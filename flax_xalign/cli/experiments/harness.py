@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 from typing import Any, Sequence
 
@@ -35,19 +36,30 @@ def finished(model_dir: str, steps: int) -> bool:
   return find_latest_step(model_dir) == steps
 
 
+def check_exit(code: int, what: str) -> None:
+  """Stops the driver after a command it ran in-process ended with `code` (0: nothing to do).
+
+  A command stopped by Ctrl-C or SIGTERM (130, 143) has said so in its own line, and train has saved:
+  the driver ends with the same status and adds nothing. Any other failure is a UserError naming `what`.
+  """
+  from flax_xalign.errors import UserError
+
+  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+    raise SystemExit(code)
+  if code != 0:
+    raise UserError(f"{what} failed (exit {code}); see the output above.")
+
+
 def train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], steps: int) -> float:
   """Trains (or resumes) one run through `flax_xalign.train`; seconds spent (0 if already finished)."""
   from flax_xalign.cli import train as train_main
-  from flax_xalign.errors import UserError
 
   start = time.time()
   if finished(model_dir, steps):
     return 0.0
   flags = [f"--gin_file={f}" for f in gin_files]
   flags += [f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={steps}", *[f"--gin.{b}" for b in bindings]]
-  code = train_main.main(flags)
-  if code != 0:
-    raise UserError(f"training {model_dir} failed (exit {code}); see the output above.")
+  check_exit(train_main.main(flags), f"training {model_dir}")
   return time.time() - start
 
 
