@@ -16,6 +16,7 @@ original, so the user sees one line.
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -85,7 +86,7 @@ def interrupted() -> int:
   # flax imports) as unhandled, even when a caller catches it. Under `python -m` it then ends the
   # process by SIGINT at exit: status -2 instead of 130. Running string code again clears the mark.
   exec("")  # noqa: S102
-  return 128 + 2
+  return 128 + signal.SIGINT
 
 
 def run_command(work: Callable[[], Any]) -> int:

@@ -156,16 +156,21 @@ def _make_input(writer: Writer, root) -> str:
   return str(path)
 
 
+def _context(writer: Writer, root, request) -> dict:
+  """What a writer's argv template may name: the tmp folder, a path with no run, and its gin file."""
+  ctx = {"tmp": str(root), "no_run": str(root / "no_run")}
+  if writer.gin:
+    ctx["gin"] = harness.write_run_gin(root / "run.gin", request.getfixturevalue("tiny_corpus"), tag="outp")
+  return ctx
+
+
 @pytest.mark.parametrize("name, case", GRID)
 def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, capfd, request):
   writer = WRITERS[name]
   if case == "unreadable_input" and os.geteuid() == 0:
     pytest.skip("running as root: file modes do not stop root; "
                 "test_an_unreadable_input_is_refused_by_root_without_file_privileges runs this case")
-  ctx = {"tmp": str(tmp_path), "no_run": str(tmp_path / "no_run")}
-  if writer.gin:
-    ctx["gin"] = harness.write_run_gin(tmp_path / "run.gin", request.getfixturevalue("tiny_corpus"), tag="outp")
-  inp = _make_input(writer, tmp_path)
+  ctx, inp = _context(writer, tmp_path, request), _make_input(writer, tmp_path)
   keywords = KEYWORDS.get(case, ())
   if case == "output_is_input":
     out = inp if writer.output == writer.input else os.path.dirname(inp)
@@ -221,10 +226,7 @@ def test_an_unreadable_input_is_refused_by_root_without_file_privileges(name, tm
   if shutil.which("setpriv") is None:
     pytest.skip("running as root without setpriv (util-linux), so a file cannot be made unreadable")
   writer = WRITERS[name]
-  ctx = {"tmp": str(tmp_path), "no_run": str(tmp_path / "no_run")}
-  if writer.gin:
-    ctx["gin"] = harness.write_run_gin(tmp_path / "run.gin", request.getfixturevalue("tiny_corpus"), tag="outp")
-  inp = _make_input(writer, tmp_path)
+  ctx, inp = _context(writer, tmp_path, request), _make_input(writer, tmp_path)
   out = str(tmp_path / writer.output_name)
   os.chmod(inp, 0)
   before = harness.tree_digest(inp)  # (this process is root: it reads the file)
