@@ -1,0 +1,259 @@
+"""Every shell command shown in README.md and docs/ is run here, or says why it is not (STYLE.md §16).
+
+How a fenced block is marked (the line right before its opening fence, an HTML comment GitHub hides):
+
+  <!-- runnable -->          run by this file in the `subprocess` tier: seconds, no training
+  <!-- runnable: slow -->    run in the `slow` tier: it trains (a few steps of a tiny model), or reads
+                             the embedded Bible corpus (fetched once, as the tests fetch it)
+  <!-- not-run: REASON -->   shown and never run; REASON says why (a TPU pod, a GPU, hours of CPU,
+                             the network, a second virtualenv, ...)
+
+A shell block is a fence whose info string is bash, sh, shell, console or zsh. A fence without an
+info string is refused (name it: `text` for output, `gin` for gin), so no command hides in one, and
+every shell block must carry one of the marks: the unit tier fails for one that does not.
+
+How runnable blocks run: the blocks of one markdown file, in order, as one `bash -euo pipefail`
+script each, in one fresh temporary folder per file (a later block may read what an earlier one
+wrote, e.g. `runs/tiny`). The folder links the repository's inputs (docs/, gin_configs/, bench/,
+tools/, flax_xalign/, tasks/), so a block reads as typed in the repository root, and `$REPO` names
+the root. `xalign NAME ...` runs `python -m flax_xalign.cli.NAME` or, for an experiment driver,
+`python -m flax_xalign.cli.experiments.NAME` (whichever module exists; otherwise
+`python -m flax_xalign.cli ...`, e.g. `xalign --help`), and `python`/`python3` is this
+interpreter (`sys.executable`), with this checkout first on PYTHONPATH and JAX on the CPU.
+
+The unit tier also checks, without running anything: every `xalign NAME` in the docs names a
+command; README's table of commands lists exactly the command modules of flax_xalign/cli/ (those
+with a `__main__` block); no removed `python -m flax_xalign.<module>` spelling is left (only
+`flax_xalign.train` and `flax_xalign.eval` stay); relative links point at files that exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CLI = REPO / "flax_xalign" / "cli"
+SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
+# Repository folders a block may read by a relative path; linked into each file's temporary folder.
+LINKED = ("docs", "gin_configs", "bench", "tools", "flax_xalign", "tasks", "notebooks", "Makefile", "setup.py", "pyproject.toml")
+# docs/INTERFACES.md belongs to the module owners (its python example runs in tests/assets/test_docs_example.py);
+# it is parsed like every page, but its prose may still name library modules by their `-m` paths.
+OLD_SPELLINGS_EXEMPT = {"docs/INTERFACES.md"}
+TIMEOUT_S = {"subprocess": 300, "slow": 1200}
+
+_MARK = re.compile(r"^\s*<!--\s*(runnable(?::\s*(?P<tier>\w+))?|not-run:(?P<reason>.*?))\s*-->\s*$")
+_FENCE = re.compile(r"^(?P<indent>\s{0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+
+PRELUDE = r"""
+xalign() {
+  local name="${1:-}"
+  if [ -n "$name" ] && [ -f "$REPO/flax_xalign/cli/$name.py" ]; then
+    shift; "$PY" -m "flax_xalign.cli.$name" "$@"
+  elif [ -n "$name" ] && [ -f "$REPO/flax_xalign/cli/experiments/$name.py" ]; then
+    shift; "$PY" -m "flax_xalign.cli.experiments.$name" "$@"
+  else
+    "$PY" -m flax_xalign.cli "$@"
+  fi
+}
+python() { "$PY" "$@"; }
+python3() { "$PY" "$@"; }
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+  path: str          # relative to the repository root
+  line: int          # 1-based line of the opening fence
+  info: str          # the info string's first word ('' when there is none)
+  mark: str | None   # 'runnable', 'not-run' or None
+  tier: str | None   # 'subprocess' or 'slow' for runnable blocks
+  reason: str        # why a not-run block is not run
+  text: str
+
+  @property
+  def where(self) -> str:
+    return f"{self.path}:{self.line}"
+
+
+def markdown_files() -> list[pathlib.Path]:
+  return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def _rel(path: pathlib.Path) -> str:
+  return path.relative_to(REPO).as_posix()
+
+
+def parse_blocks(path: pathlib.Path) -> list[Block]:
+  """The fenced blocks of one markdown file, with the mark on the line before each."""
+  lines = path.read_text(encoding="utf-8").splitlines()
+  blocks, i = [], 0
+  while i < len(lines):
+    m = _FENCE.match(lines[i])
+    if not m:
+      i += 1
+      continue
+    fence, info = m.group("fence"), m.group("info").strip()
+    start, body = i, []
+    i += 1
+    while i < len(lines) and not re.match(rf"^\s{{0,3}}{fence[0]}{{{len(fence)},}}\s*$", lines[i]):
+      body.append(lines[i])
+      i += 1
+    i += 1  # The closing fence (or the end of the file).
+    mark = tier = None
+    reason = ""
+    prev = _MARK.match(lines[start - 1]) if start > 0 else None
+    if prev:
+      if prev.group("reason") is not None:
+        mark, reason = "not-run", prev.group("reason").strip()
+      else:
+        mark, tier = "runnable", {None: "subprocess", "slow": "slow"}.get(prev.group("tier"), prev.group("tier"))
+    blocks.append(Block(_rel(path), start + 1, info.split()[0] if info else "", mark, tier, reason,
+                        "\n".join(body)))
+  return blocks
+
+
+def all_blocks() -> list[Block]:
+  return [b for path in markdown_files() for b in parse_blocks(path)]
+
+
+def command_modules() -> dict[str, str]:
+  """{command: module} of every module of flax_xalign/cli/ (and experiments/) with a `__main__` block."""
+  out = {}
+  for folder, package in ((CLI, "flax_xalign.cli"), (CLI / "experiments", "flax_xalign.cli.experiments")):
+    for path in sorted(folder.glob("*.py")):
+      if path.name.startswith("_"):
+        continue
+      if re.search(r"^if __name__ == [\"']__main__[\"']", path.read_text(encoding="utf-8"), re.M):
+        out[path.stem] = f"{package}.{path.stem}"
+  return out
+
+
+# --- unit tier: parsing only ---------------------------------------------------------------------
+
+
+def test_every_shell_block_is_marked_and_every_fence_is_named():
+  problems = []
+  for b in all_blocks():
+    if not b.info:
+      problems.append(f"{b.where}: a fence without an info string (name it: bash, text, gin, python, ...)")
+    elif b.info in SHELL_LANGS and b.mark is None:
+      problems.append(f"{b.where}: a {b.info} block with no mark: put `<!-- runnable -->`, "
+                      "`<!-- runnable: slow -->` or `<!-- not-run: why -->` on the line before it")
+    if b.mark == "not-run" and len(b.reason) < 8:
+      problems.append(f"{b.where}: `not-run:` needs a reason (a TPU pod, a GPU, hours of CPU, ...)")
+    if b.mark == "runnable" and b.info not in SHELL_LANGS:
+      problems.append(f"{b.where}: only shell blocks run; this one is `{b.info}`")
+    if b.mark == "runnable" and b.tier not in TIMEOUT_S:
+      problems.append(f"{b.where}: unknown tier {b.tier!r} (runnable, or runnable: slow)")
+  assert not problems, "\n".join(problems)
+
+
+def test_each_guide_starts_with_a_runnable_block():
+  """STYLE.md §16: a guide's first fenced block is a command that runs (results pages and INTERFACES excepted)."""
+  problems = []
+  for path in sorted((REPO / "docs").glob("*.md")):
+    if path.name == "INTERFACES.md":
+      continue
+    blocks = parse_blocks(path)
+    if not blocks or blocks[0].mark != "runnable":
+      problems.append(f"{_rel(path)}: its first fenced block is not marked runnable")
+  assert not problems, "\n".join(problems)
+
+
+def test_readme_table_lists_every_command_once():
+  text = (REPO / "README.md").read_text(encoding="utf-8")
+  rows = re.findall(r"^\|\s*`xalign ([a-z0-9_]+)`", text, re.M)
+  commands = command_modules()
+  assert len(rows) == len(set(rows)), sorted(r for r in rows if rows.count(r) > 1)
+  assert set(rows) == set(commands), {"missing from the README table": sorted(set(commands) - set(rows)),
+                                      "not a command": sorted(set(rows) - set(commands))}
+
+
+def test_every_xalign_command_in_the_docs_exists():
+  commands = command_modules()
+  problems = []
+  for path in markdown_files():
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+      for name in re.findall(r"(?:^|[\s`(;&|])xalign ([a-z][a-z0-9_]*)", line):
+        if name not in commands:
+          problems.append(f"{_rel(path)}:{n}: `xalign {name}` is not a command ({', '.join(sorted(commands))})")
+  assert not problems, "\n".join(problems)
+
+
+def test_no_removed_spellings():
+  """`python -m flax_xalign.X` is gone for every X but train and eval: `xalign X` instead."""
+  kept = re.compile(r"flax_xalign\.(train|eval|cli)\b")
+  problems = []
+  for path in markdown_files():
+    if _rel(path) in OLD_SPELLINGS_EXEMPT:
+      continue
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+      for m in re.finditer(r"-m\s+(flax_xalign(?:\.\w+)+)", line):
+        if not kept.match(m.group(1)):
+          problems.append(f"{_rel(path)}:{n}: `-m {m.group(1)}`: write `xalign <command>`")
+  assert not problems, "\n".join(problems)
+
+
+def test_relative_links_resolve():
+  problems = []
+  for path in markdown_files():
+    text = path.read_text(encoding="utf-8")
+    for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+      target = m.group(1).split("#", 1)[0]
+      if not target or re.match(r"^[a-z]+:", target):
+        continue
+      if not (path.parent / target).exists():
+        line = text[:m.start()].count("\n") + 1
+        problems.append(f"{_rel(path)}:{line}: link to {m.group(1)}, which does not exist")
+  assert not problems, "\n".join(problems)
+
+
+# --- subprocess and slow tiers: running the blocks -----------------------------------------------
+
+
+def _files_with(tier: str) -> list[str]:
+  files = []
+  for path in markdown_files():
+    if any(b.mark == "runnable" and b.tier == tier for b in parse_blocks(path)):
+      files.append(_rel(path))
+  return files
+
+
+def _run_file(rel: str, tiers: tuple[str, ...], tmp_path: pathlib.Path, extra_env: dict[str, str]) -> None:
+  for name in LINKED:
+    os.symlink(REPO / name, tmp_path / name)
+  env = dict(os.environ)
+  env.update(REPO=str(REPO), PY=sys.executable, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p), **extra_env)
+  for block in parse_blocks(REPO / rel):
+    if block.mark != "runnable" or block.tier not in tiers:
+      continue
+    script = "set -euo pipefail\n" + PRELUDE + block.text + "\n"
+    try:
+      proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=TIMEOUT_S[block.tier])
+    except subprocess.TimeoutExpired as e:
+      pytest.fail(f"{block.where}: still running after {e.timeout} s:\n{block.text}")
+    assert proc.returncode == 0, (f"{block.where} exited {proc.returncode}:\n{block.text}\n--- stdout\n"
+                                  f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("rel", _files_with("subprocess"))
+def test_runnable_blocks(rel, tmp_path):
+  """The cheap blocks of one page (`<!-- runnable -->`), in order."""
+  _run_file(rel, ("subprocess",), tmp_path, {})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", _files_with("slow"))
+def test_runnable_blocks_that_train(rel, tmp_path, bible_data_dir):
+  """Every runnable block of one page, cheap and slow, in order (a slow block may use a cheap one's output)."""
+  _run_file(rel, ("subprocess", "slow"), tmp_path, {"FLAX_XALIGN_DATA_DIR": str(bible_data_dir)})
