@@ -201,17 +201,37 @@ def test_no_removed_spellings():
   assert not problems, "\n".join(problems)
 
 
+def anchors(path: pathlib.Path) -> set[str]:
+  """GitHub's anchors of a markdown file's headings (outside fenced blocks)."""
+  out, seen, fence = set(), {}, None
+  for line in path.read_text(encoding="utf-8").splitlines():
+    m = _FENCE.match(line)
+    if m and (fence is None or m.group("fence")[0] == fence):
+      fence = None if fence else m.group("fence")[0]
+      continue
+    heading = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+    if fence is None and heading:
+      slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+      out.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+      seen[slug] = seen.get(slug, 0) + 1
+  return out
+
+
 def test_relative_links_resolve():
+  """Every relative link names a file that exists, and its #anchor a heading of that file."""
   problems = []
   for path in markdown_files():
     text = path.read_text(encoding="utf-8")
     for m in re.finditer(r"\]\(([^)\s]+)\)", text):
-      target = m.group(1).split("#", 1)[0]
-      if not target or re.match(r"^[a-z]+:", target):
+      target, _, anchor = m.group(1).partition("#")
+      if re.match(r"^[a-z]+:", target):
         continue
-      if not (path.parent / target).exists():
-        line = text[:m.start()].count("\n") + 1
+      line = text[:m.start()].count("\n") + 1
+      resolved = (path.parent / target) if target else path
+      if not resolved.exists():
         problems.append(f"{_rel(path)}:{line}: link to {m.group(1)}, which does not exist")
+      elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+        problems.append(f"{_rel(path)}:{line}: link to {m.group(1)}: no such heading in {resolved.name}")
   assert not problems, "\n".join(problems)
 
 
