@@ -15,8 +15,8 @@ every shell block must carry one of the marks: the unit tier fails for one that 
 How runnable blocks run: the blocks of one markdown file, in order, as one `bash -euo pipefail`
 script each, in one fresh temporary folder per file (a later block may read what an earlier one
 wrote, e.g. `runs/tiny`). The folder links the repository's inputs (docs/, gin_configs/, bench/,
-tools/, flax_xalign/, tasks/), so a block reads as typed in the repository root, and `$REPO` names
-the root. `xalign NAME ...` runs `python -m flax_xalign.cli.NAME` or, for an experiment driver,
+tools/, flax_xalign/, tasks/, notebooks/, the Makefile: `LINKED`), so a block reads as typed in the
+repository root, and `$REPO` names the root. The toy corpus of the examples is docs/examples/. `xalign NAME ...` runs `python -m flax_xalign.cli.NAME` or, for an experiment driver,
 `python -m flax_xalign.cli.experiments.NAME` (whichever module exists; otherwise
 `python -m flax_xalign.cli ...`, e.g. `xalign --help`), and `python`/`python3` is this
 interpreter (`sys.executable`), with this checkout first on PYTHONPATH and JAX on the CPU.
@@ -24,7 +24,11 @@ interpreter (`sys.executable`), with this checkout first on PYTHONPATH and JAX o
 The unit tier also checks, without running anything: every `xalign NAME` in the docs names a
 command; README's table of commands lists exactly the command modules of flax_xalign/cli/ (those
 with a `__main__` block); no removed `python -m flax_xalign.<module>` spelling is left (only
-`flax_xalign.train` and `flax_xalign.eval` stay); relative links point at files that exist.
+`flax_xalign.train` and `flax_xalign.eval` stay); relative links point at files that exist and
+their #anchors at headings; each guide (docs/*.md) starts with a runnable block.
+
+Tiers: `test_runnable_blocks` starts Pythons, so it is `subprocess` (tests/tiers.py: `contract` is
+in-process), ~4-5 min on 2 loaded cores; `test_runnable_blocks_that_train` is `slow`.
 """
 
 from __future__ import annotations
