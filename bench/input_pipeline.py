@@ -2,7 +2,7 @@
 
 Both sides are `TaskData.batches`, the loop's one call for data, on the same task, rows and batch shape
 (default: the Bible mixture `bible_grc_en_mlm_tlm`, 32 x 512): seqio tokenises and packs on the fly; the
-cache reads the same pipeline's rows, written once by `python -m flax_xalign.cache`, with one Grain reader
+cache reads the same pipeline's rows, written once by `xalign cache`, with one Grain reader
 thread (one CPU core's worth of input work). Measured per side: start-up to the first batch (seqio: building
 the pipeline and filling its shuffle buffer; cache: opening it, sha256 of every shard, first read) and
 row-tokens per second over the next batches. A row-token is one slot of the [batch, length] batch (padding

@@ -47,7 +47,7 @@ import time
 from typing import Any
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "word_alignment.json")
-# The subdirectories `python -m flax_xalign.demo --model_dir=DIR` trains, with the demo's names for them.
+# The subdirectories `xalign demo --model_dir=DIR` trains, with the demo's names for them.
 DEMO_RUNS = (("cold start", "cold"), ("XLM-Align", "xlm_align"))
 EFLOMAL_ROWS = ("forward", "reverse", "intersection", "union", "grow-diag-final-and")
 OURS_METHODS = "argmax,itermax,sinkhorn,match"
@@ -61,7 +61,7 @@ SPEED_CODES = {ours: code for code, (_, ours) in SIMALIGN_METHODS.items()}
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--demo_dir", default=None, help="a `flax_xalign.demo` MODEL_DIR: its cold/ and xlm_align/")
+  parser.add_argument("--demo_dir", default=None, help="a `xalign demo` MODEL_DIR: its cold/ and xlm_align/")
   parser.add_argument("--checkpoint", action="append", default=[], metavar="NAME=MODEL_DIR",
                       help="a checkpoint of ours to score (repeatable)")
   parser.add_argument("--split", default="test", help="the books whose gold scores every system")
@@ -96,7 +96,7 @@ def checkpoints_of(args: argparse.Namespace) -> list[tuple[str, str]]:
             if os.path.isdir(os.path.join(args.demo_dir, sub))]
     if not runs:
       raise UserError(f"--demo_dir={args.demo_dir} has neither cold/ nor xlm_align/; pass the --model_dir "
-                      "that `python -m flax_xalign.demo` trained into.")
+                      "that `xalign demo` trained into.")
   for spec in args.checkpoint:
     name, sep, model_dir = spec.partition("=")
     if not sep or not name or not model_dir:

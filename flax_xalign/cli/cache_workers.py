@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.cache --workers=N`: N processes each write the rows of one seqio shard.
+"""`xalign cache --workers=N`: N processes each write the rows of one seqio shard.
 
 The task's examples are split into N shards (seqio's `ShardInfo`, as
 `data_shards` does for training) and worker i writes the converted rows of

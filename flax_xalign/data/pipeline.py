@@ -169,7 +169,7 @@ def converted_rows(provider: Provider, *, languages: Sequence[str], split: str,
                    num_shards: int = 1):
   """The rows `get_dataset` batches, one by one, as dicts of int32 NumPy `[L]` arrays.
 
-  What `python -m flax_xalign.cache` writes to disk. Same arguments as
+  What `xalign cache` writes to disk. Same arguments as
   `get_dataset` (one shard of `num_shards`); the rows come in the order that
   stream's batches hold them.
   """

@@ -72,7 +72,7 @@ def evaluate(
     user_tasks: TextTask / TsvBitextTask / AlphaMixture specs to register
       first (e.g. to evaluate on another task).
     data: "seqio" (the task registry) or "cache:DIR", a packed cache of the
-      run's task (`python -m flax_xalign.cache`): `split` is read from
+      run's task (`xalign cache`): `split` is read from
       DIR/<split> and the unigram baseline from DIR/train, without seqio.
   """
   from flax_xalign.evaluation.alignment_score import run_alignment

@@ -175,7 +175,7 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
 
   Returns the TrainResult (state, last step, whether it was interrupted), or
   with `assets_only` the run manifest after writing the run's assets into
-  MODEL_DIR (`python -m flax_xalign.assets`). Each checkpoint records the data
+  MODEL_DIR (`xalign assets`). Each checkpoint records the data
   loop (BATCH_SIZE, TASK_FEATURE_LENGTHS, task, data_shards, seed): resuming
   with other values is refused, unless `fresh_data_iterator`. A damaged
   newest checkpoint is moved to MODEL_DIR/checkpoints_damaged/ and the
@@ -222,7 +222,7 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
     _check_warm_start(c.init_from_checkpoint, run)
   eval_every = c.eval_every
   if eval_every and not data.has_split(c.eval_split):
-    fix = (f"build it with `python -m flax_xalign.cache --task={c.mixture_or_task_name} --split={c.eval_split} "
+    fix = (f"build it with `xalign cache --task={c.mixture_or_task_name} --split={c.eval_split} "
            f"--output={data.cache}`" if data.cache else "add that split to the task")
     where = f"the packed cache {data.cache}" if data.cache else f"task {c.mixture_or_task_name}"
     print(f"warning: {where} has no {c.eval_split!r} split; training without evaluation ({fix}, name another "

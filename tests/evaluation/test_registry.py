@@ -165,8 +165,8 @@ def test_word_align_needs_gold(model_dir, capsys):
 
 
 def test_command_backed_evaluators_equal_their_commands(model_dir, gold_files, capsys):
-  from flax_xalign import bli as bli_main
-  from flax_xalign import retrieval as retrieval_main
+  from flax_xalign.cli import bli as bli_main
+  from flax_xalign.cli import retrieval as retrieval_main
   from flax_xalign.runs import Run
 
   pairs_file, _ = gold_files

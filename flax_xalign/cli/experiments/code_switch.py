@@ -1,6 +1,6 @@
 """The TCS-MLM / SCS-MLM miniature laboratory (Lu, Lu & Zhang 2023) at laptop scale.
 
-  python -m flax_xalign.experiments.code_switch --model_dir=runs/code_switch \
+  xalign code_switch --model_dir=runs/code_switch \
       [--settings=synthetic,natural] [--objectives=mlm,tcs,scs[,gc]] [--base_steps=N] [--steps=N] \
       [--natural_steps=N] [--e5_dir=runs/e5_bible] [--finetune_steps=150] [--max_sentences=N] [--fresh] \
       [--debian_data=runs/debian_data] [--debian_steps=N] [--seeds=2] [--debian_gold=DIR/{lang}-en.txt]
@@ -28,7 +28,7 @@ MLM (the baseline), TCS-MLM and SCS-MLM through the real entry point
   setting until the Debian data gave e5 eight natural languages.)
 
 The synthetic and bible models (the starting ones included) are scored with
-`python -m flax_xalign.bli`'s machinery: Hit@1/5 of NN and CSLS at the
+`xalign bli`'s machinery: Hit@1/5 of NN and CSLS at the
 embedding layer between the two language-specific vocabularies (count >
 --min_count), and RSIM and the mean cosine of translation pairs at every layer
 (contextual states averaged over --max_sentences sentences per language).
@@ -223,7 +223,7 @@ def _choices(args: argparse.Namespace) -> tuple[list[str], dict[str, list[str]]]
   for setting, objectives in chosen.items():
     if setting != "debian" and "gc" in objectives:
       raise UserError(f"--objectives=gc runs in the debian setting only; the {setting} MLM-GC runs are "
-                      "`python -m flax_xalign.experiments.mlm_gc`.")
+                      "`xalign mlm_gc`.")
   return settings, chosen
 
 

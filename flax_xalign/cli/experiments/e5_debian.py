@@ -61,7 +61,7 @@ RETRIEVAL_MAX_LENGTH = 128  # Tokens of a help paragraph kept for retrieval (the
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The setting's flags (shared by both drivers)."""
   group = parser.add_argument_group("debian setting")
-  group.add_argument("--debian_data", default="runs/debian_data", help="the `flax_xalign.debian_data` output")
+  group.add_argument("--debian_data", default="runs/debian_data", help="the `xalign debian_data` output")
   group.add_argument("--debian_languages", default="", help="comma list besides English (default: every built one)")
   group.add_argument("--debian_e5_dir", default="runs/e5_debian", help="the imported, help-trimmed e5-small")
   group.add_argument("--debian_steps", type=int, default=80, help="continuation steps of every objective")

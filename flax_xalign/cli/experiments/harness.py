@@ -3,7 +3,7 @@ entry point (resumable), score it with the BLI/RSIM machinery, read its MLM
 accuracy, and run the POS zero-shot transfer of a synthetic-pair model.
 
 Every function runs what a user would run by hand (`flax_xalign.train`,
-`python -m flax_xalign.bli`, the transfer harness of the ALIGN-MLM grid), so a
+`xalign bli`, the transfer harness of the ALIGN-MLM grid), so a
 driver's table is reproducible command by command.
 """
 
@@ -64,7 +64,7 @@ def train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], ste
 
 
 def bli(model_dir: str, **options: Any) -> dict[str, Any]:
-  """`python -m flax_xalign.bli --model_dir=model_dir --key=value ...` (options by flag name), its result dict.
+  """`xalign bli --model_dir=model_dir --key=value ...` (options by flag name), its result dict.
 
   Prints what the command prints, its JSON line last.
   """

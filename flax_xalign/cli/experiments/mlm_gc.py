@@ -1,6 +1,6 @@
 """The MLM-GC miniature laboratory (Ai & Fang 2023) at laptop scale.
 
-  python -m flax_xalign.experiments.mlm_gc --model_dir=runs/mlm_gc \
+  xalign mlm_gc --model_dir=runs/mlm_gc \
       [--settings=trans,trans_inv,natural,debian] [--objectives=mlm,gc,gc_output] [--steps=N] \
       [--finetune_steps=150] [--max_sentences=N] [--fresh] [--debian_data=runs/debian_data] [--debian_steps=N] \
       [--seeds=2]
@@ -26,7 +26,7 @@ start (the `cooc` asset: window 2, distance weights 1/(d+1), c_lang).
   BLI / RSIM / MUSE cosine per language to English and sentence retrieval
   (the setting the TCS/SCS driver shares: `e5_debian`'s docstring says how).
 
-Every other model is scored with `python -m flax_xalign.bli`'s machinery: the gold
+Every other model is scored with `xalign bli`'s machinery: the gold
 translation pairs' mean cosine at the embedding layer ("MUSE cosine", Table 2;
 a multi-piece word is the mean of its pieces) next to the mean cosine of
 shuffled pairs, the cross-lingual analogy accuracy, Hit@1 of NN and CSLS, the

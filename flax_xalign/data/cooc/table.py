@@ -198,7 +198,7 @@ def save_table(directory: str, table: CoocTable) -> None:
 def load_table(directory: str) -> CoocTable:
   """The table `save_table` wrote; UserError naming the file when it is missing or malformed."""
   table_path, manifest_path = os.path.join(directory, TABLE_FILE), os.path.join(directory, MANIFEST_FILE)
-  fix = "count it again with `python -m flax_xalign.cooc --task=NAME --output=DIR`"
+  fix = "count it again with `xalign cooc --task=NAME --output=DIR`"
   for path in (table_path, manifest_path):
     if not os.path.isfile(path):
       raise UserError(f"{path} does not exist: {directory} holds no co-occurrence table; {fix}.")

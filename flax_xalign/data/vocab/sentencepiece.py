@@ -43,7 +43,7 @@ what XLM used. `train_sentencepiece` defaults to unigram for user corpora.
 
 Command line (one sentence per line in each input file):
 
-  python -m flax_xalign.data.vocab --input=a.txt --input=b.txt \
+  xalign vocab --input=a.txt --input=b.txt \
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
 """
 
@@ -277,7 +277,7 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   except Exception as e:  # SentencePiece raises several types on bad bytes.
     raise errors.UserError(
         f"{path} is not a readable SentencePiece model ({e}); retrain it with "
-        "`python -m flax_xalign.data.vocab`.") from e
+        "`xalign vocab`.") from e
   check_special_ids(processor, path)
   return vocabulary
 

@@ -18,7 +18,7 @@ def _solver_fields() -> tuple[str, ...]:
 class WordAlignment:
   """Scores every (method, layer) of `word_align.WordAligner.sweep` against gold links.
 
-  The pairs and gold are what `python -m flax_xalign.align --sweep` reads:
+  The pairs and gold are what `xalign align --sweep` reads:
   `input` (`source<TAB>target` words per line) with `gold` (one entry per
   pair, `gold_format` "pharaoh" or "naacl"), or `bible_gold="test"` (the
   embedded Greek-English verses of that split and their manual gold).

@@ -31,8 +31,8 @@ from flax_xalign.run_spec import RunSpec
 # The keys of an aligner settings dict: AlignmentSolver's fields, and evaluate_alignment's own options.
 SOLVER_SETTINGS = tuple(f.name for f in dataclasses.fields(ops.AlignmentSolver))
 ALIGNMENT_SETTINGS = ("normalize", "encoding", "pair_layout", "max_length", "batch_size", "layers", "methods")
-_HOW_TO_MAKE = ("make the models with `python -m flax_xalign.interop.e5_small --output=runs/e5` (the imported "
-                "multilingual-e5-small) or `python -m flax_xalign.demo --start=scratch` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
+_HOW_TO_MAKE = ("make the models with `xalign e5_small --output=runs/e5` (the imported "
+                "multilingual-e5-small) or `xalign demo --start=scratch` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
                 "or change MODEL_DIRS")
 
 

@@ -534,7 +534,7 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
   languages = list(run.languages)
   if run.model.num_languages and not {"grc", "en"} <= set(languages):
     raise UserError(f"{model_dir} was trained on {languages}; the Bible gold alignments are Greek-English "
-                    "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
+                    "(grc, en). Use xalign align with your own gold file instead.")
   aligner, run, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
                                     batch_size=batch_size, options=options, similarity=similarity,
                                     normalize=normalize, encoding=encoding, pair_layout=pair_layout)
