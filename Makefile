@@ -153,7 +153,7 @@ install-beam: $(STAMP_BEAM)
 test-beam: $(STAMP_BEAM)
 	$(call run_pytest,$(PY_BEAM),tests/data/test_cooc_beam.py)
 
-# The Debian packages flax_xalign.debian_data reads (LibreOffice help and UI
+# The Debian packages `xalign debian_data` reads (LibreOffice help and UI
 # catalogues, dictionaries), fetched with `apt-get download` and unpacked with
 # `dpkg-deb -x`: no root and none of LibreOffice's 300 dependencies (58 MB of
 # .deb, ~10 s). Then: xalign debian_data --root=$(DEBIAN_ROOT) --output=DIR

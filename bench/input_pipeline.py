@@ -12,7 +12,7 @@ It also prints the rate an H100 needs to train XLM-R base at 45% MFU (989 dense 
 FLOP count (`flax_xalign.models.flops`): the cache should stay above it on one core.
 
   python bench/input_pipeline.py                       # builds a 4,096-row cache in a temporary folder
-  python bench/input_pipeline.py --cache=/data/bible   # an existing cache (OUTPUT of flax_xalign.cache)
+  python bench/input_pipeline.py --cache=/data/bible   # an existing cache (OUTPUT of `xalign cache`)
 
 The last printed line is one JSON object (also written to bench/results/input_pipeline.json); `ratio` is
 cache tokens/s over seqio tokens/s.

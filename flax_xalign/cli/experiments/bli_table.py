@@ -5,7 +5,7 @@ r"""Table 1 and Fig. 3 of Lu, Lu & Zhang (2023) on real languages from Debian: X
       [--layers=all] [--max_sentences=1000] [--knn=10] [--output=DIR]
 
 For each language X it runs `xalign bli`'s evaluation (`evaluate_lexicon`) of
-MODEL_DIR (an import such as `python -m flax_xalign.e5_small`, whose languages include X and en)
+MODEL_DIR (an import such as `xalign e5_small`, whose languages include X and en)
 with src=X, tgt=en: the language-specific vocabularies (§2.1; tokens with count > --min_count in
 X's Debian text vs the English help text, shared ones removed) tokenised with MODEL_DIR's own
 vocabulary.model; the CSLS and NN dictionaries of the token-embedding table (layer 0); Hit@1 /

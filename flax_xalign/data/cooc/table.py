@@ -208,7 +208,7 @@ def load_table(directory: str) -> CoocTable:
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise UserError(f"{manifest_path} is not a JSON manifest ({e}); {fix}.") from e
   if not isinstance(info, dict) or not isinstance(info.get("vocab_size"), int) or "window" not in info:
-    raise UserError(f"{manifest_path} lacks vocab_size/window: it was not written by flax_xalign.cooc; {fix}.")
+    raise UserError(f"{manifest_path} lacks vocab_size/window: it was not written by `xalign cooc`; {fix}.")
   try:
     with np.load(table_path, allow_pickle=False) as data:
       arrays = {name: np.asarray(data[name]) for name in ("indptr", "indices", "log_x")}

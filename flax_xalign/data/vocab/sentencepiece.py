@@ -181,8 +181,7 @@ def check_special_ids(processor: spm.SentencePieceProcessor,
   if low >= high:
     raise errors.UserError(
         f"SentencePiece model {path} has no text pieces besides its special "
-        f"tokens ({found}, {size} pieces); retrain it with `python -m "
-        "flax_xalign.data.vocab.sentencepiece`.")
+        f"tokens ({found}, {size} pieces); retrain it with `xalign vocab`.")
   return found
 
 
@@ -268,9 +267,8 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   path = str(path)
   if not os.path.isfile(path):
     raise errors.UserError(
-        f"SentencePiece model {path} does not exist; train one with `python -m "
-        "flax_xalign.data.vocab.sentencepiece --input=FILE --vocab_size=N "
-        "--output=PREFIX` or fix the path.")
+        f"SentencePiece model {path} does not exist; train one with `xalign vocab "
+        "--input=FILE --vocab_size=N --output=PREFIX` or fix the path.")
   vocabulary = TextVocabulary(path, extra_ids=0)
   try:
     processor = vocabulary.tokenizer
