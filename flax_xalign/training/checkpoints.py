@@ -48,10 +48,10 @@ from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
 from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
+from flax_xalign.training import data_positions
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
-from flax_xalign.training import data_positions
 from flax_xalign.training.data_positions import SEQIO_POSITION, DataPosition
 
 STATE, META, ASSETS = "state", "meta", "assets"

@@ -62,14 +62,17 @@ def test_the_train_data_string_picks_one_source_and_asks_only_it(monkeypatch):
 
 
 @pytest.mark.parametrize("value, says", [
-    ("cache:", '"cache:DIR"'), ("grain:/x", '"cache:DIR"'), ("/data/c", '"cache:DIR"'),
-    ("cache:{missing}", "the folder does not exist")])
+    ("cache:", ("train.data='cache:'", '"cache:DIR"')), ("grain:/x", ("'grain:/x'", '"cache:DIR"')),
+    ("/data/c", ("'/data/c'", '"cache:DIR"')),
+    ("cache:{missing}", ("the folder does not exist", "--split=train --output={missing}"))])
 def test_a_bad_data_value_is_one_clear_error_before_any_registry_lookup(value, says, tmp_path, monkeypatch):
   monkeypatch.setattr(SeqioSource, "resolve", classmethod(lambda *a, **k: pytest.fail("the registry was read")))
+  missing = tmp_path / "nowhere"
   with pytest.raises(UserError) as error:
-    resolve_task("tiny_mix", data=value.format(missing=tmp_path / "nowhere"))
+    resolve_task("tiny_mix", data=value.format(missing=missing))
   message = str(error.value)
-  assert says in message and "python -m flax_xalign.cache" in message
+  for needle in says:  # What is wrong and the fix, on one line.
+    assert needle.format(missing=missing) in message, message
   assert "\n" not in message
 
 
