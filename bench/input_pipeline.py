@@ -1,6 +1,6 @@
 """Input pipeline: batches delivered to the train loop by seqio (tf.data) vs a packed cache (Grain + ArrayRecord).
 
-Both sides are `TaskData.batches`, the loop's one call for data, on the same task, rows and batch shape
+Both sides are what `DataSource.batches` returns, the loop's one call for data, on the same task, rows and batch shape
 (default: the Bible mixture `bible_grc_en_mlm_tlm`, 32 x 512): seqio tokenises and packs on the fly; the
 cache reads the same pipeline's rows, written once by `xalign cache`, with one Grain reader
 thread (one CPU core's worth of input work). Measured per side: start-up to the first batch (seqio: building

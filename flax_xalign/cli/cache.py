@@ -108,7 +108,7 @@ def _fill_from_gin(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.data.packed import write
-  from flax_xalign.training.data import resolve_task
+  from flax_xalign.training.seqio_source import SeqioSource
 
   write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
   if args.gin is not None:
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> None:
   args.length, args.seed = args.length or 512, args.seed or 0
   args.pair_layout, args.both_directions = args.pair_layout or "restart", bool(args.both_directions)
   languages = [l for l in args.languages.split(",") if l] if args.languages else None
-  data = resolve_task(args.task, languages=languages)
+  data = SeqioSource.resolve(args.task, languages=languages)  # A cache holds the seqio pipeline's rows.
   if not data.has_split(args.split):
     raise UserError(f"task {args.task!r} has no {args.split!r} split (or a task of the mixture lacks it); "
                     "name one it has with --split.")

@@ -49,11 +49,11 @@ def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:
   try:
     from flax_xalign import tasks
     from flax_xalign.data.packed import write
-    from flax_xalign.training.data import resolve_task
+    from flax_xalign.training.seqio_source import SeqioSource
 
     if spec["definitions"]:
       tasks.registry.register_described(spec["definitions"])
-    rows = shard_rows(resolve_task(spec["task"], languages=spec["languages"]), spec, index)
+    rows = shard_rows(SeqioSource.resolve(spec["task"], languages=spec["languages"]), spec, index)
 
     def progress(count: int) -> None:
       counts[index] = count

@@ -89,13 +89,8 @@ def evaluate(
   model, run, step = handle.model, handle.spec, handle.step
   params = handle.params(num_partitions=num_partitions)
   name = mixture_or_task_name or run.task
-  if data == "seqio":
-    data = handle.task_data(split, name=mixture_or_task_name, relocate=relocate, import_modules=import_modules,
-                            user_tasks=user_tasks)
-  else:
-    from flax_xalign.training.data import resolve_task
-
-    data = resolve_task(name, languages=run.languages, data=data)
+  data = handle.task_data(split, name=mixture_or_task_name, data=data, relocate=relocate,
+                          import_modules=import_modules, user_tasks=user_tasks)
   lengths = dict(run.task_feature_lengths)
   languages = list(run.languages)
   vocab = data.vocabulary

@@ -75,7 +75,7 @@ class TrainConfig:
     data_shards: split the examples into that many shards, each filling its
       own rows of every global batch, and give each process its share: the
       global batch then depends on `data_shards` only, not on the number of
-      processes (None: one shard per process; see `TaskData.dataset`).
+      processes (None: one shard per process; see `SeqioSource.dataset`).
     peak_flops_per_device: the peak used for MFU (default: the known peak of
       the device kind).
     user_tasks: TextTask/TsvBitextTask/AlphaMixture/SyntheticTasks
