@@ -14,6 +14,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.evaluation import mlm_eval, registry
 from flax_xalign.evaluation.word_alignment import aer
 from flax_xalign.evaluation.word_alignment import word_align
+from flax_xalign.runs import Run
 from tests import testlib
 from tests.runs.tiny_run import tiny_mix_run
 
