@@ -56,7 +56,7 @@ class ModelSummary:
   run: RunSpec
   origin: Mapping[str, Any] | None
   num_params: int
-  handle: Any = dataclasses.field(default=None, repr=False, compare=False)
+  handle: Any = dataclasses.field(repr=False, compare=False)  # A Run: not part of what the summary says.
 
   @property
   def imported(self) -> bool:
