@@ -151,11 +151,12 @@ def eflomal_rows(args: argparse.Namespace, pairs: list, sure: list) -> tuple[lis
 def ours_rows(args: argparse.Namespace, name: str, model_dir: str, diagonal: dict) -> tuple[list[dict], dict]:
   """Our rows of one checkpoint (each method at its best layer) and evaluate_alignment's settings."""
   from flax_xalign.evaluation.word_alignment import word_align
+  from flax_xalign.runs import Run
   layers = [int(l) for l in args.layers.split(",")] if args.layers else None
   out = os.path.join(os.path.dirname(args.output), "word_alignment", name.replace(" ", "_").replace("/", "_"))
   print(f"ours ({name}): sweeping {model_dir} ...", flush=True)
   start = time.perf_counter()
-  results = word_align.evaluate_alignment(model_dir, split=args.split, layers=layers, max_pairs=args.max_pairs,
+  results = word_align.evaluate_alignment(Run.open(model_dir), split=args.split, layers=layers, max_pairs=args.max_pairs,
                                           methods=args.methods.split(","), output_dir=out,
                                           batch_size=args.batch_size, normalize=args.normalize,
                                           encoding=args.encoding, similarity=args.similarity, verbose=False)
@@ -241,11 +242,12 @@ def speed(args: argparse.Namespace, model_dir: str, pairs: list, sure: list, *, 
   import jax
 
   from flax_xalign.evaluation.word_alignment import aer, word_align
+  from flax_xalign.runs import Run
 
   method = args.speed_method
   out: dict[str, Any] = {"method": method, "layer": layer, "pairs": len(pairs), "model_dir": model_dir}
-  aligner, _, _ = word_align.load_aligner(model_dir, src_lang="grc", tgt_lang="en", batch_size=args.batch_size,
-                                          **settings)
+  aligner, _, _ = word_align.load_aligner(Run.open(model_dir), src_lang="grc", tgt_lang="en",
+                                          batch_size=args.batch_size, **settings)
   for fn in (word_align._jitted_states, word_align._jitted_state_links, word_align._jitted_links):
     fn.cache_clear()
   jax.clear_caches()  # compilation counts, as in a fresh process

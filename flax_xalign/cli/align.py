@@ -152,6 +152,7 @@ def _plot_path(output: str) -> str:
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.evaluation.word_alignment import aer
   from flax_xalign.evaluation.word_alignment import word_align
+  from flax_xalign.runs import Run
   check_files(args)
   if args.bible_gold:
     if args.input or args.gold:
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> None:
     raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
   options = solver_from_args(args)
   aligner, _, step = word_align.load_aligner(
-      args.model_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
+      Run.open(args.model_dir), src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
       max_length=args.max_length, batch_size=args.batch_size, options=options, similarity=args.similarity,
       normalize=args.normalize, encoding=args.encoding, pair_layout=args.pair_layout)
   options = aligner.options

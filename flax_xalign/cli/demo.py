@@ -87,7 +87,8 @@ def _train(gin_file: str, model_dir: str, steps: int | None, extra: Sequence[str
 def aer_comparison(runs: dict, *, split: str = "test", max_pairs: int | None = None) -> dict:
   """Per-layer AER of each run and method on the Bible gold alignments."""
   from flax_xalign.evaluation.word_alignment import word_align
-  return {name: word_align.evaluate_alignment(model_dir, split=split, methods=METHODS, max_pairs=max_pairs,
+  from flax_xalign.runs import Run
+  return {name: word_align.evaluate_alignment(Run.open(model_dir), split=split, methods=METHODS, max_pairs=max_pairs,
                                              verbose=False)
           for name, model_dir in runs.items()}
 
@@ -125,12 +126,14 @@ def tuned_on_validation(model_dir: str, *, methods: Sequence[str], output_dir: s
   "validation" holds the validation sweep (every layer; the demo plots it).
   """
   from flax_xalign.evaluation.word_alignment import word_align
+  from flax_xalign.runs import Run
 
+  run = Run.open(model_dir)  # Once: both splits score the same step.
   common = dict(methods=methods, max_pairs=max_pairs, verbose=False, **E5_ALIGNER)
-  validation = word_align.evaluate_alignment(model_dir, split="validation",
+  validation = word_align.evaluate_alignment(run, split="validation",
                                              output_dir=os.path.join(output_dir, "validation"), **common)
   chosen = {method: int(best["layer"]) for method, best in validation["best"].items()}
-  test = word_align.evaluate_alignment(model_dir, split="test", layers=sorted(set(chosen.values())),
+  test = word_align.evaluate_alignment(run, split="test", layers=sorted(set(chosen.values())),
                                        output_dir=os.path.join(output_dir, "test"), **common)
   test["best"] = {method: {"layer": layer, **test["scores"][method][str(layer)],
                            "validation_aer": validation["best"][method]["aer"]}

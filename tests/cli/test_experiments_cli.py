@@ -1,4 +1,4 @@
-"""The experiment drivers (`python -m flax_xalign.experiments.{align_mlm_grid,code_switch,mlm_gc}`)
+"""The experiment drivers (`xalign {align_mlm_grid,code_switch,mlm_gc}`)
 in-process (the contract tier): a bad setting, objective or transform is one `error:` line, before
 MODEL_DIR is made. Their tables are tested in tests/experiments/; their smoke runs train models (the
 ALIGN-MLM grid's tiny end-to-end run is in the slow tier; code_switch and mlm_gc have none: their runs

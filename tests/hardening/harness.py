@@ -262,7 +262,7 @@ def checkpoint_steps(model_dir) -> list[int]:
 
 
 class Child:
-  """`python -m flax_xalign.<entry> argv` in a child process whose merged output is read by a thread."""
+  """`python -m <ENTRY_POINTS[entry]> argv` in a child process whose merged output is read by a thread."""
 
   def __init__(self, entry: str, argv: Sequence[str], *, env: dict | None = None,
                preexec_fn: Callable[[], None] | None = None, prefix: Sequence[str] = ()):

@@ -45,7 +45,7 @@ def assert_loads_and_aligns(model_dir, params, languages):
   assert step == 0 and run.languages == languages
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  aligner, _, _ = word_align.load_aligner(str(model_dir), batch_size=2)
+  aligner, _, _ = word_align.load_aligner(handle, batch_size=2)
   (links,) = aligner.align([PAIR], layer=1)
   assert links and all(0 <= i < 6 and 0 <= j < 6 for i, j in links)
   return run

@@ -91,7 +91,7 @@ class WordAlignment:
     src_lang, tgt_lang = self.languages
     if self.bible_gold:
       src_lang, tgt_lang = src_lang or "grc", tgt_lang or "en"
-    aligner, _, step = word_align.load_aligner(self.run.dir.path, src_lang=src_lang, tgt_lang=tgt_lang,
+    aligner, _, step = word_align.load_aligner(self.run, src_lang=src_lang, tgt_lang=tgt_lang,
                                                options=self.solver, similarity=self.similarity,
                                                **self.aligner_options)
     table = aligner.sweep(pairs, sure, possible, layers=self.layers, methods=self.methods, verbose=self.verbose)
