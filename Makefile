@@ -76,7 +76,7 @@ install: $(STAMP_TEST)
 install-bench: $(STAMP_BENCH)
 
 demo: $(STAMP_TEST)
-	$(PY) -m flax_xalign.demo $(DEMO_ARGS)
+	$(PY) -m flax_xalign.cli.demo $(DEMO_ARGS)
 
 # One pytest run of interpreter $(1) on selection $(2); PYTEST_RC_FILE receives pytest's own exit status.
 define run_pytest
@@ -153,10 +153,10 @@ install-beam: $(STAMP_BEAM)
 test-beam: $(STAMP_BEAM)
 	$(call run_pytest,$(PY_BEAM),tests/data/test_cooc_beam.py)
 
-# The Debian packages flax_xalign.debian_data reads (LibreOffice help and UI
+# The Debian packages `xalign debian_data` reads (LibreOffice help and UI
 # catalogues, dictionaries), fetched with `apt-get download` and unpacked with
 # `dpkg-deb -x`: no root and none of LibreOffice's 300 dependencies (58 MB of
-# .deb, ~10 s). Then: python -m flax_xalign.debian_data --root=$(DEBIAN_ROOT) --output=DIR
+# .deb, ~10 s). Then: xalign debian_data --root=$(DEBIAN_ROOT) --output=DIR
 DEBIAN_ROOT ?= $(HOME)/.cache/flax_xalign/debroot
 DEBIAN_PACKAGES = libreoffice-help-en-us libreoffice-help-de libreoffice-help-fr libreoffice-help-es \
   libreoffice-help-ru libreoffice-help-zh-cn libreoffice-help-ja libreoffice-help-hi \

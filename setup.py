@@ -91,7 +91,7 @@ INSTALL_REQUIRES = [
     "tensorflow-text==2.21.*",
     "sentencepiece>=0.2.0",
     "gin-config==0.5.0",
-    # Packed datasets (flax_xalign.data.packed, `python -m flax_xalign.cache`): ArrayRecord shards read
+    # Packed datasets (flax_xalign.data.packed, `xalign cache`): ArrayRecord shards read
     # through Grain's checkpointable MapDataset, with no TensorFlow in the training process.
     "grain==0.2.18",
     "array-record>=0.8.1",
@@ -179,7 +179,7 @@ EXTRAS_REQUIRE = {
         "sentencepiece>=0.2.0,<0.2.3",
     ],
     # Ahead-of-time compilation for TPU topologies on any Linux x86-64 machine
-    # (python -m flax_xalign.compile_check; tests marked `aot`): the libtpu
+    # (xalign compile_check; tests marked `aot`): the libtpu
     # that jax[tpu]==0.10.2 pins, without making TPUs the default backend
     # (a 213 MB wheel). libtpu prints initialisation warnings when JAX probes
     # its backend on a machine with no TPU: the tests set JAX_PLATFORMS=cpu and
@@ -214,6 +214,8 @@ setuptools.setup(
     include_package_data=False,
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
+    # One console script for every command: `xalign <command>` = `python -m flax_xalign.cli.<command>`.
+    entry_points={"console_scripts": ["xalign = flax_xalign.cli.xalign:main"]},
     zip_safe=False,
     classifiers=[
         "Programming Language :: Python :: 3.11",

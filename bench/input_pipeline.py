@@ -1,8 +1,8 @@
 """Input pipeline: batches delivered to the train loop by seqio (tf.data) vs a packed cache (Grain + ArrayRecord).
 
-Both sides are `TaskData.batches`, the loop's one call for data, on the same task, rows and batch shape
+Both sides are what `DataSource.batches` returns, the loop's one call for data, on the same task, rows and batch shape
 (default: the Bible mixture `bible_grc_en_mlm_tlm`, 32 x 512): seqio tokenises and packs on the fly; the
-cache reads the same pipeline's rows, written once by `python -m flax_xalign.cache`, with one Grain reader
+cache reads the same pipeline's rows, written once by `xalign cache`, with one Grain reader
 thread (one CPU core's worth of input work). Measured per side: start-up to the first batch (seqio: building
 the pipeline and filling its shuffle buffer; cache: opening it, sha256 of every shard, first read) and
 row-tokens per second over the next batches. A row-token is one slot of the [batch, length] batch (padding
@@ -12,7 +12,7 @@ It also prints the rate an H100 needs to train XLM-R base at 45% MFU (989 dense 
 FLOP count (`flax_xalign.models.flops`): the cache should stay above it on one core.
 
   python bench/input_pipeline.py                       # builds a 4,096-row cache in a temporary folder
-  python bench/input_pipeline.py --cache=/data/bible   # an existing cache (OUTPUT of flax_xalign.cache)
+  python bench/input_pipeline.py --cache=/data/bible   # an existing cache (OUTPUT of `xalign cache`)
 
 The last printed line is one JSON object (also written to bench/results/input_pipeline.json); `ratio` is
 cache tokens/s over seqio tokens/s.

@@ -47,7 +47,7 @@ import time
 from typing import Any
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "word_alignment.json")
-# The subdirectories `python -m flax_xalign.demo --model_dir=DIR` trains, with the demo's names for them.
+# The subdirectories `xalign demo --model_dir=DIR` trains, with the demo's names for them.
 DEMO_RUNS = (("cold start", "cold"), ("XLM-Align", "xlm_align"))
 EFLOMAL_ROWS = ("forward", "reverse", "intersection", "union", "grow-diag-final-and")
 OURS_METHODS = "argmax,itermax,sinkhorn,match"
@@ -61,7 +61,7 @@ SPEED_CODES = {ours: code for code, (_, ours) in SIMALIGN_METHODS.items()}
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--demo_dir", default=None, help="a `flax_xalign.demo` MODEL_DIR: its cold/ and xlm_align/")
+  parser.add_argument("--demo_dir", default=None, help="a `xalign demo` MODEL_DIR: its cold/ and xlm_align/")
   parser.add_argument("--checkpoint", action="append", default=[], metavar="NAME=MODEL_DIR",
                       help="a checkpoint of ours to score (repeatable)")
   parser.add_argument("--split", default="test", help="the books whose gold scores every system")
@@ -96,7 +96,7 @@ def checkpoints_of(args: argparse.Namespace) -> list[tuple[str, str]]:
             if os.path.isdir(os.path.join(args.demo_dir, sub))]
     if not runs:
       raise UserError(f"--demo_dir={args.demo_dir} has neither cold/ nor xlm_align/; pass the --model_dir "
-                      "that `python -m flax_xalign.demo` trained into.")
+                      "that `xalign demo` trained into.")
   for spec in args.checkpoint:
     name, sep, model_dir = spec.partition("=")
     if not sep or not name or not model_dir:
@@ -151,11 +151,12 @@ def eflomal_rows(args: argparse.Namespace, pairs: list, sure: list) -> tuple[lis
 def ours_rows(args: argparse.Namespace, name: str, model_dir: str, diagonal: dict) -> tuple[list[dict], dict]:
   """Our rows of one checkpoint (each method at its best layer) and evaluate_alignment's settings."""
   from flax_xalign.evaluation.word_alignment import word_align
+  from flax_xalign.runs import Run
   layers = [int(l) for l in args.layers.split(",")] if args.layers else None
   out = os.path.join(os.path.dirname(args.output), "word_alignment", name.replace(" ", "_").replace("/", "_"))
   print(f"ours ({name}): sweeping {model_dir} ...", flush=True)
   start = time.perf_counter()
-  results = word_align.evaluate_alignment(model_dir, split=args.split, layers=layers, max_pairs=args.max_pairs,
+  results = word_align.evaluate_alignment(Run.open(model_dir), split=args.split, layers=layers, max_pairs=args.max_pairs,
                                           methods=args.methods.split(","), output_dir=out,
                                           batch_size=args.batch_size, normalize=args.normalize,
                                           encoding=args.encoding, similarity=args.similarity, verbose=False)
@@ -241,11 +242,12 @@ def speed(args: argparse.Namespace, model_dir: str, pairs: list, sure: list, *, 
   import jax
 
   from flax_xalign.evaluation.word_alignment import aer, word_align
+  from flax_xalign.runs import Run
 
   method = args.speed_method
   out: dict[str, Any] = {"method": method, "layer": layer, "pairs": len(pairs), "model_dir": model_dir}
-  aligner, _, _ = word_align.load_aligner(model_dir, src_lang="grc", tgt_lang="en", batch_size=args.batch_size,
-                                          **settings)
+  aligner, _, _ = word_align.load_aligner(Run.open(model_dir), src_lang="grc", tgt_lang="en",
+                                          batch_size=args.batch_size, **settings)
   for fn in (word_align._jitted_states, word_align._jitted_state_links, word_align._jitted_links):
     fn.cache_clear()
   jax.clear_caches()  # compilation counts, as in a fresh process

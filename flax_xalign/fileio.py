@@ -7,7 +7,7 @@ A full disk or file-size limit (ENOSPC, EDQUOT, EFBIG) becomes one UserError
 and leaves no temporary file behind.
 
 It is also the one place that turns an OSError on a path into the user's
-one-line form (`path_error`: permission denied, a read-only file system, a
+one-line form (`errors.path_error`: permission denied, a read-only file system, a
 path under a file, a missing file, a full disk), used by `write_atomically`,
 `makedirs`, `utf8_lines` and, as the last resort, by every entry point
 (`errors.run_command`). The output rules every command checks right after
@@ -25,51 +25,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 
-from flax_xalign.errors import UserError
-
-# A write that failed for want of space: disk full, quota, file-size limit.
-NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-def no_space_error(e: OSError, path: str | os.PathLike) -> UserError | None:
-  """The UserError for a write that failed for want of space (disk full, quota, file-size limit), else None."""
-  if e.errno not in NO_SPACE_ERRNOS:
-    return None
-  return UserError(f"no space left writing {os.fspath(path)} ({os.strerror(e.errno)}); free space or choose "
-                   "another MODEL_DIR (or output folder).")
-
-
-def path_error(e: OSError, path: str | os.PathLike | None = None, *, setting: str = "",
-               doing: str = "") -> UserError:
-  """The one-line UserError for an OSError on a named path: the path, what went wrong, the fix.
-
-  Args:
-    e: the error (its `filename` is the path when `path` is None).
-    path: the path the user named (or the file inside it that failed).
-    setting: the flag or gin macro that named it ("--output"); shown before the path.
-    doing: what was being done ("write", "read", "create the folder"); default "use".
-  """
-  path = os.fspath(path if path is not None else (e.filename if e.filename is not None else "?"))
-  name = f"{setting} {path}" if setting else path
-  error = no_space_error(e, path)
-  if error is not None:
-    return error
-  if isinstance(e, PermissionError) or e.errno == errno.EROFS:
-    why = "a read-only file system" if e.errno == errno.EROFS else "permission denied"
-    return UserError(f"cannot {doing or 'access'} {name}: {why}; choose a path you can "
-                     f"{'read' if doing == 'read' else 'write'}, or fix its permissions.")
-  if isinstance(e, FileExistsError) and e.filename is not None and os.path.isdir(e.filename):
-    return UserError(f"cannot {doing or 'use'} {name}: {e.filename} already exists; choose another path or "
-                     "remove it.")
-  if isinstance(e, (NotADirectoryError, FileExistsError)):  # (makedirs meets a file where a folder goes)
-    return UserError(f"cannot {doing or 'use'} {name}: a part of the path is a file, not a folder; choose a path "
-                     "under a folder.")
-  if isinstance(e, IsADirectoryError):
-    return UserError(f"cannot {doing or 'use'} {name}: it is a folder; name a file.")
-  if isinstance(e, FileNotFoundError):
-    return UserError(f"cannot {doing or 'use'} {name}: no such file or folder; check the path.")
-  return UserError(f"cannot {doing or 'use'} {name}: {e.strerror or e}; check the path.")
-
+from flax_xalign.errors import UserError, path_error
 
 def makedirs(path: str | os.PathLike, *, setting: str = "") -> None:
   """os.makedirs(path, exist_ok=True), an OSError becoming one UserError (`path_error`)."""

@@ -24,56 +24,13 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
+from flax_xalign.data.vocab.spec import VocabularySpec  # noqa: F401  (the manifest's record; callers import it from here)
 from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.models.config import EncoderConfig
 
 VERSION = 1
 META_KEY = "run"
-VOCABULARY_KINDS = ("sentencepiece", "wordpiece")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VocabularySpec:
-  """The run's vocabulary, as the vocabulary asset recorded it.
-
-  Attributes:
-    file: the vocabulary file's name inside the asset directories (MODEL_DIR
-      and every checkpoint's `assets/`): `vocabulary.model` for SentencePiece,
-      `vocabulary.txt` (BERT's vocab.txt) for WordPiece.
-    sha256: hash of that file's bytes.
-    size: token ids the model sees (its embedding rows).
-    pieces: pieces of the vocabulary (`size` is `factor * pieces`).
-    factor: 1, or 2 for the synthetic languages' doubled vocabulary (ids
-      >= pieces are the transliterated copies).
-    specials: the special ids and the range of regular ids.
-    kind: "sentencepiece" or "wordpiece".
-    lower_case: a WordPiece vocabulary is uncased (text is lowercased and
-      stripped of accents); not in its file, so recorded here. Always False
-      for SentencePiece, whose model carries its own normalisation.
-  """
-
-  file: str
-  sha256: str
-  size: int
-  pieces: int
-  factor: int = 1
-  specials: SpecialTokens = SpecialTokens()
-  # Defaults keep manifests written before WordPiece support loadable.
-  kind: str = "sentencepiece"
-  lower_case: bool = False
-
-  def __post_init__(self):
-    if self.kind not in VOCABULARY_KINDS:
-      raise UserError(f"the run manifest names a {self.kind!r} vocabulary; this flax_xalign reads "
-                      f"{', '.join(VOCABULARY_KINDS)} (use the release that wrote it).")
-
-  def fingerprint(self) -> dict[str, Any]:
-    """What must match for two runs to share token ids."""
-    return {"sha256": self.sha256, "size": self.size, "factor": self.factor,
-            "specials": self.specials.as_dict(), "kind": self.kind, "lower_case": self.lower_case}
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunSpec:
   """The manifest of one training run.

@@ -1,13 +1,8 @@
-"""`python -m flax_xalign.train`: the pretraining entry point, kept at its contract path.
-
-The command lives in `flax_xalign.cli.train`; this module re-exports it.
-"""
+"""`python -m flax_xalign.train`: the pretraining command at the path t5x users type (it is `flax_xalign.cli.train`)."""
 
 import sys
 
-from flax_xalign.cli.train import (MULTIHOST_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV,  # noqa: F401  (old paths)
-                                   distributed_settings, enable_compilation_cache, main,
-                                   maybe_initialize_distributed)
+from flax_xalign.cli.train import main
 
 if __name__ == "__main__":
   sys.exit(main())

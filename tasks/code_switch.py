@@ -102,7 +102,7 @@ class CodeSwitchedTask:
       raise errors.UserError(
           f"{where}: dictionary file {spec.dictionary} does not exist (working directory "
           f"{os.getcwd()}); write one in MUSE format ('source target' per line) or with "
-          "`python -m flax_xalign.bli --output=...`.")
+          "`xalign bli --output=...`.")
     options = _tokenize_options(source)
     switch = functools.partial(
         code_switch_lib.code_switch_preprocessor, dictionary_path=spec.dictionary, rate=spec.rate,

@@ -3,7 +3,7 @@
 The counter (`flax_xalign.data.cooc`) counts sequences and reads seqio task
 *objects*; resolving a name into its member tasks, vocabulary and languages
 is the registry's job, so it lives here, above `data/`. Used by the `cooc`
-asset, `python -m flax_xalign.cooc`, the Beam pipeline and `bench/cooc.py`.
+asset, `xalign cooc`, the Beam pipeline and `bench/cooc.py`.
 Each member task of a mixture is read once, unpacked; mixing rates play no
 part.
 """

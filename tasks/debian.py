@@ -1,6 +1,6 @@
 """seqio tasks over the LibreOffice help text built from Debian packages.
 
-Build the files first (`python -m flax_xalign.debian_data --output=DIR`, see
+Build the files first (`xalign debian_data --output=DIR`, see
 `flax_xalign.data.sources.debian`), then register, e.g. from gin:
 
     DebianTasks(data_dir="/data/debian", languages=("de", "fr", "hi")).register()
@@ -58,7 +58,7 @@ VOCAB_ALPHA = 0.5
 VOCAB_MODEL_TYPE = "bpe"
 # Bump when the vocabulary recipe changes in a way its manifest does not capture.
 VOCAB_RECIPE_VERSION = 1
-BUILD_COMMAND = "python -m flax_xalign.debian_data --output={dir}"
+BUILD_COMMAND = "xalign debian_data --output={dir}"
 
 
 

@@ -21,7 +21,7 @@ In gin, build them with `@TextTask()` etc. and hand the list to `register_all`
 * `files` maps a split name to a glob (or a list of globs); matches are read in
   sorted order.
 * `vocabulary_path`: a SentencePiece model with the five special tokens, ours
-  (`python -m flax_xalign.data.vocab`) or an imported model's
+  (`xalign vocab`) or an imported model's
   `vocabulary.model` (e.g. XLM-R's layout, `<s>`=0 and `<pad>`=1); its ids are
   read from the model (`flax_xalign.data.vocab.specials.special_tokens_of`).
 * `normalize`: a text normaliser applied before tokenising, one of
@@ -221,7 +221,7 @@ def _vocabulary_path(task: str, path: str) -> str:
   if not isinstance(path, str) or not path:
     raise errors.UserError(
         f"Task {task!r}: vocabulary_path must name a SentencePiece .model file "
-        "(train one with `python -m flax_xalign.data.vocab`, or use an imported "
+        "(train one with `xalign vocab`, or use an imported "
         "model's vocabulary.model).")
   return _absolute(path)
 

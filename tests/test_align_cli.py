@@ -1,9 +1,9 @@
-"""`python -m flax_xalign.align` in-process (the contract tier), on the session's shared MODEL_DIR
+"""`xalign align` in-process (the contract tier), on the session's shared MODEL_DIR
 (tests/shared_run.py) and, for --bible_gold, a random tiny encoder over the Bible vocabulary."""
 
 import pytest
 
-from flax_xalign import align as align_main
+from flax_xalign.cli import align as align_main
 from flax_xalign.evaluation.word_alignment import aer
 from tests.evaluation.test_word_align import DE, EN
 from tests.hardening.harness import tree_digest

@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.bli` in-process (the contract tier), on the session's shared MODEL_DIR: a few steps on the
+"""`xalign bli` in-process (the contract tier), on the session's shared MODEL_DIR: a few steps on the
 tiny de/en corpus (tests/shared_run.py)."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from flax_xalign import bli as bli_main
+from flax_xalign.cli import bli as bli_main
 from flax_xalign.data.transforms.synthetic import SyntheticLanguage
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig

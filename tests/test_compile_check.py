@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.compile_check`: a tiny run compiled for a v4-8; bad input is one `error:` line.
+"""`xalign compile_check`: a tiny run compiled for a v4-8; bad input is one `error:` line.
 
 The contract tier runs `main(argv)` in-process (a fresh interpreter per case cost ~20 s of imports and
 libtpu start each); one test starts the real command line (subprocess tier).
@@ -79,8 +79,8 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, bible_data_dir, capsys
 
 @pytest.mark.subprocess
 def test_the_command_line_refuses_bad_input_with_one_error_line(tmp_path):
-  """The real `python -m flax_xalign.compile_check`: the alias module, the exit status and stderr."""
-  done = subprocess.run([sys.executable, "-m", "flax_xalign.compile_check", f"--gin_file={_gin(tmp_path)}",
+  """The real `xalign compile_check`: the alias module, the exit status and stderr."""
+  done = subprocess.run([sys.executable, "-m", "flax_xalign.cli.compile_check", f"--gin_file={_gin(tmp_path)}",
                          "--topology=tpu9"], capture_output=True, text=True, check=False, cwd=REPO, timeout=600,
                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-2000:])

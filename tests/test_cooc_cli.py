@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.cooc` in-process (the contract tier): counting a task and text files, --inspect,
+"""`xalign cooc` in-process (the contract tier): counting a task and text files, --inspect,
 and one error per bad input."""
 
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from flax_xalign import cooc as command
+from flax_xalign.cli import cooc as command
 from flax_xalign.data import cooc
 
 pytestmark = pytest.mark.contract

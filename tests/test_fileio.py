@@ -104,7 +104,7 @@ def test_written_files_get_the_umask_mode_not_0600(tmp_path):
 
 
 def test_every_os_error_on_a_path_is_one_line_naming_it(tmp_path):
-  from flax_xalign.fileio import path_error
+  from flax_xalign.errors import path_error
 
   for error, words in [(PermissionError(errno.EACCES, "Permission denied", "/x/y"), "permission denied"),
                        (OSError(errno.EROFS, "Read-only file system", "/x/y"), "read-only file system"),

@@ -1,7 +1,8 @@
-"""Import rules of the package layout, checked on the source (ARCHITECTURE.md, STYLE.md §1 and §12).
+"""Import rules of the package layout, checked on the source (ARCHITECTURE.md, STYLE.md §1, §12 and §14).
 
 Every module of `flax_xalign/` and of the top-level `tasks/` folder (installed
-as `flax_xalign.tasks`) belongs to a *layer*:
+as `flax_xalign.tasks`) belongs to a *unit*: its top-level folder, or, for a
+module at the top level, the module itself. Folders are ordered in *layers*:
 
     0  ops, models          jitted kernels, the pure network
     1  data                 sources, vocabularies, transforms, counting
@@ -11,27 +12,26 @@ as `flax_xalign.tasks`) belongs to a *layer*:
     5  runs                 reading a finished run
     6  evaluation           evaluators over a run
     7  interop              Hugging Face / t5x / trimming
-    8  cli                  every runnable module: cli/, experiments/ and the
-                            top-level entry modules (train.py, eval.py, bli.py,
-                            gin_cli.py, configurables.py, ...)
+    8  cli                  THE edge: every command, the gin edge, the experiment
+                            drivers, the `xalign` console script
 
 plus the *core* (`errors`, `fileio`, `run_spec`, `run_dir`, the package
 `__init__`), which every layer may import and which itself imports only the
-core, `data` and `models`. The checks:
+core, `data` and `models`, and the two t5x-spelled entry modules `train.py`
+and `eval.py`, which import only `cli`. The checks:
 
-* the folder-level import graph has no cycle;
+* the unit-level import graph has no cycle (each core module a unit of its own);
 * no import points up the order (two folders of one layer may import each
   other one way);
-* gin lives at the edges: only the cli layer imports it;
+* `cli/` is the only edge: no module outside it runs as a program (no
+  `__main__` block, no `__main__.py`) but `train.py` and `eval.py`, and the
+  top level holds nothing else;
+* gin lives at the edge: only cli/ imports it;
 * no module is over 600 lines;
 * no objective name is special-cased in `training/`.
 
-An import counts wherever it is written (module level, inside a function or
-under `TYPE_CHECKING`), except inside the top-level `if __name__ ==
-"__main__":` block: that code runs only when the file is executed as a
-program, which is how an old `python -m flax_xalign.<folder>.<name>` command
-stays an alias of the command that moved to `cli/`, and it is never part of
-what importing the module pulls in.
+An import counts wherever it is written: at module level, inside a function,
+under `TYPE_CHECKING` or in a `__main__` block.
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ LAYERS = {
     "runs": 5,
     "evaluation": 6,
     "interop": 7,
-    "cli": 8, "experiments": 8,
+    "cli": 8,
 }
 CLI_LEVEL = LAYERS["cli"]
 CORE = {"__init__", "errors", "fileio", "run_spec", "run_dir"}
+ENTRY_MODULES = {"train", "eval"}  # `python -m flax_xalign.train` / `.eval`: the t5x spellings, thin fronts of cli/.
 CORE_MAY_IMPORT = {"data", "models"}
 MAX_LINES = 600
 
@@ -91,12 +92,11 @@ def _is_main_guard(node: ast.stmt) -> bool:
 
 
 def _imports(name: str, path: pathlib.Path) -> set[str]:
-  """Dotted names a module imports (outside its `__main__` block); `from a import b` gives a and a.b."""
+  """Dotted names a module imports, wherever written; `from a import b` gives a and a.b."""
   tree = ast.parse(path.read_text(encoding="utf-8"))
-  body = [node for node in tree.body if not _is_main_guard(node)]
   package = name if path.name == "__init__.py" else name.rpartition(".")[0]
   names = set()
-  for node in (n for top in body for n in ast.walk(top)):
+  for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
@@ -110,29 +110,21 @@ def _imports(name: str, path: pathlib.Path) -> set[str]:
 
 
 def node_of(module: str) -> str | None:
-  """The graph node of a module of ours: its folder, "core", or "cli" for a top-level entry module; None if not ours.
-
-  The top-level entry modules (train.py, gin_cli.py, configurables.py, ...)
-  are one node with cli/: the edge, whose members may import each other.
-  """
+  """The graph unit of a module of ours: its top-level folder, or the top-level module itself; None if not ours."""
   parts = module.split(".")
   if parts[0] != "flax_xalign":
     return None
-  top = parts[1] if len(parts) > 1 else "__init__"
-  if top in CORE:
-    return "core"
-  if top in LAYERS:
-    return top
-  return "cli"
+  return parts[1] if len(parts) > 1 else "__init__"
 
 
 def level_of(node: str) -> int | None:
-  """The node's layer; None for the core."""
-  return None if node == "core" else LAYERS[node]
+  """The unit's layer; None for the core; the cli layer for the two entry modules."""
+  if node in CORE:
+    return None
+  return CLI_LEVEL if node in ENTRY_MODULES else LAYERS[node]
 
 
 def _gin_edge(name: str) -> bool:
-  """cli/ and the top-level entry modules (not experiments/, whose drivers are library-like)."""
   return node_of(name) == "cli"
 
 
@@ -148,7 +140,7 @@ def folder_graph() -> dict[tuple[str, str], set[str]]:
     for imported in _imports(name, path):
       there = node_of(imported)
       if there is None or there == here or imported == "flax_xalign":
-        continue  # `from flax_xalign import x` also names the package itself, whose __init__ is version only.
+        continue  # `from flax_xalign import x` also names the package itself (x is its own unit).
       edges[(here, there)].add(_source(name, path))
   return dict(edges)
 
@@ -208,26 +200,30 @@ def test_the_graph_sees_every_folder(graph):
   assert ("tasks", "data") in graph  # tasks/ is read (flax_xalign.tasks resolves to it) and reads data/.
 
 
-def test_no_folder_level_cycles(graph):
-  # Every layer may import the core (errors, fileio, run_spec, run_dir), which
-  # itself imports only data and models (checked below): arrows into it are
-  # no part of any cycle between layers.
-  found = cycles({edge: files for edge, files in graph.items() if edge[1] != "core"})
+def test_no_import_cycles_between_units(graph):
+  # Every arrow counts, the core's too: each core module is a unit of its own, so a
+  # cycle between two of them (errors <-> fileio) is found like any other.
+  found = cycles(graph)
+
   def causes(component):  # The arrows of the cycle that point up the layers close it; else all of them.
     inside = [(a, b) for a, b in graph if a in component and b in component]
-    up = [(a, b) for a, b in inside if level_of(a) is not None and level_of(b) > level_of(a)]
+    up = [(a, b) for a, b in inside if level_of(a) is not None and level_of(b) is not None
+          and level_of(b) > level_of(a)]
     return up or inside
 
   detail = "\n".join(f"cycle {' <-> '.join(c)}, closed by:\n" + _describe(graph, causes(c)) for c in found)
-  assert not found, f"{len(found)} folder-level import cycle(s):\n{detail}"
+  assert not found, f"{len(found)} import cycle(s) between units:\n{detail}"
 
 
 def test_no_import_points_up_the_layers(graph):
   upward = []
   for a, b in graph:
     low, high = level_of(a), level_of(b)
-    if low is None:  # The core imports only data and models.
-      if b not in CORE_MAY_IMPORT:
+    if low is None:  # The core imports only the core, data and models.
+      if b not in CORE_MAY_IMPORT and b not in CORE:
+        upward.append((a, b))
+    elif a in ENTRY_MODULES:  # train.py / eval.py are fronts of cli/ and nothing else.
+      if b != "cli" and b not in CORE:
         upward.append((a, b))
     elif high is not None and high > low:
       upward.append((a, b))
@@ -236,14 +232,29 @@ def test_no_import_points_up_the_layers(graph):
                       + _describe(graph, upward))
 
 
+def test_cli_is_the_only_edge():
+  """Only cli/ (and the t5x-spelled train.py / eval.py) runs as a program; the top level holds nothing else."""
+  top = {p.stem for p in PACKAGE.glob("*.py")}
+  assert top <= CORE | ENTRY_MODULES, (f"modules at the top level of flax_xalign/ besides the core and train/eval "
+                                       f"(commands live in cli/): {sorted(top - CORE - ENTRY_MODULES)}")
+  runnable = []
+  for name, path in _modules():
+    if node_of(name) == "cli" or node_of(name) in ENTRY_MODULES:
+      continue
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    if path.name == "__main__.py" or any(_is_main_guard(node) for node in tree.body):
+      runnable.append(str(path.relative_to(REPO)))
+  assert not runnable, f"runnable modules outside cli/ (move the command to cli/, drop the alias): {runnable}"
+
+
 def test_only_the_cli_layer_imports_gin():
   offenders = []
   for name, path in _modules():
     if _gin_edge(name):
-      continue  # The gin edge: cli/, gin_cli, configurables, compile_check and the other entry modules.
+      continue  # The gin edge: cli/ (gin_cli, configurables, the commands).
     if any(n == "gin" or n.startswith("gin.") for n in _imports(name, path)):
       offenders.append(str(path.relative_to(REPO)))
-  assert not offenders, f"library modules import gin (only cli/ and the top-level entry modules may): {offenders}"
+  assert not offenders, f"library modules import gin (only cli/ may): {offenders}"
 
 
 def test_no_module_is_over_600_lines():
@@ -275,7 +286,9 @@ def test_the_checker_finds_cycles_and_resolves_relative_imports(tmp_path):
                     "import gin\n\nif __name__ == '__main__':\n  from flax_xalign.cli import main\n")
   got = _imports("flax_xalign.tasks.registry", module)
   assert {"flax_xalign.tasks.user", "flax_xalign.tasks.data.x", "flax_xalign.ops.csls", "gin"} <= got
-  assert not any(n.startswith("flax_xalign.cli") for n in got)
-  assert node_of("flax_xalign.tasks.user") == "tasks" and node_of("flax_xalign.train") == "cli"
-  assert node_of("flax_xalign.run_spec") == "core" and level_of("core") is None and node_of("numpy") is None
-  assert level_of(node_of("flax_xalign.gin_cli")) == CLI_LEVEL
+  assert "flax_xalign.cli" in got  # An import in a `__main__` block counts like any other.
+  assert node_of("flax_xalign.tasks.user") == "tasks" and node_of("flax_xalign.train") == "train"
+  assert level_of("train") == CLI_LEVEL and level_of("run_spec") is None and node_of("numpy") is None
+  assert node_of("flax_xalign.errors") == "errors" and node_of("flax_xalign.fileio") == "fileio"
+  assert cycles({("errors", "fileio"): {"a"}, ("fileio", "errors"): {"b"}}) == [["errors", "fileio"]]
+  assert level_of(node_of("flax_xalign.cli.gin_cli")) == CLI_LEVEL

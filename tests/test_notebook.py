@@ -43,7 +43,7 @@ def test_report_helpers_refuse_bad_parameters_before_loading_anything(tmp_path, 
   with pytest.raises(UserError, match="repeats the label"):
     report.describe_all([("a", "x"), ("a", "y")])
   with pytest.raises(UserError, match="unknown aligner setting.*simlarity"):
-    report.evaluate_alignment(str(tmp_path), settings={"simlarity": "cosine"})
+    report.evaluate_alignment(None, settings={"simlarity": "cosine"})
   assert not list(tmp_path.iterdir())
   assert report.optional_evaluation("word_alignment.aer") is not None and report.optional_evaluation("no_such_module") is None
   assert report.slug("XLM-Align (demo)") == "XLM-Align_demo"

@@ -11,7 +11,7 @@
 #   .gpu/cache/   a packed cache (train split) of the Bible mixture, rows of 512 tokens, ROWS rows
 #                 (default 6000: ~31 MB with a 250k vocabulary, under the 64 MiB a device call carries).
 #                 With VOCABULARY (a SentencePiece model, e.g. XLM-R's: runs/e5_bible/vocabulary.model from
-#                 `python -m flax_xalign.e5_small`) the Bible tasks are tokenised with it (task
+#                 `xalign e5_small`) the Bible tasks are tokenised with it (task
 #                 xlmr_bible_grc_en_mlm_tlm), so the model has XLM-R base's 250,002-row embedding.
 # Then, on the GPU host, from the repository root with `.gpu` carried, .gpu/run.sh trains XLM-R base (bf16,
 # cuDNN attention, layers unrolled: runs/nvidia_gpu.gin; MLM+TLM, then MLM+TLM+DWA) from the cache and prints each run's tokens/s, step time and MFU.
@@ -38,7 +38,7 @@ TASK_FEATURE_LENGTHS = {'tokens': 512}
 GIN
   GIN=(--gin_file=.gpu/tasks.gin)
 fi
-"$PY" -m flax_xalign.cache --task="$TASK" --split=train --output=.gpu/cache --length=512 --examples="$ROWS" \
+"$PY" -m flax_xalign.cli.cache --task="$TASK" --split=train --output=.gpu/cache --length=512 --examples="$ROWS" \
   "${GIN[@]}"
 cat > .gpu/run.sh <<RUN
 #!/usr/bin/env bash

@@ -2,7 +2,7 @@
 
 See `base.Asset` for the protocol, `registry` for the asset names a run can
 require, `runtime.RunAssets` for how the trainer holds and refreshes them, and
-`python -m flax_xalign.assets --gin_file=...` (the same flags as training) to
+`xalign assets --gin_file=...` (the same flags as training) to
 build a run's assets into MODEL_DIR without training.
 """
 

@@ -5,7 +5,7 @@ bilingual dictionary, a self-induced dictionary, a co-occurrence table. Each
 one is
 
 * **built** by an explicit step from the run manifest (`build(run)`, also
-  `python -m flax_xalign.assets`), or loaded from files a user built before;
+  `xalign assets`), or loaded from files a user built before;
 * optionally **refreshed** from the parameters every `refresh_every` steps by
   a jitted function whose output has the input's shapes (tables are padded to
   a fixed capacity), so the train step never recompiles;

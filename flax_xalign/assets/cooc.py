@@ -4,7 +4,7 @@ X[a, b] is the distance-weighted, language-balanced count of token b within
 ±`window` positions of token a over the run's corpus (definitions and the
 counter: `flax_xalign.data.cooc`). The asset is static (`refresh_every` 0):
 it is counted once when a run starts, or read from a directory written by
-`python -m flax_xalign.cooc` (or its Beam pipeline), and saved with MODEL_DIR
+`xalign cooc` (or its Beam pipeline), and saved with MODEL_DIR
 and every checkpoint step, so a resumed run uses exactly the table it started
 with and never recounts.
 
@@ -38,7 +38,7 @@ beside the model; nnz must stay below 2**31 (int32 offsets).
 Files: `cooc.npz` (indptr int64, indices, log_x) and `cooc.json` (the
 manifest: window, weights, c_lang, tokens per language, corpus fingerprint,
 source), the format of `data.cooc.save_table`, readable with
-`python -m flax_xalign.cooc --inspect=DIR --token=PIECE`.
+`xalign cooc --inspect=DIR --token=PIECE`.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def settings_of(options: Mapping[str, Any]) -> CoocSettings:
     raise UserError(f"cooc option 'drop_diagonal' must be True or False, got {drop_diagonal!r}.")
   path = options.get("path", "") or ""
   if not isinstance(path, str):
-    raise UserError(f"cooc option 'path' must be a directory written by `python -m flax_xalign.cooc` (or '' to "
+    raise UserError(f"cooc option 'path' must be a directory written by `xalign cooc` (or '' to "
                     f"count the run's task), got {path!r}.")
   return CoocSettings(window=int(window), reference_language=reference, split=split,
                       drop_diagonal=bool(drop_diagonal), path=path)
@@ -118,7 +118,7 @@ def device_value(indptr: np.ndarray, indices: np.ndarray, log_x: np.ndarray, *, 
   indptr, indices, log_x = np.asarray(indptr), np.asarray(indices), np.asarray(log_x)
   if indptr.ndim != 1 or indptr.size < 2 or indices.ndim != 1 or log_x.shape != indices.shape:
     raise UserError(f"{where}: not a CSR table (indptr {indptr.shape}, indices {indices.shape}, log_x "
-                    f"{log_x.shape}); rebuild it with `python -m flax_xalign.cooc`.")
+                    f"{log_x.shape}); rebuild it with `xalign cooc`.")
   nnz = indices.size
   if nnz == 0:
     raise UserError(f"{where}: the co-occurrence table is empty (no token pair within the window): the corpus has "
@@ -137,7 +137,7 @@ def device_value(indptr: np.ndarray, indices: np.ndarray, log_x: np.ndarray, *, 
   row_start[indptr[:-1][steps > 0]] = True
   if (np.diff(indices.astype(np.int64))[~row_start[1:]] <= 0).any():
     raise UserError(f"{where}: the columns of a row are not strictly increasing, which the lookup's binary "
-                    "search needs; rebuild the table with `python -m flax_xalign.cooc`.")
+                    "search needs; rebuild the table with `xalign cooc`.")
   if not np.isfinite(log_x).all():
     raise UserError(f"{where}: log_x has non-finite entries; rebuild the table.")
   return {"indptr": indptr.astype(np.int32), "indices": indices.astype(np.int32),
@@ -187,7 +187,7 @@ def check_info(info: Mapping[str, Any], *, run: RunSpec, settings: CoocSettings,
       problems.append(f"reference language {info['reference_language']!r} (this run: {expected!r})")
   if problems:
     raise UserError(f"the co-occurrence table in {where} does not belong to this run: it has "
-                    f"{'; '.join(problems)}. Count it for this run (`python -m flax_xalign.cooc --task="
+                    f"{'; '.join(problems)}. Count it for this run (`xalign cooc --task="
                     f"{run.task} --window={settings.window} --output=DIR`), set the cooc options to match it, or "
                     "leave out the option 'path' (the run then counts its task).")
 
@@ -220,7 +220,7 @@ class Cooc(Asset):
     if settings.path:
       if not all(os.path.exists(os.path.join(settings.path, f)) for f in FILES):
         raise UserError(f"cooc option 'path': {settings.path} has no {' and '.join(FILES)}; write them with "
-                        f"`python -m flax_xalign.cooc --task={run.task} --window={settings.window} "
+                        f"`xalign cooc --task={run.task} --window={settings.window} "
                         f"--output={settings.path}`.")
       table = cooc_data.load_table(settings.path)
       check_info(table.info, run=run, settings=settings, where=settings.path, all_languages=True)

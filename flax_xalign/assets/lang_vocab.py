@@ -349,7 +349,7 @@ def parse_header(path: str, lines: Sequence[str]) -> tuple[dict[str, str], int]:
 def header_value(path: str, header: Mapping[str, str], key: str) -> str:
   if key not in header:
     raise UserError(f"{path}: the header has no '# {key}: ...' line; it was not written by flax_xalign (or was "
-                    "cut). Rebuild it with `python -m flax_xalign.assets` or remove it.")
+                    "cut). Rebuild it with `xalign assets` or remove it.")
   return header[key]
 
 

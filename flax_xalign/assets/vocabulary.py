@@ -62,7 +62,7 @@ def model_bytes(vocabulary: Any) -> bytes:
   data = getattr(vocabulary, "sp_model", None)
   if not data:
     raise UserError(f"vocabulary {vocabulary} is not SentencePiece-based; flax_xalign runs need a "
-                    "SentencePiece model (train one with `python -m flax_xalign.data.vocab`) or a "
+                    "SentencePiece model (train one with `xalign vocab`) or a "
                     "WordPiece vocab.txt (`flax_xalign.data.vocab.wordpiece.WordPieceVocabulary`).")
   return bytes(data)
 

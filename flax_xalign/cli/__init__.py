@@ -1,18 +1,21 @@
-"""Every runnable module of flax_xalign, and the one process set-up their `main`s call first.
+"""The edge: every command of flax_xalign, the gin edge, and the one process set-up their `main`s call first.
 
-  train eval align bli retrieval demo             (`python -m flax_xalign.<name>` still works)
-  compile_check cooc debian_data assets
-  vocab cooc_beam lexicon                         (`python -m flax_xalign.data.<name>` still works)
-  import_hf export_hf trim e5_small               (`python -m flax_xalign.interop.<name>` still works)
-  experiments.{align_mlm_grid,code_switch,mlm_gc} (`python -m flax_xalign.experiments.<name>` still works)
+  xalign <command> [flags]              the console script (`xalign.py`; `xalign --help` lists the commands)
+  python -m flax_xalign.cli.<command>   the same command
+  python -m flax_xalign.train / .eval   the t5x spellings of `train` and `eval` (thin fronts of this folder)
+
+Commands: train eval assets compile_check cache cooc cooc_beam vocab lexicon
+debian_data align bli retrieval eflomal import_hf export_hf trim e5_small
+demo, and the experiment drivers in `experiments/`. `gin_cli.py` (t5x-style
+flags, parsing, the operative config) and `configurables.py` (what gin may
+bind) are the gin edge; no module below this folder imports gin or anything
+here (tests/test_layering.py).
 
 Commands that read a run take `--model_dir` (`common.add_model_dir_flag`;
 the older `--checkpoint` is still accepted); gin commands bind MODEL_DIR.
-
-Each command is `python -m flax_xalign.cli.<name>`; the old module paths are
-thin aliases. A command's `main(argv=None) -> int` calls `setup_process()`
-first (`_process.py`: TF/libtpu quieting, log filters, Orbax noise hooks) and
-then does its work through `common.py`; importing any of these modules changes
+A command's `main(argv=None) -> int` calls `setup_process()` first
+(`_process.py`: TF/libtpu quieting, log filters, Orbax noise hooks) and then
+does its work through `common.py`; importing any of these modules changes
 nothing in the process.
 """
 

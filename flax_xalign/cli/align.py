@@ -1,6 +1,6 @@
 r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
 
-  python -m flax_xalign.align --model_dir=runs/demo --input=pairs.tsv --output=out.txt \
+  xalign align --model_dir=runs/demo --input=pairs.tsv --output=out.txt \
       [--layer=3] [--method=argmax|itermax|sinkhorn|sinkhorn_itermax|softmax|match] \
       [--src_lang=grc --tgt_lang=en] [--similarity=dot] \
       [--normalize=nfd_strip_marks] [--encoding=joint|separate] [--pair_layout=restart|continuous] \
@@ -8,7 +8,7 @@ r"""Word alignment with a pretrained checkpoint (SimAlign / XLM-Align style).
        --sinkhorn_extraction=plan|pi_xi --mu=1.0 --[no-]relative_mu --sinkhorn_iters=2 \
        --itermax_alpha=0.9 --itermax_rounds=2 --softmax_threshold=1e-3] \
       [--gold=gold.txt --gold_format=pharaoh|naacl [--sweep]]
-  python -m flax_xalign.align --model_dir=runs/e5 --bible_gold=test --output=runs/e5/aer/links.txt --sweep
+  xalign align --model_dir=runs/e5 --bible_gold=test --output=runs/e5/aer/links.txt --sweep
 
 Input: one sentence pair per line, `source<TAB>target`, words separated by
 spaces. Output: one Pharaoh line per pair, `i-j` links (0-indexed, source word
@@ -93,7 +93,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.vocab.specials import PAIR_LAYOUTS
   from flax_xalign.evaluation.word_alignment import aer
   from flax_xalign.evaluation.word_alignment import word_align
-  parser = ArgumentParser(prog="python -m flax_xalign.align", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign align", description=__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR written by python -m flax_xalign.train")
   parser.add_argument("--input", default=None, help="TSV file: source<TAB>target per line")
   parser.add_argument("--bible_gold", default=None, choices=("train", "validation", "test"),
@@ -152,6 +152,7 @@ def _plot_path(output: str) -> str:
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.evaluation.word_alignment import aer
   from flax_xalign.evaluation.word_alignment import word_align
+  from flax_xalign.runs import Run
   check_files(args)
   if args.bible_gold:
     if args.input or args.gold:
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> None:
     raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
   options = solver_from_args(args)
   aligner, _, step = word_align.load_aligner(
-      args.model_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
+      Run.open(args.model_dir), src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
       max_length=args.max_length, batch_size=args.batch_size, options=options, similarity=args.similarity,
       normalize=args.normalize, encoding=args.encoding, pair_layout=args.pair_layout)
   options = aligner.options

@@ -1,6 +1,6 @@
 r"""Builds a run's assets into MODEL_DIR without training (the explicit build step).
 
-  python -m flax_xalign.assets --gin_file=experiments/align_mlm/align_mlm.gin \
+  xalign assets --gin_file=experiments/align_mlm/align_mlm.gin \
     --gin_file=experiments/align_mlm/tiny.gin --gin.MODEL_DIR=\"runs/align\" \
     --gin.TRANSFORMS=\"trans\" --gin.MIXTURE_OR_TASK_NAME=\"synthetic_trans_mlm\"
 

@@ -1,6 +1,6 @@
 r"""Bilingual lexicon induction from a checkpoint (Lu, Lu & Zhang 2023, §2.2, Table 1, Fig. 3).
 
-  python -m flax_xalign.bli --model_dir=DIR --src=grc --tgt=en [--layer=0] [--method=csls|nn] \
+  xalign bli --model_dir=DIR --src=grc --tgt=en [--layer=0] [--method=csls|nn] \
       [--output=dict.tsv] [--gold=FILE|token_map] [--min_count=N] [--knn=10] \
       [--layers=all --rsim_plot=PATH] [--max_sentences=5000] [--task=NAME|bible] [--normalize=...] \
       [--isomorphism [--quadruples=2000] [--seed=0]]
@@ -65,7 +65,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.vocab import normalize
   from flax_xalign.evaluation.lexicon import bli
   from flax_xalign.evaluation.lexicon import isomorphism
-  parser = ArgumentParser(prog="python -m flax_xalign.bli", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign bli", description=__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR with a checkpoint")
   parser.add_argument("--src", required=True, help="source language code (one of the run's languages)")
   parser.add_argument("--tgt", required=True, help="target language code")

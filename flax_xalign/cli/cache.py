@@ -1,10 +1,10 @@
 r"""Writes a task's rows once as a packed dataset (ArrayRecord shards + manifest) to train from without TensorFlow.
 
-  python -m flax_xalign.cache --task=bible_grc_en_mlm_tlm --split=train --output=cache/bible \
+  xalign cache --task=bible_grc_en_mlm_tlm --split=train --output=cache/bible \
       --length=512 [--examples=N | --epochs=E] [--seed=0] [--pair_layout=restart]
-  python -m flax_xalign.cache --task=bible_grc_en_mlm_tlm --split=validation --output=cache/bible --length=512
+  xalign cache --task=bible_grc_en_mlm_tlm --split=validation --output=cache/bible --length=512
   python -m flax_xalign.train ... --gin.train.data=\"cache:cache/bible\"
-  python -m flax_xalign.cache --gin_file=my_run.gin --output=cache/mine   # the run's own task and settings
+  xalign cache --gin_file=my_run.gin --output=cache/mine   # the run's own task and settings
 
 With gin flags (--gin_file, --gin.NAME=VALUE, --gin_search_paths) the run's
 settings fill in what is not given as a flag: the task (MIXTURE_OR_TASK_NAME,
@@ -34,7 +34,7 @@ PAIR_LAYOUTS = ("restart", "continuous")  # flax_xalign.data.vocab.specials.PAIR
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = ArgumentParser(prog="python -m flax_xalign.cache", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign cache", description=__doc__.splitlines()[0])
   parser.add_argument("--task", help="registered seqio task or mixture (default: the gin run's MIXTURE_OR_TASK_NAME)")
   parser.add_argument("--split", default="train", help="the task's split to write (default train)")
   parser.add_argument("--output", required=True, help="cache folder; the split goes to OUTPUT/<split>/")
@@ -55,7 +55,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   args, rest = parser.parse_known_args(argv)
   args.gin = None
   if rest:
-    from flax_xalign import gin_cli
+    from flax_xalign.cli import gin_cli
 
     args.gin = gin_cli.parse_args(rest, description=parser.description)  # Unknown flags end here.
     if not args.gin.gin_file and not args.gin.gin_bindings:
@@ -77,7 +77,7 @@ def _fill_from_gin(args: argparse.Namespace) -> None:
 
   import gin
 
-  from flax_xalign import configurables
+  from flax_xalign.cli import configurables
   from flax_xalign.cli import compile_check
 
   configurables.register()
@@ -108,7 +108,7 @@ def _fill_from_gin(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.data.packed import write
-  from flax_xalign.training.data import resolve_task
+  from flax_xalign.training.seqio_source import SeqioSource
 
   write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
   if args.gin is not None:
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> None:
   args.length, args.seed = args.length or 512, args.seed or 0
   args.pair_layout, args.both_directions = args.pair_layout or "restart", bool(args.both_directions)
   languages = [l for l in args.languages.split(",") if l] if args.languages else None
-  data = resolve_task(args.task, languages=languages)
+  data = SeqioSource.resolve(args.task, languages=languages)  # A cache holds the seqio pipeline's rows.
   if not data.has_split(args.split):
     raise UserError(f"task {args.task!r} has no {args.split!r} split (or a task of the mixture lacks it); "
                     "name one it has with --split.")

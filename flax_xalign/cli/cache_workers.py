@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.cache --workers=N`: N processes each write the rows of one seqio shard.
+"""`xalign cache --workers=N`: N processes each write the rows of one seqio shard.
 
 The task's examples are split into N shards (seqio's `ShardInfo`, as
 `data_shards` does for training) and worker i writes the converted rows of
@@ -49,11 +49,11 @@ def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:
   try:
     from flax_xalign import tasks
     from flax_xalign.data.packed import write
-    from flax_xalign.training.data import resolve_task
+    from flax_xalign.training.seqio_source import SeqioSource
 
     if spec["definitions"]:
       tasks.registry.register_described(spec["definitions"])
-    rows = shard_rows(resolve_task(spec["task"], languages=spec["languages"]), spec, index)
+    rows = shard_rows(SeqioSource.resolve(spec["task"], languages=spec["languages"]), spec, index)
 
     def progress(count: int) -> None:
       counts[index] = count

@@ -39,7 +39,7 @@ def main_of(parse: Callable[[list[str]], Any], work: Callable[[Any], Any], argv:
 def gin_main(argv: Sequence[str] | None, *, description: str, configurable: str, **kwargs) -> tuple[int, Any]:
   """(exit status, result) of a gin command (t5x-style flags, `gin_cli.run`) after the process set-up."""
   setup_process()
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
 
   return gin_cli.run(argv_of(argv), description=description, configurable=configurable, **kwargs)
 

@@ -1,6 +1,6 @@
 r"""Compile the real train step for a TPU pod slice on this machine and report per-chip memory.
 
-  python -m flax_xalign.compile_check --gin_file=compile/large_all_v4_128.gin --topology=v4:4x4x4
+  xalign compile_check --gin_file=compile/large_all_v4_128.gin --topology=v4:4x4x4
 
 Reads the same gin configuration as `python -m flax_xalign.train` (the
 `train.*` bindings; MODEL_DIR is neither needed nor touched), resolves the run
@@ -60,7 +60,7 @@ def xlmr_vocabulary(data_dir: str | None = None) -> str:
 
 class _Parser(argparse.ArgumentParser):
   def error(self, message: str):  # One `error:` line (exit 2), not argparse's usage block.
-    raise UserError(f"{message}; see python -m flax_xalign.compile_check --help")
+    raise UserError(f"{message}; see xalign compile_check --help")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,7 +137,7 @@ def check(argv: Sequence[str]) -> dict[str, Any]:
     check_output_file(own.output)  # Before the compile (minutes on a large topology).
   import gin  # The flags are well formed: now the library (JAX; the configurables bring in seqio and TF).
 
-  from flax_xalign import configurables, gin_cli
+  from flax_xalign.cli import configurables, gin_cli
   from flax_xalign.training import aot, pretrain as pretrain_lib
 
   topology = aot.parse_topology(own.topology, own.num_slices)
@@ -209,7 +209,7 @@ def _write(output: str, record: dict[str, Any]) -> None:
 
 def parse_gin_without_training_macros(args: argparse.Namespace) -> None:
   """gin_cli.parse_gin, with the `%gin.REQUIRED` macros only training needs bound to None."""
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
 
   for _ in range(len(TRAINING_ONLY_MACROS) + 1):
     try:

@@ -1,9 +1,9 @@
 r"""Counts the global co-occurrence table of MLM-GC (Ai & Fang 2023, §3.2), or shows what a table holds.
 
-  python -m flax_xalign.cooc --task=NAME --window=2 --output=DIR [--split=train] \
+  xalign cooc --task=NAME --window=2 --output=DIR [--split=train] \
       [--languages=de,en] [--reference_language=en] [--drop_diagonal]
-  python -m flax_xalign.cooc --text=FILE:LANG [--text=FILE:LANG ...] --vocabulary=MODEL --output=DIR [--window=2]
-  python -m flax_xalign.cooc --inspect=DIR --token=PIECE_OR_ID [--top=10] [--vocabulary=MODEL]
+  xalign cooc --text=FILE:LANG [--text=FILE:LANG ...] --vocabulary=MODEL --output=DIR [--window=2]
+  xalign cooc --inspect=DIR --token=PIECE_OR_ID [--top=10] [--vocabulary=MODEL]
 
 Counting reads the split of a registered seqio task or mixture (every member
 once, unpacked) or UTF-8 text files (one sentence per line, tokenised with a
@@ -34,7 +34,7 @@ from flax_xalign.errors import ArgumentParser, UserError
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = ArgumentParser(prog="python -m flax_xalign.cooc", description=__doc__.split("\n")[0])
+  parser = ArgumentParser(prog="xalign cooc", description=__doc__.split("\n")[0])
   parser.add_argument("--task", help="a registered seqio task or mixture to count")
   parser.add_argument("--text", action="append", default=[], metavar="FILE:LANG",
                       help="a text file (one sentence per line) and its language code; repeatable")

@@ -1,9 +1,9 @@
 r"""The command of the Beam co-occurrence pipeline (the pipeline itself: `flax_xalign.data.cooc.beam`).
 
-  python -m flax_xalign.data.cooc_beam --task=NAME --output=DIR [--window=2] [--split=train] \
+  xalign cooc_beam --task=NAME --output=DIR [--window=2] [--split=train] \
       [--languages=de,en] [--reference_language=en] [--drop_diagonal] [--shards=16] [--buckets=64] \
       [--runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner ...other Beam pipeline options]
-  python -m flax_xalign.data.cooc_beam --text=FILE:LANG [--text=FILE:LANG ...] --vocabulary=MODEL --output=DIR ...
+  xalign cooc_beam --text=FILE:LANG [--text=FILE:LANG ...] --vocabulary=MODEL --output=DIR ...
 
 (`python -m flax_xalign.cli.cooc_beam` is the same command.) Flags it does not
 know are Beam pipeline options, passed through. The pipeline's functions are
@@ -76,7 +76,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
   --shards, --lines_per_shard and --buckets are None when not given (`_check` fills in the defaults).
   """
   from flax_xalign.data import cooc
-  parser = ArgumentParser(prog="python -m flax_xalign.data.cooc_beam", allow_abbrev=False,
+  parser = ArgumentParser(prog="xalign cooc_beam", allow_abbrev=False,
                           description=_pipeline_summary())
   parser.add_argument("--task", help="a registered seqio task or mixture to count")
   parser.add_argument("--text", action="append", default=[], metavar="FILE:LANG",

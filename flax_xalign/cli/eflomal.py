@@ -1,7 +1,7 @@
 r"""Word links from eflomal, written beside the bitext they align: labels for DWA / SO to learn from.
 
-  python -m flax_xalign.eflomal --input=pairs.tsv --output=pairs.links [--symmetrize=grow-diag-final-and]
-  python -m flax_xalign.eflomal --bible --output_dir=data/bible_links [--symmetrize=...]
+  xalign eflomal --input=pairs.tsv --output=pairs.links [--symmetrize=grow-diag-final-and]
+  xalign eflomal --bible --output_dir=data/bible_links [--symmetrize=...]
 
 --input: `source words<TAB>target words` per line; every line is aligned
 (unsupervised, all at once, as users run eflomal) and --output gets one
@@ -36,7 +36,7 @@ from flax_xalign.fileio import makedirs
 def parse_args(argv: Sequence[str]):
   from flax_xalign.evaluation.word_alignment import statistical
 
-  parser = ArgumentParser(prog="python -m flax_xalign.eflomal", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign eflomal", description=__doc__.splitlines()[0])
   parser.add_argument("--input", default=None, help="TSV bitext, source<TAB>target words per line")
   parser.add_argument("--output", default=None, help="Pharaoh file for --input (one line per pair)")
   parser.add_argument("--bible", action="store_true", help="align the embedded Greek-English New Testament")

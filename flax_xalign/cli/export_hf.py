@@ -1,6 +1,6 @@
 r"""Exports a MODEL_DIR as a Hugging Face BERT or XLM-R directory (the library: `flax_xalign.interop.export_hf`).
 
-  python -m flax_xalign.interop.export_hf --model_dir=MODEL_DIR --output=DIR --layout=bert|xlmr
+  xalign export_hf --model_dir=MODEL_DIR --output=DIR --layout=bert|xlmr
 
 (`python -m flax_xalign.cli.export_hf` is the same command; `--checkpoint` is
 still accepted for `--model_dir`.) The library module's docstring says what
@@ -20,7 +20,7 @@ from flax_xalign.errors import ArgumentParser
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.interop import export_hf
 
-  parser = ArgumentParser(prog="python -m flax_xalign.interop.export_hf",
+  parser = ArgumentParser(prog="xalign export_hf",
                           description=export_hf.__doc__.strip().splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR (trained or imported)")
   parser.add_argument("--output", required=True, help="the new Hugging Face directory")

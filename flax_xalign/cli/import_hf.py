@@ -1,6 +1,6 @@
 r"""Imports a Hugging Face BERT or XLM-R directory as a MODEL_DIR (the library: `flax_xalign.interop.import_hf`).
 
-  python -m flax_xalign.interop.import_hf --source=DIR --output=MODEL_DIR \
+  xalign import_hf --source=DIR --output=MODEL_DIR \
       [--languages=grc,en] [--language_pair=grc,en] [--trim_vocab_to=TASK]
 
 (`python -m flax_xalign.cli.import_hf` is the same command.) The library
@@ -20,7 +20,7 @@ from flax_xalign.errors import ArgumentParser, UserError
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.interop import import_hf
 
-  parser = ArgumentParser(prog="python -m flax_xalign.interop.import_hf",
+  parser = ArgumentParser(prog="xalign import_hf",
                           description=import_hf.__doc__.strip().splitlines()[0])
   parser.add_argument("--source", required=True, help="Hugging Face model directory (save_pretrained output)")
   parser.add_argument("--output", required=True, help="the new MODEL_DIR")

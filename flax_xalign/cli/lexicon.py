@@ -1,6 +1,6 @@
 """Builds the Greek->English MUSE lexicon from the manual alignments (the library: `flax_xalign.data.sources.lexicon`).
 
-  python -m flax_xalign.data.lexicon --output=grc-en.train.txt [--min_count=2] [--split=train]
+  xalign lexicon --output=grc-en.train.txt [--min_count=2] [--split=train]
 
 (`python -m flax_xalign.cli.lexicon` is the same command.)
 """
@@ -18,7 +18,7 @@ from flax_xalign.errors import ArgumentParser
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.sources import bible
   from flax_xalign.data.sources import lexicon
-  parser = ArgumentParser(prog="python -m flax_xalign.data.lexicon",
+  parser = ArgumentParser(prog="xalign lexicon",
                           description="Builds the Greek->English MUSE lexicon from the manual alignments.")
   parser.add_argument("--output", required=True, help="MUSE file to write (source target per line)")
   parser.add_argument("--min_count", type=int, default=lexicon.MIN_COUNT, help="smallest best link count kept")

@@ -1,6 +1,6 @@
 r"""Sentence retrieval accuracy of a checkpoint per layer (Tatoeba style, as XTREME / XLM-Align).
 
-  python -m flax_xalign.retrieval --model_dir=MODEL_DIR (--tsv=FILE | --bible=validation|test) \
+  xalign retrieval --model_dir=MODEL_DIR (--tsv=FILE | --bible=validation|test) \
       [--src_lang=grc --tgt_lang=en] [--layers=all|0,4,8] [--method=cosine,csls] [--csls_k=10] \
       [--max_pairs=N] [--normalize=nfd_strip_marks] [--max_length=128] [--batch_size=32] [--output=FILE.json]
 
@@ -45,7 +45,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.data.vocab import normalize
   from flax_xalign.evaluation import retrieval
 
-  parser = ArgumentParser(prog="python -m flax_xalign.retrieval", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign retrieval", description=__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR (trained or imported)")
   parser.add_argument("--tsv", default=None, help="source<TAB>target sentence pairs, one per line")
   parser.add_argument("--bible", choices=BIBLE_SPLITS, default=None,

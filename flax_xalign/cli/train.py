@@ -120,7 +120,7 @@ def evaluator_hook(model_dir: str, evals: Sequence[str], options: Mapping[str, M
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
 
   setup_process()
   description = __doc__.splitlines()[0]

@@ -1,6 +1,6 @@
 r"""Trims a MODEL_DIR's vocabulary to the pieces a task's text uses (the library: `flax_xalign.interop.trim`).
 
-  python -m flax_xalign.interop.trim --model_dir=runs/e5 --task=bible_grc_en_mlm_tlm \
+  xalign trim --model_dir=runs/e5 --task=bible_grc_en_mlm_tlm \
       --output=runs/e5_bible [--splits=train,validation,test] [--normalize=nfd_strip_marks]
 
 Prints the summary as one JSON object. (`python -m flax_xalign.cli.trim` is
@@ -22,7 +22,7 @@ from flax_xalign.errors import ArgumentParser
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   from flax_xalign.interop import trim
 
-  parser = ArgumentParser(prog="python -m flax_xalign.interop.trim", description=trim.__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign trim", description=trim.__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR to trim (an import or a training run)")
   parser.add_argument("--task", required=True, help="registered task or mixture whose text decides what stays")
   parser.add_argument("--output", required=True, help="new MODEL_DIR")

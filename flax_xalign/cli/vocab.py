@@ -1,6 +1,6 @@
 r"""Trains a SentencePiece model with flax_xalign's special ids (the library: `flax_xalign.data.vocab.sentencepiece`).
 
-  python -m flax_xalign.data.vocab --input=a.txt --input=b.txt \
+  xalign vocab --input=a.txt --input=b.txt \
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
 
 (`python -m flax_xalign.cli.vocab` is the same command.) One sentence per line
@@ -21,7 +21,7 @@ from flax_xalign.errors import ArgumentParser, UserError
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   # The library module imports seqio (and TensorFlow): `run` imports it, so flag errors answer at once.
   parser = ArgumentParser(
-      prog="python -m flax_xalign.data.vocab",
+      prog="xalign vocab",
       description="Train a SentencePiece model with flax_xalign's special ids.")
   parser.add_argument("--input", action="append", required=True,
                       help="text file, one sentence per line (repeatable)")

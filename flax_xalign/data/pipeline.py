@@ -169,7 +169,7 @@ def converted_rows(provider: Provider, *, languages: Sequence[str], split: str,
                    num_shards: int = 1):
   """The rows `get_dataset` batches, one by one, as dicts of int32 NumPy `[L]` arrays.
 
-  What `python -m flax_xalign.cache` writes to disk. Same arguments as
+  What `xalign cache` writes to disk. Same arguments as
   `get_dataset` (one shard of `num_shards`); the rows come in the order that
   stream's batches hold them.
   """
@@ -196,14 +196,12 @@ def concat_batches(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
 
 
 class SeqioBatches:
-  """The seqio backend of `TaskData.batches`: a tf.data stream's batches as dicts of NumPy arrays.
+  """The batches of `training.seqio_source.SeqioSource`: a tf.data stream's batches as dicts of NumPy arrays.
 
   Its position is TF's own iterator checkpoint (`tf_iterator`, written by the
   checkpoint item `data_iterator/` with tf.train.Checkpoint), so the batches
   and the checkpoints are those of every run before the data-source seam.
   """
-
-  backend = "seqio"
 
   def __init__(self, dataset: tf.data.Dataset):
     self.tf_iterator = iter(dataset)

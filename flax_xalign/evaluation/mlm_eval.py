@@ -4,10 +4,11 @@ The baseline always predicts the language's most frequent training token (over
 a sample of the training stream): an MLM that beats it has learned context, not
 just frequencies. Masking uses fixed RNGs, so two evaluations of one checkpoint
 agree exactly. Everything needed (model size, task, languages) is read from the
-run manifest the checkpoint holds (`RunSpec`), so `evaluate(model_dir=...)` is
-enough from a notebook. The run is read through `runs.Run`; one trained on the
-user's own files re-registers its tasks from the manifest
-(`Run.register_tasks`); `relocate` points it at data that moved since training.
+run manifest of the step the `runs.Run` was opened at, so
+`evaluate(Run.open(model_dir, step=k))` is enough from a notebook and scores
+step k. A run trained on the user's own files re-registers its tasks from the
+manifest (`Run.register_tasks`); `relocate` points it at data that moved since
+training.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
-from flax_xalign.run_dir import EVAL_JSON, RunDir
+from flax_xalign.run_dir import EVAL_JSON, check_model_dir
 
 
 def unigram_counts(batches, num_languages: int, vocab_size: int, *, first_regular_id: int) -> np.ndarray:
@@ -36,8 +37,8 @@ def unigram_counts(batches, num_languages: int, vocab_size: int, *, first_regula
 
 
 def evaluate(
+    run: Any,
     *,
-    model_dir: str,
     split: str = "test",
     mixture_or_task_name: str | None = None,
     batch_size: int = 32,
@@ -51,10 +52,10 @@ def evaluate(
     user_tasks: Sequence[Any] = (),
     data: str = "seqio",
 ) -> dict[str, Any]:
-  """Masked-token accuracy per language on `split`, written to MODEL_DIR/eval.json.
+  """Masked-token accuracy per language on `split` at the run's step, written to MODEL_DIR/eval.json.
 
   Args:
-    model_dir: a MODEL_DIR with checkpoints.
+    run: a `runs.Run`, opened at the step to score.
     split: held-out split to score ("validation" or "test").
     mixture_or_task_name: defaults to the task the checkpoint was trained on.
     batch_size: evaluation batch size.
@@ -62,7 +63,7 @@ def evaluate(
     baseline_batches: training batches sampled for the unigram baseline.
     seed: masking seed (fixed: evaluations are repeatable).
     num_partitions: 'model' mesh axis size.
-    output: file name inside model_dir (None: do not write); the default,
+    output: file name inside MODEL_DIR (None: do not write); the default,
       eval.json, is eval.<split>.json for a split other than validation.
     relocate: recorded data folder -> its new place, for a run trained on
       files that have moved since (the run manifest records absolute paths),
@@ -72,38 +73,32 @@ def evaluate(
     user_tasks: TextTask / TsvBitextTask / AlphaMixture specs to register
       first (e.g. to evaluate on another task).
     data: "seqio" (the task registry) or "cache:DIR", a packed cache of the
-      run's task (`python -m flax_xalign.cache`): `split` is read from
+      run's task (`xalign cache`): `split` is read from
       DIR/<split> and the unigram baseline from DIR/train, without seqio.
   """
   from flax_xalign.evaluation.alignment_score import run_alignment
-  from flax_xalign.runs import Run
   from flax_xalign.training import validate
 
-  run_dir = RunDir.from_user(model_dir, writable=bool(output))  # Read-only runs need only a name.
+  if output:  # Before any work: a read-only run is scored only without an output file.
+    check_model_dir(run.path, writable=True)
   for value, setting, least, example in ((batch_size, "evaluate.batch_size", 1, 32),
                                          (max_batches, "evaluate.max_batches", 0, 0),
                                          (baseline_batches, "evaluate.baseline_batches", 1, 100),
                                          (num_partitions, "evaluate.num_partitions", 1, 1)):
     validate.check_integer(value, setting, least=least, example=example)
-  handle = Run.open(run_dir)
-  model, run, step = handle.model, handle.spec, handle.step
-  params = handle.params(num_partitions=num_partitions)
-  name = mixture_or_task_name or run.task
-  if data == "seqio":
-    data = handle.task_data(split, name=mixture_or_task_name, relocate=relocate, import_modules=import_modules,
-                            user_tasks=user_tasks)
-  else:
-    from flax_xalign.training.data import resolve_task
-
-    data = resolve_task(name, languages=run.languages, data=data)
-  lengths = dict(run.task_feature_lengths)
-  languages = list(run.languages)
+  model, spec, step = run.model, run.spec, run.step
+  params = run.params(num_partitions=num_partitions)
+  name = mixture_or_task_name or spec.task
+  data = run.task_data(split, name=mixture_or_task_name, data=data, relocate=relocate,
+                       import_modules=import_modules, user_tasks=user_tasks)
+  lengths = dict(spec.task_feature_lengths)
+  languages = list(spec.languages)
   vocab = data.vocabulary
 
-  layout = {"pair_layout": run.pair_layout, "both_directions": run.bitext_both_directions}
+  layout = {"pair_layout": spec.pair_layout, "both_directions": spec.bitext_both_directions}
   train_batches = data.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
   counts = unigram_counts(itertools.islice(train_batches, baseline_batches), len(languages),
-                          model.config.vocab_size, first_regular_id=run.vocabulary.specials.first_regular)
+                          model.config.vocab_size, first_regular_id=spec.vocabulary.specials.first_regular)
   top_token = counts.argmax(axis=1)
 
   eval_batches = data.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed,
@@ -142,11 +137,11 @@ def evaluate(
                   "unigram_baseline": baseline.sum() / max(total.sum(), 1),
                   "predictions": int(total.sum())},
   }
-  alignment = run_alignment(handle, params)
+  alignment = run_alignment(run, params)
   if alignment is not None:
     results["alignment"] = alignment
   if output and jax.process_index() == 0:
-    write_atomically(run_dir.file(output_file(output, split)), json.dumps(results, indent=2))
+    write_atomically(run.dir.file(output_file(output, split)), json.dumps(results, indent=2))
   return results
 
 

@@ -300,7 +300,7 @@ BIBLE_SPLITS = ("validation", "test")
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalOptions:
-  """The settings of one retrieval evaluation (`python -m flax_xalign.retrieval`'s flags by name).
+  """The settings of one retrieval evaluation (`xalign retrieval`'s flags by name).
 
   Exactly one of `tsv` (source<TAB>target lines) and `bible` (a held-out
   split of the embedded Greek-English Bible) names the pairs; `layers` is
@@ -416,7 +416,7 @@ def _row(label: str, scores: Mapping[str, Any], methods: Sequence[str]) -> str:
 
 def evaluate_retrieval(run: Any, options: RetrievalOptions, *, log: Callable[[str], None] = print) -> dict:
   """Retrieval accuracy of `run` (a `runs.Run`) per layer and method, with the bag-of-pieces and chance
-  baselines: the JSON object `python -m flax_xalign.retrieval` prints last (also written to `output`)."""
+  baselines: the JSON object `xalign retrieval` prints last (also written to `output`)."""
   import json
   import time
 

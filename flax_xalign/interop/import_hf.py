@@ -1,6 +1,6 @@
 r"""Import a Hugging Face BERT or XLM-R directory as a MODEL_DIR.
 
-  python -m flax_xalign.interop.import_hf --source=DIR --output=MODEL_DIR \
+  xalign import_hf --source=DIR --output=MODEL_DIR \
       [--languages=grc,en] [--language_pair=grc,en]
 
 DIR is what `save_pretrained` writes: config.json, model.safetensors (or
@@ -20,7 +20,6 @@ the vocabulary is checked against transformers' own tokenizer on a sample.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from typing import Any, Callable, Sequence
 
@@ -118,10 +117,3 @@ def import_hf(source: str, output: str, *, languages: Sequence[str] = (),
   progress.step("write", f"wrote {output}")
   log(f"import_hf: done in {progress.total():.1f} s")
   return {"run": run, "fresh": fresh, "seconds": progress.seconds}
-
-
-if __name__ == "__main__":
-  # `python -m flax_xalign.interop.import_hf`, kept: the command is flax_xalign.cli.import_hf.
-  from flax_xalign.cli.import_hf import main
-
-  sys.exit(main())

@@ -2,7 +2,7 @@
 
 An encoder brought in from elsewhere (a Hugging Face directory, the embedded
 multilingual-e5-small) becomes a MODEL_DIR like a training run's, so
-`INIT_FROM_CHECKPOINT`, `flax_xalign.eval`, `flax_xalign.align` and the
+`INIT_FROM_CHECKPOINT`, `flax_xalign.eval`, `xalign align` and the
 analyses accept it unchanged:
 
   MODEL_DIR/vocabulary.model | vocabulary.txt   the tokenizer (vocabulary asset)

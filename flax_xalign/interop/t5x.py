@@ -249,7 +249,7 @@ def static_assets(required: Mapping[str, Sequence[str]], assets: Any) -> dict[st
       raise UserError(
           f"Objectives {sorted(users)} need the asset {name!r}; pass its value as "
           f"XAlignT5xModel(assets={{{name!r}: {{key: array}}}}), e.g. from the asset's load(MODEL_DIR) "
-          "after `python -m flax_xalign.assets <train flags>` built it.")
+          "after `xalign assets <train flags>` built it.")
     if asset is not None and not asset.on_device:
       continue
     placed[name] = {key: jax.device_put(np.asarray(value)) for key, value in values[name].items()}

@@ -16,14 +16,13 @@ pieces only removes other paths); `trim_model_dir` re-encodes the corpus with
 the trimmed model and checks it, piece for piece. BPE models (merge order)
 are refused: removing a piece can break a merge chain.
 
-  python -m flax_xalign.interop.trim --model_dir=runs/e5 --task=bible_grc_en_mlm_tlm \
+  xalign trim --model_dir=runs/e5 --task=bible_grc_en_mlm_tlm \
       --output=runs/e5_bible
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -209,10 +208,3 @@ def import_maybe_trimmed(import_into: Callable[[str], Any], output: str, *, trim
                    normalizers=tuple(n for n in trim_normalize.split(",") if n))
   else:
     import_into(output)
-
-
-if __name__ == "__main__":
-  # `python -m flax_xalign.interop.trim`, kept: the command is flax_xalign.cli.trim.
-  from flax_xalign.cli.trim import main
-
-  sys.exit(main())

@@ -178,22 +178,24 @@ class Run:
     run_tasks.register_run_tasks(self.spec, model_dir=self.dir.path, step=self.step, relocate=relocate,
                                  splits=splits, import_modules=import_modules, user_tasks=user_tasks)
 
-  def task_data(self, split: str, *, name: str | None = None, **options: Any) -> Any:
+  def task_data(self, split: str, *, name: str | None = None, data: str = "seqio", **options: Any) -> Any:
     """The task (the run's own, or `name`) to read `split` of, checked to fit the run.
 
-    Registers the run's tasks first (`options` are `register_tasks`'s), and
-    refuses a task with other languages or another vocabulary than the run's.
+    `data` is where it is read from, as `train.data` ("seqio", "cache:DIR").
+    Registers the run's tasks first when the registry is read (`options`
+    are `register_tasks`'s), and refuses a task with other languages or
+    another vocabulary than the run's.
 
     Returns:
-      a `training.data.TaskData` (its `dataset(...)` builds the batches).
+      a `training.data_source.DataSource` (its `batches(...)`).
     """
     from flax_xalign.training.data import resolve_task
 
-    self.register_tasks(splits=("train", split), **options)
     run = self.spec
     name = name or run.task
     languages = list(run.languages)
-    data = resolve_task(name, languages=languages if name == run.task else None)
+    data = resolve_task(name, languages=languages if name == run.task else None, data=data,
+                        register_tasks=lambda: self.register_tasks(splits=("train", split), **options))
     if list(data.languages) != languages:
       raise UserError(f"{name!r} has languages {list(data.languages)} but {self.dir.path} was trained on "
                       f"{languages}; evaluate on a task with the run's languages.")

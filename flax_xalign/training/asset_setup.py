@@ -6,8 +6,8 @@
   continues with exactly them), each checked against the step's fingerprint;
   the copies in MODEL_DIR are checked against the manifest too, since editing
   them would otherwise silently do nothing;
-* a new run: files already in MODEL_DIR (written by `python -m
-  flax_xalign.assets` or by hand), checked against the run; else `build(run)`.
+* a new run: files already in MODEL_DIR (written by `xalign assets`
+  or by hand), checked against the run; else `build(run)`.
 
 An asset built from another run's parameters (`Asset.source`, the induced
 dictionary's) gets that run opened here, `build(run, source=SourceRun)`:

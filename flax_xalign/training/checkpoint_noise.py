@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Any
 
-from flax_xalign.fileio import NO_SPACE_ERRNOS
+from flax_xalign.errors import NO_SPACE_ERRNOS
 
 _installed = False
 

@@ -3,10 +3,11 @@
 Each checkpoint step directory holds four items written by one
 CheckpointManager (async, keep N, atomic finalisation by rename):
   state/          the TrainState (params, optimiser state, step), sharded arrays
-  data_iterator/  the data position of every process, one item per backend
-                  (`TaskData.batches`): seqio's tf.data iterator as a
-                  tf.train.Checkpoint in `data_iterator/`, a packed cache's
-                  Grain position as JSON in `data_iterator_cache/`
+  data_iterator/  the data position of every process, in the item of the
+                  data source that made the iterator (`DataSource.position`):
+                  seqio's tf.data iterator as a tf.train.Checkpoint in
+                  `data_iterator/`, a packed cache's Grain position as JSON
+                  in `data_iterator_cache/`
   meta/           JSON: the run manifest (`run`, a RunSpec) and the
                   fingerprint of every asset at this step (`assets`)
   assets/         the assets' files at this step (dictionary.tsv, vocabulary
@@ -47,12 +48,11 @@ from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
 from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
+from flax_xalign.training import data_positions
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
-from flax_xalign.training.data_positions import (DATA_ITERATOR, DATA_ITERATOR_CACHE, ITEM_ARGS,
-                                                 CacheIteratorHandler, DataIteratorHandler, iterator_files_problem,
-                                                 iterator_item)
+from flax_xalign.training.data_positions import SEQIO_POSITION, DataPosition
 
 STATE, META, ASSETS = "state", "meta", "assets"
 LOOP = "loop"  # The meta entry describing the data loop the iterator state belongs to.
@@ -232,11 +232,17 @@ def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> Damaged
 
 
 class Checkpointer:
-  """A CheckpointManager under `<model_dir>/checkpoints` with our four items."""
+  """A CheckpointManager under `<model_dir>/checkpoints` with our four items.
 
-  def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig()):
+  `position` is the item the iterators handed to `save`/`restore` keep their
+  place in: the data source's (`DataSource.position`); the default is a
+  tf.data iterator's, as every run before the packed cache wrote.
+  """
+
+  def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig(), *,
+               position: DataPosition = SEQIO_POSITION):
     self.directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))  # Orbax wants absolute.
-    self.config = config
+    self.config, self.position = config, position
     self._saving: int | None = None
     self._manager = ocp.CheckpointManager(
         self.directory,
@@ -247,8 +253,7 @@ class Checkpointer:
         ),
         item_handlers={
             STATE: ocp.StandardCheckpointHandler(),
-            DATA_ITERATOR: DataIteratorHandler(),
-            DATA_ITERATOR_CACHE: CacheIteratorHandler(),
+            **data_positions.handlers(),
             META: ocp.JsonCheckpointHandler(),
             ASSETS: AssetsHandler(),
         },
@@ -280,8 +285,7 @@ class Checkpointer:
     # The step is recorded in meta too: a renamed step folder is then seen for what it is.
     items = {STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave({**dict(meta), STEP_KEY: int(step)})}
     if iterator is not None:  # None: an imported model, which no data has touched yet.
-      item = iterator_item(iterator)
-      items[item] = ITEM_ARGS[item][0](iterator)
+      items[self.position.item] = self.position.save_args(iterator)
     if assets:
       items[ASSETS] = AssetsSave(dict(assets), dict(asset_values or {}))
     with self._no_space_guard():  # A previous async save's error surfaces here.
@@ -318,10 +322,10 @@ class Checkpointer:
       if path.name.startswith(f"{step}.orbax-checkpoint-tmp"):
         shutil.rmtree(os.fspath(path), ignore_errors=True)
 
-  def check_step(self, step: int, items: tuple[str, ...] = (STATE, DATA_ITERATOR, META)) -> None:
-    """DamagedCheckpointError when one of `items` is missing from the step folder."""
+  def check_step(self, step: int, items: tuple[str, ...] | None = None) -> None:
+    """DamagedCheckpointError when one of `items` (default: state, the data position, meta) is missing."""
     step_dir = self.directory / str(step)
-    for item in items:
+    for item in items or (STATE, self.position.item, META):
       if not (step_dir / item).exists():
         raise DamagedCheckpointError(step_dir, f"{item}/ is missing")
 
@@ -337,21 +341,20 @@ class Checkpointer:
     """
     step_dir = self.directory / str(step)
     _, fingerprints = self.read_run(step)
-    item = iterator_item(iterator) if iterator is not None else None
-    self.check_step(step, (STATE, META) + ((item,) if item else ()))
+    position = self.position if iterator is not None else None
+    self.check_step(step, (STATE, META) + ((position.item,) if position else ()))
     try:
       state = self._manager.restore(step, args=ocp.args.Composite(**{
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
     except Exception as e:  # pylint: disable=broad-except
       raise _damage_of(step_dir, STATE, e) from None
-    if item is not None:
+    if position is not None:
       try:
-        self._manager.restore(step, args=ocp.args.Composite(**{item: ITEM_ARGS[item][1](iterator)}))
+        self._manager.restore(step, args=ocp.args.Composite(**{position.item: position.restore_args(iterator)}))
       except UserError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        prefix = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}" / "iterator"
-        problem = iterator_files_problem(prefix) if item == DATA_ITERATOR else None
+        problem = position.files_problem(step_dir)
         if problem:
           raise DamagedCheckpointError(step_dir, problem) from None
         raise UserError(f"the data-iterator state of checkpoint step {step} does not fit this run's input "
@@ -462,9 +465,8 @@ def open_reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = 
   """A read-only manager that knows every item (so Orbax does not warn about the ones not read)."""
   return ocp.CheckpointManager(
       directory, options=ocp.CheckpointManagerOptions(create=False),
-      item_handlers={STATE: state or ocp.StandardCheckpointHandler(), DATA_ITERATOR: DataIteratorHandler(),
-                     DATA_ITERATOR_CACHE: CacheIteratorHandler(), META: ocp.JsonCheckpointHandler(),
-                     ASSETS: AssetsHandler()})
+      item_handlers={STATE: state or ocp.StandardCheckpointHandler(), **data_positions.handlers(),
+                     META: ocp.JsonCheckpointHandler(), ASSETS: AssetsHandler()})
 
 
 def checkpoints_dir(checkpoint_dir: str) -> epath.Path:

@@ -3,7 +3,7 @@
 `pretrain(config)` trains with it; `assemble(config)` resolves the run it
 describes (task, objectives, encoder, manifest) without touching MODEL_DIR;
 the run manifest (`RunSpec`) is derived from it there. The gin edge
-(`flax_xalign.configurables`) registers this class under the name `train`,
+(`flax_xalign.cli.configurables`) registers this class under the name `train`,
 so gin files keep binding `train.<field> = ...` and `--gin.train.<field>=...`,
 and a binding of a name that is not a field is refused with the close match.
 Library code never imports gin: this is a plain dataclass.
@@ -75,7 +75,7 @@ class TrainConfig:
     data_shards: split the examples into that many shards, each filling its
       own rows of every global batch, and give each process its share: the
       global batch then depends on `data_shards` only, not on the number of
-      processes (None: one shard per process; see `TaskData.dataset`).
+      processes (None: one shard per process; see `SeqioSource.dataset`).
     peak_flops_per_device: the peak used for MFU (default: the known peak of
       the device kind).
     user_tasks: TextTask/TsvBitextTask/AlphaMixture/SyntheticTasks
@@ -84,10 +84,10 @@ class TrainConfig:
       the run is known to be valid and the checkpoint it resumes is restored.
     step_callback: `step_callback(step, metrics)` runs after every step.
     assets_only: write the run's assets into MODEL_DIR and return the run
-      manifest instead of training (`python -m flax_xalign.assets`).
+      manifest instead of training (`xalign assets`).
     data: where the batches come from: "seqio" (the task registry's pipeline,
       the default) or "cache:DIR", a packed cache written by
-      `python -m flax_xalign.cache --output=DIR` (no TensorFlow needed;
+      `xalign cache --output=DIR` (no TensorFlow needed;
       README "Packed datasets"). The task, row length and pair layout must be
       the cache's; evaluation reads DIR/<eval_split> when it was built.
     fresh_data_iterator: resume the model with a new data iterator (the data

@@ -1,12 +1,15 @@
-"""The data position in a checkpoint: one Orbax item per data backend (`TaskData.batches`).
+"""The data position in a checkpoint: one Orbax item per data source (`DataSource.position`).
 
   data_iterator/        seqio: each process's tf.data iterator, a tf.train.Checkpoint
                         (process_<i>/iterator.*), as every run before the packed cache
   data_iterator_cache/  packed cache: each process's Grain position, JSON (process_<i>.json),
                         with what it belongs to (the shards' hashes, seed, batch, rows)
 
-An iterator's `backend` attribute picks its item (`iterator_item`); a bare
-tf.data iterator is seqio's. TensorFlow is imported by the seqio item only.
+A `DataPosition` is one such item: its name, its handler and its save and
+restore arguments. Each data source names its own (`SEQIO_POSITION`,
+`CACHE_POSITION`), so a checkpointer saves whatever iterator it is handed
+without asking which backend made it. TensorFlow is imported by the seqio
+item only.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import orbax.checkpoint as ocp
@@ -51,11 +54,6 @@ def _refuse_missing(directory: epath.Path, missing: str) -> None:
 def _tf_iterator(iterator: Any) -> Any:
   """The tf.data iterator of the seqio backend (`SeqioBatches.tf_iterator`), or `iterator` itself."""
   return getattr(iterator, "tf_iterator", iterator)
-
-
-def iterator_item(iterator: Any) -> str:
-  """The checkpoint item that holds the position of `iterator` (by its backend; tf.data: `data_iterator`)."""
-  return DATA_ITERATOR_CACHE if getattr(iterator, "backend", "seqio") == "cache" else DATA_ITERATOR
 
 
 class DataIteratorHandler(ocp.CheckpointHandler):
@@ -134,15 +132,11 @@ class DataIteratorRestore(ocp.args.CheckpointArgs):
   iterator: Any
 
 
-# Each backend's item: its save and restore arguments (Orbax needs one class per handler and direction).
-ITEM_ARGS = {DATA_ITERATOR: (DataIteratorSave, DataIteratorRestore),
-             DATA_ITERATOR_CACHE: (CacheIteratorSave, CacheIteratorRestore)}
-
-
-def iterator_files_problem(prefix: epath.Path) -> str | None:
-  """What is wrong with a tf.train.Checkpoint's files, or None when every tensor reads back (CRC-checked)."""
+def _tf_files_problem(step_dir: epath.Path) -> str | None:
+  """What is wrong with this process's tf.train.Checkpoint files, or None when every tensor reads back (CRC)."""
   import tensorflow as tf
 
+  prefix = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}" / "iterator"
   try:
     reader = tf.train.load_checkpoint(os.fspath(prefix))
     dtypes = reader.get_variable_to_dtype_map()
@@ -151,3 +145,41 @@ def iterator_files_problem(prefix: epath.Path) -> str | None:
   except Exception as e:  # pylint: disable=broad-except  (any failure to read back is damage)
     return f"{DATA_ITERATOR}/ is unreadable: {_first_line(e)}"
   return None
+
+
+def _json_files_problem(step_dir: epath.Path) -> str | None:
+  del step_dir  # The JSON handler reports an unreadable file itself, as damage.
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPosition:
+  """The checkpoint item that saves a batch iterator's position, and how (Orbax wants one class per direction).
+
+  Attributes:
+    item: the item's folder in a step (`data_iterator`, `data_iterator_cache`).
+    handler: its Orbax CheckpointHandler class.
+    save_args: wraps an iterator for saving (`save_args(iterator)`).
+    restore_args: wraps an iterator whose position is set from the step.
+    files_problem: step folder -> why this process's saved position is
+      unreadable (None: readable, so a failed restore means another pipeline).
+  """
+
+  item: str
+  handler: type[ocp.CheckpointHandler]
+  save_args: type[ocp.args.CheckpointArgs]
+  restore_args: type[ocp.args.CheckpointArgs]
+  files_problem: Callable[[epath.Path], str | None]
+
+
+SEQIO_POSITION = DataPosition(DATA_ITERATOR, DataIteratorHandler, DataIteratorSave, DataIteratorRestore,
+                              _tf_files_problem)
+CACHE_POSITION = DataPosition(DATA_ITERATOR_CACHE, CacheIteratorHandler, CacheIteratorSave, CacheIteratorRestore,
+                              _json_files_problem)
+# Every item a step may hold: a reader registers all of them, whichever source wrote the step.
+POSITIONS = (SEQIO_POSITION, CACHE_POSITION)
+
+
+def handlers() -> dict[str, ocp.CheckpointHandler]:
+  """{item: handler} for every data position (for a CheckpointManager's `item_handlers`)."""
+  return {position.item: position.handler() for position in POSITIONS}

@@ -80,9 +80,9 @@ def train(
 
   Args:
     trainer: model, optimiser and sharded steps.
-    train_iterator: a checkpointable iterator of host batches (`TaskData.batches`:
-      its `backend` picks the checkpoint item of its position; a bare tf.data
-      iterator counts as seqio's).
+    train_iterator: a checkpointable iterator of host batches
+      (`DataSource.batches`), whose position the checkpointer's
+      `position` saves (the source's; by default a tf.data iterator's).
     eval_batches: returns a fresh iterable of held-out host batches.
     checkpointer: where state, iterator, manifest and assets are saved.
     logger: metrics sink, or a function of the resumed step (0 for a new

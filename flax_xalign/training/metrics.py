@@ -25,7 +25,8 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from flax_xalign.fileio import no_space_error, write_atomically
+from flax_xalign.errors import no_space_error
+from flax_xalign.fileio import write_atomically
 from flax_xalign.models import flops
 from flax_xalign.run_dir import RunDir
 

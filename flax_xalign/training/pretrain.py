@@ -43,7 +43,8 @@ from flax_xalign.training import model_dir as model_dir_lib
 from flax_xalign.training import partitioning
 from flax_xalign.training import validate
 from flax_xalign.training.config import TrainConfig
-from flax_xalign.training.data import TaskData, resolve_task
+from flax_xalign.training.data import resolve_task
+from flax_xalign.training.data_source import DataSource
 from flax_xalign.training.hooks import CheckpointHook
 from flax_xalign.training.loop import TrainResult, train as train_loop
 from flax_xalign.training.run_reader import SourceRun
@@ -74,7 +75,7 @@ class Assembly:
   """What a run is, resolved from its settings before any asset is built or file written.
 
   Attributes:
-    data: the resolved task (languages, vocabulary, dataset function).
+    data: the task's data source (languages, vocabulary, batches; seqio or a cache).
     encoder: the encoder config with the vocabulary size filled in and every
       objective's `adapt_encoder` applied.
     run: the run manifest (asset fingerprints not yet filled in).
@@ -85,7 +86,7 @@ class Assembly:
       "link_groups", the tasks' word links: `ObjectiveBase.batch_features`).
   """
 
-  data: TaskData
+  data: DataSource
   encoder: EncoderConfig
   run: run_spec_lib.RunSpec
   model: PretrainingModel
@@ -175,7 +176,7 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
 
   Returns the TrainResult (state, last step, whether it was interrupted), or
   with `assets_only` the run manifest after writing the run's assets into
-  MODEL_DIR (`python -m flax_xalign.assets`). Each checkpoint records the data
+  MODEL_DIR (`xalign assets`). Each checkpoint records the data
   loop (BATCH_SIZE, TASK_FEATURE_LENGTHS, task, data_shards, seed): resuming
   with other values is refused, unless `fresh_data_iterator`. A damaged
   newest checkpoint is moved to MODEL_DIR/checkpoints_damaged/ and the
@@ -205,7 +206,7 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
 
   loop_record = checkpoints_lib.loop_record(
       batch_size=c.batch_size, task_feature_lengths=c.task_feature_lengths, task=c.mixture_or_task_name,
-      data_shards=c.data_shards, seed=c.seed, train_steps=c.train_steps, source=data.source)
+      data_shards=c.data_shards, seed=c.seed, train_steps=c.train_steps, source=data.kind)
   # Damaged newer steps are only listed here; they are moved once the run is known valid.
   latest, damaged = checkpoints_lib.newest_readable_step(model_dir, on_damaged=c.checkpoint.on_damaged)
   resume = None
@@ -222,11 +223,9 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
     _check_warm_start(c.init_from_checkpoint, run)
   eval_every = c.eval_every
   if eval_every and not data.has_split(c.eval_split):
-    fix = (f"build it with `python -m flax_xalign.cache --task={c.mixture_or_task_name} --split={c.eval_split} "
-           f"--output={data.cache}`" if data.cache else "add that split to the task")
-    where = f"the packed cache {data.cache}" if data.cache else f"task {c.mixture_or_task_name}"
-    print(f"warning: {where} has no {c.eval_split!r} split; training without evaluation ({fix}, name another "
-          "with train.eval_split, or set EVAL_EVERY=0)", file=sys.stderr, flush=True)
+    print(f"warning: {data.where} has no {c.eval_split!r} split; training without evaluation "
+          f"({data.how_to_add_split(c.eval_split)}, name another with train.eval_split, or set EVAL_EVERY=0)",
+          file=sys.stderr, flush=True)
     eval_every = 0
   run, run_assets = asset_setup.prepare(run, assets, model_dir=model_dir, resume=resume)
   if c.assets_only:
@@ -270,7 +269,7 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
       checkpoints_lib.warn_damaged(error, checkpoints_lib.move_damaged_step(error), latest)
     if jax.process_index() == 0:
       asset_setup.write(model_dir, run_assets)
-    checkpointer = checkpoints_lib.Checkpointer(model_dir, c.checkpoint)
+    checkpointer = checkpoints_lib.Checkpointer(model_dir, c.checkpoint, position=data.position)
     loggers = []
 
     def make_logger(resume_step: int) -> metrics_lib.MetricsLogger:
@@ -398,5 +397,5 @@ def _warm_starter(checkpoint_dir: str) -> Callable[[Any], Any]:
   return init_params
 
 
-__all__ = ["Assembly", "CheckpointHook", "TaskData", "TrainConfig", "assemble", "make_partitioner", "pretrain",
+__all__ = ["Assembly", "CheckpointHook", "TrainConfig", "assemble", "make_partitioner", "pretrain",
            "resolve_encoder_config", "train_flops"]

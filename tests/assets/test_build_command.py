@@ -1,4 +1,4 @@
-"""The explicit build step: `python -m flax_xalign.assets` with the flags of a training run.
+"""The explicit build step: `xalign assets` with the flags of a training run.
 
 It writes the run's assets into MODEL_DIR and nothing else; a training run
 with the same flags then trains with those files (a user may curate them in

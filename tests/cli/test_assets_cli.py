@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.assets` in-process (the contract tier): the explicit asset build of the shared run's
+"""`xalign assets` in-process (the contract tier): the explicit asset build of the shared run's
 flags (tests/shared_run.py) gives the assets its training recorded, and bad input is one `error:` line. The
 refusal matrix (train's flags) is in tests/hardening/test_eval_align_assets_inputs.py."""
 

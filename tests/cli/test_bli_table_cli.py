@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.experiments.bli_table` (flax_xalign.cli.experiments.bli_table) in-process, contract
+"""`xalign bli_table` (flax_xalign.cli.experiments.bli_table) in-process, contract
 tier: bad flags and a build without the gold are one `error:` line, before any model is read. Its real run
 (multilingual-e5-small on the Debian gold) is docs/results/bli_table1.md; the table formatting is tested here."""
 
@@ -50,7 +50,7 @@ def test_an_output_folder_that_is_not_an_earlier_table_is_refused_untouched(tmp_
 def test_missing_gold_names_the_builder(tmp_path, capfd):
   outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path}",
                                                   "--languages=de"])
-  harness.assert_user_error(outcome, "flax_xalign.debian_data")
+  harness.assert_user_error(outcome, "xalign debian_data")
 
 
 def test_table_puts_the_paper_beside_ours():

@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.cache` in-process (the contract tier): a split written, and one `error:` line for bad
+"""`xalign cache` in-process (the contract tier): a split written, and one `error:` line for bad
 input, from the command and from `train` pointed at a cache that does not fit the run (MODEL_DIR untouched).
 The format and reader are tested in tests/data/test_packed.py; training from a cache without TensorFlow and
 its exact resume in tests/training/test_train_from_cache.py."""
@@ -109,7 +109,7 @@ def _other_vocabulary(root):
     (["--gin.train.pair_layout='continuous'"], None, ("pair layout", "train.pair_layout")),
     ([], _damage_shard, ("sha256", "rebuild")),
     ([], _other_vocabulary, ("vocabulary", "sha256")),
-    (["--gin.train.data='cache:{cache}-nowhere'"], None, ("does not exist", "python -m flax_xalign.cache")),
+    (["--gin.train.data='cache:{cache}-nowhere'"], None, ("does not exist", "xalign cache")),
     (["--gin.train.data='grain:{cache}'"], None, ("not a data source", "cache:DIR")),
 ], ids=["other_task", "other_length", "batch_larger_than_cache", "other_pair_layout", "damaged_shard",
         "vocabulary_file_not_the_manifests", "no_cache", "bad_scheme"])

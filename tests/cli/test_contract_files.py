@@ -31,6 +31,7 @@ CONTRACT_FILES = {
     "train": "tests/test_entry_points.py",
     "trim": "tests/interop/test_trim.py",
     "vocab": "tests/cli/test_vocab_cli.py",
+    "xalign": "tests/cli/test_xalign.py",
     "experiments/align_mlm_grid": "tests/cli/test_experiments_cli.py",
     "experiments/bli_table": "tests/cli/test_bli_table_cli.py",
     "experiments/code_switch": "tests/cli/test_experiments_cli.py",

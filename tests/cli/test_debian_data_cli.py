@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.debian_data` in-process (the contract tier): the corpora built from a small fake
+"""`xalign debian_data` in-process (the contract tier): the corpora built from a small fake
 root of Debian packages (tests/data/test_debian.py's `fake_root`), and one `error:` line for missing
 packages and bad flags. The parsers are tested in tests/data/test_debian.py; the real packages' build is
 its slow test."""

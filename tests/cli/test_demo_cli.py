@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.demo` (`make demo`) in-process: bad flags are one `error:` line (the contract tier);
+"""`xalign demo` (`make demo`) in-process: bad flags are one `error:` line (the contract tier);
 the three stages end to end on the embedded Bible corpus, shortened, are the slow tier."""
 
 import functools
@@ -32,7 +32,7 @@ def test_demo_refuses_bad_flags(flags, keywords, tmp_path, bible_data_dir, capfd
 
 @pytest.mark.slow  # Two short trainings, an evaluation and word alignment on the Bible: a minute of CPU.
 def test_demo_runs_its_three_stages(tmp_path, bible_data_dir, monkeypatch, capsys):
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
 
   # Shortened: 2 + 1 steps, 2 evaluation batches, 16 gold pairs, no eflomal peer (aligning every verse pair
   # of the New Testament; tests/evaluation cover it).

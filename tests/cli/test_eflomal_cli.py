@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.eflomal` in-process (the contract tier): Pharaoh links for a TSV bitext, the Bible's
+"""`xalign eflomal` in-process (the contract tier): Pharaoh links for a TSV bitext, the Bible's
 split files a TsvBitextTask(links=...) reads, and one `error:` line for bad input."""
 
 import random

@@ -1,4 +1,4 @@
-"""The experiment drivers (`python -m flax_xalign.experiments.{align_mlm_grid,code_switch,mlm_gc}`)
+"""The experiment drivers (`xalign {align_mlm_grid,code_switch,mlm_gc}`)
 in-process (the contract tier): a bad setting, objective or transform is one `error:` line, before
 MODEL_DIR is made. Their tables are tested in tests/experiments/; their smoke runs train models (the
 ALIGN-MLM grid's tiny end-to-end run is in the slow tier; code_switch and mlm_gc have none: their runs
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.contract
     ("code_switch", ["--settings=synthetic", "--objectives=mlm,gc"], ("debian setting only", "mlm_gc")),
     ("code_switch", ["--settings=natural", "--seeds=0"], ("--seeds=0 must be at least 1",)),
     ("code_switch", ["--settings=debian", "--debian_data=/nonexistent"], ("No Debian help data",
-                                                                          "python -m flax_xalign.debian_data")),
+                                                                          "xalign debian_data")),
     ("mlm_gc", ["--settings=trans,moon"], ("choose from trans, trans_inv, natural, debian",)),
     ("mlm_gc", ["--objectives=mlm,tcs"], ("choose from mlm, gc, gc_output",)),
     ("mlm_gc", ["--settings=debian", "--debian_steps=0"], ("--debian_steps=0 must be at least 1",)),

@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.lexicon` in-process (the contract tier): the Greek->English lexicon rebuilt from
+"""`xalign lexicon` in-process (the contract tier): the Greek->English lexicon rebuilt from
 the Bible wheel's gold alignments is the shipped file, and bad flags are one `error:` line. The counting
 and the reader are tested in tests/data/test_lexicon.py."""
 

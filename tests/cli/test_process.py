@@ -27,7 +27,7 @@ def state():
 
 import jax, orbax.checkpoint  # noqa: third-party imports set variables and finders of their own
 before = state()
-import flax_xalign, flax_xalign.cli, flax_xalign.cli.common, flax_xalign.gin_cli, flax_xalign.train  # noqa
+import flax_xalign, flax_xalign.cli, flax_xalign.cli.common, flax_xalign.cli.gin_cli, flax_xalign.train  # noqa
 import flax_xalign.training.checkpoints  # noqa: used to install Orbax hooks of its own
 imported = state()
 if SET_UP:
@@ -98,27 +98,24 @@ def test_seqio_pad_id_warning_of_an_xlmr_layout_vocabulary_is_dropped():
   assert _process.KnownNoise().filter(other)
 
 
-def test_old_command_paths_are_the_cli_commands():
-  from flax_xalign import compile_check, cooc, debian_data, train
-  from flax_xalign.cli import compile_check as cli_compile_check, cooc as cli_cooc
-  from flax_xalign.cli import debian_data as cli_debian_data, train as cli_train
+def test_the_t5x_spellings_are_the_cli_commands():
+  from flax_xalign import eval as eval_module, train
+  from flax_xalign.cli import eval as cli_eval, train as cli_train
 
-  assert train.main is cli_train.main and train.distributed_settings is cli_train.distributed_settings
-  assert compile_check.main is cli_compile_check.main and compile_check.check is cli_compile_check.check
-  assert cooc.main is cli_cooc.main and debian_data.main is cli_debian_data.main
+  assert train.main is cli_train.main
+  assert eval_module.main is cli_eval.main
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("module, needle", [
-    ("flax_xalign.assets", "--gin_file"),
-    ("flax_xalign.data.vocab", "python -m flax_xalign.data.vocab"),
-    ("flax_xalign.data.cooc_beam", "python -m flax_xalign.data.cooc_beam"),
-    ("flax_xalign.data.lexicon", "python -m flax_xalign.data.lexicon"),
-    ("flax_xalign.interop.e5_small", "python -m flax_xalign.interop.e5_small"),
+@pytest.mark.parametrize("argv, needle", [
+    (["-m", "flax_xalign.cli", "vocab", "--help"], "xalign vocab"),
+    (["-m", "flax_xalign.cli", "cooc_beam", "--help"], "xalign cooc_beam"),
+    (["-m", "flax_xalign.cli.lexicon", "--help"], "xalign lexicon"),
+    (["-m", "flax_xalign.cli.e5_small", "--help"], "xalign e5_small"),
+    (["-m", "flax_xalign.cli", "assets", "--help"], "--gin_file"),
 ])
-def test_old_module_paths_still_run_their_command(module, needle, tmp_path):
-  # A library module keeps `python -m` working through its `__main__` block; the command is the cli one.
-  done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+def test_a_command_runs_as_xalign_and_as_its_module(argv, needle, tmp_path):
+  done = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
                         timeout=300, env={**os.environ, "HOME": str(tmp_path)})
   assert done.returncode == 0 and done.stdout.startswith("usage:") and needle in done.stdout, done.stderr[-2000:]
   assert done.stderr == "", done.stderr[-2000:]
@@ -127,7 +124,7 @@ def test_old_module_paths_still_run_their_command(module, needle, tmp_path):
 def test_ctrl_c_in_a_gin_command_is_one_line_and_exit_130(monkeypatch, capsys):
   import gin
 
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import gin_cli
 
   def interrupted(**_):
     raise KeyboardInterrupt

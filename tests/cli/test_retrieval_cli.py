@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.retrieval` in-process (the contract tier): a smoke run on the session's shared
+"""`xalign retrieval` in-process (the contract tier): a smoke run on the session's shared
 MODEL_DIR (tests/shared_run.py) and bad input as one `error:` line. The numbers themselves are checked
 against brute force in tests/evaluation/test_retrieval.py."""
 

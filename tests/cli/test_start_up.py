@@ -45,7 +45,7 @@ COMMANDS = [
     ("flax_xalign.cli.train", NO_TF_NO_JAX),
     ("flax_xalign.eval", NO_TF_NO_JAX),
     ("flax_xalign.cli.assets", NO_TF_NO_JAX),
-    ("flax_xalign.compile_check", NO_TF_NO_JAX),
+    ("flax_xalign.cli.compile_check", NO_TF_NO_JAX),
     ("flax_xalign.cli.vocab", NO_TF_NO_JAX),
     ("flax_xalign.cli.cooc_beam", NO_TF_NO_JAX),
     ("flax_xalign.cli.cooc", NO_TF_NO_JAX),

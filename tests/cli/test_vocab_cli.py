@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.vocab` in-process (the contract tier): a SentencePiece model from text files, and
+"""`xalign vocab` in-process (the contract tier): a SentencePiece model from text files, and
 one `error:` line for bad input. The library it drives is tested in tests/data/test_vocab.py."""
 
 import pytest

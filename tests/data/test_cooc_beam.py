@@ -76,7 +76,7 @@ def beam_corpus(beam, tmp_path_factory, toy_corpus):
 
 
 def test_task_pipeline_writes_the_local_table(beam_corpus, tmp_path):
-  from flax_xalign import cooc as cooc_command
+  from flax_xalign.cli import cooc as cooc_command
 
   local_dir, beam_dir = tmp_path / "local", tmp_path / "beam"
   cooc_command.main(["--task=cb_mix", "--window=2", f"--output={local_dir}"])
@@ -97,7 +97,7 @@ def test_task_pipeline_writes_the_local_table(beam_corpus, tmp_path):
 def test_text_pipeline_matches_the_local_table_and_the_definitions(beam_corpus, tmp_path):
   import sentencepiece as spm
 
-  from flax_xalign import cooc as cooc_command
+  from flax_xalign.cli import cooc as cooc_command
 
   root, model = beam_corpus["root"], beam_corpus["model"]
   texts = [f"--text={root / 'en.txt'}:en", f"--text={root / 'de.txt'}:de"]

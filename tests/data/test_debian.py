@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from flax_xalign import debian_data
+from flax_xalign.cli import debian_data
 from flax_xalign.data.sources import debian
 from flax_xalign.errors import UserError
 

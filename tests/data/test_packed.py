@@ -1,4 +1,4 @@
-"""The packed cache: what `flax_xalign.cache` writes is the seqio pipeline's rows, read back through Grain.
+"""The packed cache: what `xalign cache` writes is the seqio pipeline's rows, read back through Grain.
 
 References are independent of the cache code: the seqio pipeline's own batches (`get_dataset`), NumPy set
 and permutation arithmetic, and byte-level damage made here.

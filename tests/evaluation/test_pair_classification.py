@@ -20,6 +20,7 @@ from flax_xalign.evaluation.transfer import finetune
 from flax_xalign.evaluation.transfer import transfer
 from flax_xalign.evaluation.transfer import transfer_data
 from flax_xalign.evaluation.transfer.transfer_data import SentencePair
+from flax_xalign.runs import Run
 from tests import testlib
 from tests.runs.tiny_run import tiny_mix_run
 from tests.evaluation.transfer_testlib import FakeLanguage, WordVocabulary
@@ -199,7 +200,7 @@ def test_pair_transfer_from_files_end_to_end(checkpoint, tmp_path):
            "target_train": _write_paws(tmp_path / "de.train.tsv", 48, 4, 1)}
   lines = []
   result = transfer.pair_transfer_from_files(
-      model_dir=str(checkpoint), task="pawsx", source_lang="en", target_lang="de", steps=4, batch_size=8,
+      Run.open(checkpoint), task="pawsx", source_lang="en", target_lang="de", steps=4, batch_size=8,
       learning_rate=1e-3, max_length=32, output="pawsx.json", log=lines.append, **files)
   assert result["label_set"] == ["0", "1"] and result["metric"] == "accuracy"
   for key in ("zs", "sup", "natural"):
@@ -210,10 +211,10 @@ def test_pair_transfer_from_files_end_to_end(checkpoint, tmp_path):
   assert json.loads((checkpoint / "pawsx.json").read_text()) == json.loads(json.dumps(result))
   assert any(line.startswith("pawsx accuracy: ZS") for line in lines)
   with pytest.raises(UserError, match="language embeddings"):
-    transfer.pair_transfer_from_files(model_dir=str(checkpoint), task="pawsx", train=files["train"],
+    transfer.pair_transfer_from_files(Run.open(checkpoint), task="pawsx", train=files["train"],
                                       test=files["test"], source_lang="en", target_lang="fr", steps=1, log=None)
   with pytest.raises(UserError, match="unknown sentence-pair task"):
-    transfer.pair_transfer_from_files(model_dir=str(checkpoint), task="nli", train=files["train"],
+    transfer.pair_transfer_from_files(Run.open(checkpoint), task="nli", train=files["train"],
                                       test=files["test"], steps=1, log=None)
 
 

@@ -14,6 +14,7 @@ from flax_xalign.errors import UserError
 from flax_xalign.evaluation import mlm_eval, registry
 from flax_xalign.evaluation.word_alignment import aer
 from flax_xalign.evaluation.word_alignment import word_align
+from flax_xalign.runs import Run
 from tests import testlib
 from tests.runs.tiny_run import tiny_mix_run
 
@@ -75,7 +76,7 @@ def test_every_evaluator_lists_its_options():
   for name, options in expected.items():
     known = set(registry.option_names(registry.get(name)))
     assert options <= known, (name, options - known)
-    assert not {"model_dir", "checkpoint", "log"} & known, name  # What the adapter fills in from the run.
+    assert not {"run", "model_dir", "checkpoint", "log"} & known, name  # What the adapter fills in from the run.
 
 
 # ------------------------------------------------------------ through eval.main
@@ -122,13 +123,13 @@ def test_eval_runs_two_evaluators_into_one_eval_json(model_dir, gold_files, caps
   assert list(written) == ["mlm", "word_align"]
 
   # mlm: evaluate() itself, on the same run.
-  direct = mlm_eval.evaluate(model_dir=str(model_dir), output=None, **mlm_options)
+  direct = mlm_eval.evaluate(Run.open(model_dir), output=None, **mlm_options)
   assert written["mlm"] == json.loads(json.dumps(direct))
 
   # word_align: the aligner on the same pairs, scored link by link against the gold file.
   pairs = aer.read_pairs(str(pairs_file))
   gold = aer.read_pharaoh(str(gold_file))
-  aligner, _, step = word_align.load_aligner(str(model_dir), batch_size=4)
+  aligner, _, step = word_align.load_aligner(Run.open(model_dir), batch_size=4)
   assert (aligner.src_lang, aligner.tgt_lang) == ("de", "en")
   links = aligner.run(pairs, layers=(0, 2), methods=("argmax", "sinkhorn_itermax"))
   result = written["word_align"]
@@ -146,7 +147,7 @@ def test_eval_without_evals_writes_the_masked_token_accuracy_as_before(model_dir
   assert code == 0
   assert "held-out masked-token accuracy" in capsys.readouterr().out
   written = json.loads((model_dir / "eval.json").read_text())
-  direct = mlm_eval.evaluate(model_dir=str(model_dir), output=None, split="validation", batch_size=6,
+  direct = mlm_eval.evaluate(Run.open(model_dir), output=None, split="validation", batch_size=6,
                              baseline_batches=5)
   assert written == json.loads(json.dumps(direct))
 
@@ -165,9 +166,8 @@ def test_word_align_needs_gold(model_dir, capsys):
 
 
 def test_command_backed_evaluators_equal_their_commands(model_dir, gold_files, capsys):
-  from flax_xalign import bli as bli_main
-  from flax_xalign import retrieval as retrieval_main
-  from flax_xalign.runs import Run
+  from flax_xalign.cli import bli as bli_main
+  from flax_xalign.cli import retrieval as retrieval_main
 
   pairs_file, _ = gold_files
   options = {"retrieval": {"tsv": str(pairs_file), "layers": [0, 2], "csls_k": 3},

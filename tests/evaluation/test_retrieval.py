@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from flax_xalign import retrieval as retrieval_main
+from flax_xalign.cli import retrieval as retrieval_main
 from flax_xalign.data.vocab.specials import PROJECT
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import retrieval

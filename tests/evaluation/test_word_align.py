@@ -18,6 +18,7 @@ from flax_xalign.evaluation.word_alignment import word_align
 from flax_xalign.models.encoder import Encoder
 from flax_xalign.objectives.model import PretrainingModel
 from flax_xalign.ops import AlignmentSolver
+from flax_xalign.runs import Run
 from tests.testlib import tiny_encoder_config
 
 CONFIG = tiny_encoder_config(vocab_size=83, dropout_rate=0.0)
@@ -252,7 +253,7 @@ def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, al
   _, params = tiny_model
   model_dir = write_checkpoint(tmp_path / "registered", params, vocabulary, task="tiny_mix",
                                languages=["de", "en"], language_pairs=[("de", "en")])
-  loaded, run, step = word_align.load_aligner(str(model_dir), batch_size=4)
+  loaded, run, step = word_align.load_aligner(Run.open(model_dir), batch_size=4)
   assert (loaded.src_lang, loaded.tgt_lang, step) == ("de", "en", 1)  # From the manifest's bitext sides.
   assert loaded.pair_layout == run.pair_layout == "restart"
   assert loaded.specials == run.vocabulary.specials
@@ -262,32 +263,32 @@ def test_checkpoint_round_trip(tmp_path, tiny_corpus, tiny_model, vocabulary, al
   # A task this process does not know: vocabulary and sides come from the run directory alone.
   model_dir = write_checkpoint(tmp_path / "gone", params, vocabulary, task="gone_mix", languages=["de", "en"],
                                language_pairs=[("en", "de")])
-  loaded, _, _ = word_align.load_aligner(str(model_dir))
+  loaded, _, _ = word_align.load_aligner(Run.open(model_dir))
   assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
   links = loaded.align(pairs, layer=2)
   # Without the MODEL_DIR copy the checkpoint step's copy serves; without both, one clear error.
   (model_dir / "vocabulary.model").unlink()
-  assert word_align.load_aligner(str(model_dir))[0].align(pairs, layer=2) == links
+  assert word_align.load_aligner(Run.open(model_dir))[0].align(pairs, layer=2) == links
   (model_dir / "checkpoints" / "1" / "assets" / "vocabulary.model").unlink()
   with pytest.raises(UserError, match="vocabulary.model is missing"):
-    word_align.load_aligner(str(model_dir))
-  loaded, _, _ = word_align.load_aligner(str(model_dir), vocabulary_path=tiny_corpus["vocab"])
+    word_align.load_aligner(Run.open(model_dir))
+  loaded, _, _ = word_align.load_aligner(Run.open(model_dir), vocabulary_path=tiny_corpus["vocab"])
   assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
   other = _other_vocabulary(tmp_path, tiny_corpus)
   with pytest.raises(UserError, match="is not the vocabulary"):
-    word_align.load_aligner(str(model_dir), vocabulary_path=str(other))
+    word_align.load_aligner(Run.open(model_dir), vocabulary_path=str(other))
 
   # The pair layout comes from the manifest unless overridden.
   model_dir = write_checkpoint(tmp_path / "continuous", params, vocabulary, task="tiny_mix",
                                languages=["de", "en"], language_pairs=[("de", "en")], pair_layout="continuous")
-  assert word_align.load_aligner(str(model_dir))[0].pair_layout == "continuous"
-  assert word_align.load_aligner(str(model_dir), pair_layout="restart")[0].pair_layout == "restart"
+  assert word_align.load_aligner(Run.open(model_dir))[0].pair_layout == "continuous"
+  assert word_align.load_aligner(Run.open(model_dir), pair_layout="restart")[0].pair_layout == "restart"
 
   # No recorded bitext sides: the languages must be named (one is enough with two languages).
   model_dir = write_checkpoint(tmp_path / "mono", params, vocabulary, task="gone_mono", languages=["de", "en"])
   with pytest.raises(UserError, match="pass --src_lang and --tgt_lang"):
-    word_align.load_aligner(str(model_dir))
-  loaded, _, _ = word_align.load_aligner(str(model_dir), tgt_lang="de")
+    word_align.load_aligner(Run.open(model_dir))
+  loaded, _, _ = word_align.load_aligner(Run.open(model_dir), tgt_lang="de")
   assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
 
 
@@ -310,14 +311,14 @@ def test_checkpoint_without_run_manifest_is_refused(tmp_path, tiny_model):
                     force=True)
   checkpointer.close()
   with pytest.raises(UserError, match="before run manifests"):
-    word_align.load_aligner(str(tmp_path / "old"))
+    word_align.load_aligner(Run.open(tmp_path / "old"))
 
 
 def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus, tiny_model, vocabulary):
   _, params = tiny_model
   model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_bible", languages=["en", "grc"])
   out = tmp_path / "report"
-  results = word_align.evaluate_alignment(str(model_dir), max_pairs=6, output_dir=str(out), batch_size=4,
+  results = word_align.evaluate_alignment(Run.open(model_dir), max_pairs=6, output_dir=str(out), batch_size=4,
                                           verbose=False)
   import dataclasses
 
@@ -334,7 +335,7 @@ def test_evaluate_alignment_on_bible_gold(tmp_path, bible_data_dir, tiny_corpus,
   assert "diagonal baseline" in word_align.format_best(results)
   other = write_checkpoint(tmp_path / "de_en", params, vocabulary, task="tiny_mix", languages=["de", "en"])
   with pytest.raises(UserError, match=r"trained on \['de', 'en'\]; the Bible gold alignments are Greek-English"):
-    word_align.evaluate_alignment(str(other))
+    word_align.evaluate_alignment(Run.open(other))
   pairs, sure = word_align.bible_gold("test", max_pairs=3)
   assert len(pairs) == len(sure) == 3 and all(len(a) and len(b) for a, b in pairs)
 
@@ -422,18 +423,18 @@ def test_aligner_defaults_follow_what_the_model_was_trained_on(tmp_path, tiny_mo
   _, params = tiny_model
   model_dir = write_checkpoint(tmp_path / "m", params, vocabulary, task="gone_mix", languages=["de", "en"],
                                language_pairs=[("de", "en")], objectives=objectives, objective_options=options)
-  loaded, _, _ = word_align.load_aligner(str(model_dir))
+  loaded, _, _ = word_align.load_aligner(Run.open(model_dir))
   assert (loaded.encoding, loaded.options.similarity) == want
   assert loaded.settings.sources["encoding"] != "flag"
   line = loaded.settings.describe()
   assert f"encoding={want[0]}" in line and f"similarity={want[1]}" in line and "normalize=none" in line
   # Every flag wins over the model; a passed encoding brings its own family's similarity.
   other = {"joint": "separate", "separate": "joint"}[want[0]]
-  flagged, _, _ = word_align.load_aligner(str(model_dir), encoding=other, normalize="nfd_strip_marks")
+  flagged, _, _ = word_align.load_aligner(Run.open(model_dir), encoding=other, normalize="nfd_strip_marks")
   assert flagged.encoding == other and flagged.normalize == "nfd_strip_marks"
   assert flagged.options.similarity == {"joint": "dot", "separate": "cosine"}[other]
   assert flagged.settings.sources["encoding"] == flagged.settings.sources["normalize"] == "flag"
-  pinned, _, _ = word_align.load_aligner(str(model_dir), similarity="cosine", options=AlignmentSolver(mu=2.0))
+  pinned, _, _ = word_align.load_aligner(Run.open(model_dir), similarity="cosine", options=AlignmentSolver(mu=2.0))
   assert pinned.options == AlignmentSolver(mu=2.0, similarity="cosine")
   assert "similarity=cosine (as passed)" in pinned.settings.describe()
 
@@ -444,34 +445,34 @@ def test_aligner_normaliser_comes_from_the_tasks_the_trimmed_vocabulary_or_the_w
   common = dict(task="gone_mix", languages=["de", "en"], language_pairs=[("de", "en")])
   trained = write_checkpoint(tmp_path / "trained", params, vocabulary, **common,
                              task_definitions=_bible_definition("nfd_strip_marks"))
-  loaded, _, _ = word_align.load_aligner(str(trained))
+  loaded, _, _ = word_align.load_aligner(Run.open(trained))
   assert loaded.normalize == "nfd_strip_marks" and "training tasks" in loaded.settings.sources["normalize"]
 
   imported = write_checkpoint(tmp_path / "imported", params, vocabulary, **common, objectives=())
   (imported / "origin.json").write_text(json.dumps({"normalizers": ["nfd_strip_marks"], "step": 0}))
-  loaded, _, _ = word_align.load_aligner(str(imported))
+  loaded, _, _ = word_align.load_aligner(Run.open(imported))
   assert (loaded.normalize, loaded.encoding, loaded.options.similarity) == ("nfd_strip_marks", "separate", "cosine")
   assert "origin.json" in loaded.settings.sources["normalize"]
 
   # A run warm-started from the import inherits its normaliser; one warm-started from a TLM run, its encoding.
   continued = write_checkpoint(tmp_path / "continued", params, vocabulary, **common, objectives=(("mlm", 1.0),),
                                init_from_checkpoint=str(imported))
-  assert word_align.load_aligner(str(continued))[0].normalize == "nfd_strip_marks"
+  assert word_align.load_aligner(Run.open(continued))[0].normalize == "nfd_strip_marks"
   from_tlm = write_checkpoint(tmp_path / "from_tlm", params, vocabulary, **common, objectives=(("mlm", 1.0),),
                               init_from_checkpoint=str(trained))
-  loaded, _, _ = word_align.load_aligner(str(from_tlm))
+  loaded, _, _ = word_align.load_aligner(Run.open(from_tlm))
   assert (loaded.encoding, loaded.normalize) == ("joint", "nfd_strip_marks")
   assert str(trained) in loaded.settings.sources["encoding"]
   # A warm-start source that is gone only ends the chain.
   orphan = write_checkpoint(tmp_path / "orphan", params, vocabulary, **common, objectives=(("mlm", 1.0),),
                             init_from_checkpoint=str(tmp_path / "deleted"))
-  loaded, _, _ = word_align.load_aligner(str(orphan))
+  loaded, _, _ = word_align.load_aligner(Run.open(orphan))
   assert (loaded.encoding, loaded.normalize) == ("separate", "")
 
   # Tasks with two different normalisers: none is guessed, and the line says why.
   mixed = write_checkpoint(tmp_path / "mixed", params, vocabulary, **common, task_definitions=(
       _bible_definition("nfd_strip_marks")[0], {"kind": "TextTask", "args": {"normalize": "nfkc"}}))
-  loaded, _, _ = word_align.load_aligner(str(mixed))
+  loaded, _, _ = word_align.load_aligner(Run.open(mixed))
   assert loaded.normalize == "" and "several normalisers" in loaded.settings.describe()
 
 
@@ -479,5 +480,5 @@ def test_the_continuous_layout_defaults_to_joint_encoding(tmp_path, tiny_model, 
   _, params = tiny_model
   model_dir = write_checkpoint(tmp_path / "c", params, vocabulary, task="gone_mix", languages=["de", "en"],
                                language_pairs=[("de", "en")], objectives=(), pair_layout="continuous")
-  loaded, _, _ = word_align.load_aligner(str(model_dir))
+  loaded, _, _ = word_align.load_aligner(Run.open(model_dir))
   assert (loaded.pair_layout, loaded.encoding, loaded.options.similarity) == ("continuous", "joint", "dot")

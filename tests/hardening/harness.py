@@ -32,11 +32,11 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRY_POINTS = {
     "train": "flax_xalign.train",
     "eval": "flax_xalign.eval",
-    "align": "flax_xalign.align",
+    "align": "flax_xalign.cli.align",
     "assets": "flax_xalign.cli.assets",
-    "retrieval": "flax_xalign.retrieval",
+    "retrieval": "flax_xalign.cli.retrieval",
     "trim": "flax_xalign.cli.trim",
-    "demo": "flax_xalign.demo",
+    "demo": "flax_xalign.cli.demo",
     "vocab": "flax_xalign.cli.vocab",
     "lexicon": "flax_xalign.cli.lexicon",
     "debian_data": "flax_xalign.cli.debian_data",
@@ -44,14 +44,15 @@ ENTRY_POINTS = {
     "bli_table": "flax_xalign.cli.experiments.bli_table",
     "code_switch": "flax_xalign.cli.experiments.code_switch",
     "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
-    "cache": "flax_xalign.cache",
-    "eflomal": "flax_xalign.eflomal",
+    "cache": "flax_xalign.cli.cache",
+    "eflomal": "flax_xalign.cli.eflomal",
     "bli": "flax_xalign.cli.bli",
     "cooc": "flax_xalign.cli.cooc",
     "export_hf": "flax_xalign.cli.export_hf",
     "import_hf": "flax_xalign.cli.import_hf",
     "e5_small": "flax_xalign.cli.e5_small",
     "compile_check": "flax_xalign.cli.compile_check",
+    "xalign": "flax_xalign.cli.xalign",
     # `train` where TensorFlow, tensorflow_text and seqio cannot be imported (tests/training/no_tf_train.py).
     "train_without_tf": "tests.training.no_tf_train",
 }
@@ -261,7 +262,7 @@ def checkpoint_steps(model_dir) -> list[int]:
 
 
 class Child:
-  """`python -m flax_xalign.<entry> argv` in a child process whose merged output is read by a thread."""
+  """`python -m <ENTRY_POINTS[entry]> argv` in a child process whose merged output is read by a thread."""
 
   def __init__(self, entry: str, argv: Sequence[str], *, env: dict | None = None,
                preexec_fn: Callable[[], None] | None = None, prefix: Sequence[str] = ()):

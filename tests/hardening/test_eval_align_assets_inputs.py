@@ -176,7 +176,7 @@ ASSETS_CASES = [
 
 @pytest.mark.parametrize("case_id, flags, keywords, watched", ASSETS_CASES, ids=[c[0] for c in ASSETS_CASES])
 def test_assets_refuse_bad_input(case_id, flags, keywords, watched, trained, tmp_path, capfd):
-  """`python -m flax_xalign.assets` takes train's flags: the same refusals, MODEL_DIR untouched."""
+  """`xalign assets` takes train's flags: the same refusals, MODEL_DIR untouched."""
   del case_id
   (tmp_path / "afile").write_text("x\n")
   path = tmp_path / watched if watched else None

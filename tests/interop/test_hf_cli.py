@@ -1,4 +1,4 @@
-"""`python -m flax_xalign.interop.import_hf` and `export_hf` in-process (the contract tier): MODEL_DIRs that
+"""`xalign import_hf` and `export_hf` in-process (the contract tier): MODEL_DIRs that
 evaluation and the aligner accept, exports that transformers loads (model and tokenizer), and bad input as
 one `error:` line; one test starts the real command line (subprocess tier)."""
 
@@ -45,7 +45,7 @@ def assert_loads_and_aligns(model_dir, params, languages):
   assert step == 0 and run.languages == languages
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  aligner, _, _ = word_align.load_aligner(str(model_dir), batch_size=2)
+  aligner, _, _ = word_align.load_aligner(handle, batch_size=2)
   (links,) = aligner.align([PAIR], layer=1)
   assert links and all(0 <= i < 6 and 0 <= j < 6 for i, j in links)
   return run
@@ -175,7 +175,7 @@ def test_bad_source_gives_one_error_line(tmp_path, capsys):
 @pytest.mark.subprocess
 def test_the_import_command_line_refuses_a_missing_source(tmp_path):
   """The real entry point, in a fresh process: the alias module, the exit status and one error line."""
-  result = subprocess.run([sys.executable, "-m", "flax_xalign.interop.import_hf", f"--source={tmp_path}/missing",
+  result = subprocess.run([sys.executable, "-m", "flax_xalign.cli.import_hf", f"--source={tmp_path}/missing",
                            f"--output={tmp_path}/out"], capture_output=True, text=True, check=False,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
   errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

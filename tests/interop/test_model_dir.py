@@ -48,7 +48,7 @@ def test_layout_manifest_and_params_round_trip(imported):
 
 def test_aligner_and_warm_start_accept_it_and_resuming_it_is_refused(imported, tmp_path, tiny_corpus):
   output, _, _ = imported
-  aligner, _, _ = word_align.load_aligner(str(output), batch_size=2)
+  aligner, _, _ = word_align.load_aligner(Run.open(output), batch_size=2)
   assert (aligner.src_lang, aligner.tgt_lang) == ("de", "en")
   assert len(aligner.align([("das haus".split(), "the house".split())], layer=1)) == 1
   kwargs = dict(mixture_or_task_name="tiny_mix", task_feature_lengths={"tokens": 19}, batch_size=6, train_steps=2,

@@ -1,5 +1,5 @@
 """Vocabulary trimming: segmentation of the corpus, hidden states and logits are unchanged; the command
-`python -m flax_xalign.interop.trim` (the contract tier: a smoke run and bad input as one `error:` line)."""
+`xalign trim` (the contract tier: a smoke run and bad input as one `error:` line)."""
 
 import json
 

@@ -71,8 +71,8 @@ def test_the_gin_files_configure_each_objective_its_assets_and_the_warm_start(tm
   """The unit-tier part of the runs below: what objectives/{tcs,scs}.gin make of the run's settings."""
   import gin
 
-  from flax_xalign import configurables
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import configurables
+  from flax_xalign.cli import gin_cli
 
   gin_file = _gin_file(tmp_path, tiny_corpus)
   configurables.register()

@@ -271,8 +271,8 @@ def test_gin_training_run_and_manifest_reregistration(tmp_path, tiny_corpus, de_
 def test_example_gin_file_registers_its_code_switched_mixture(tmp_path):
   import gin
 
-  from flax_xalign import configurables
-  from flax_xalign import gin_cli
+  from flax_xalign.cli import configurables
+  from flax_xalign.cli import gin_cli
 
   dictionary = tmp_path / "grc-en.txt"
   dictionary.write_text("λόγος word\nθεὸς god\n", encoding="utf-8")

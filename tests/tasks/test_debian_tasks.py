@@ -75,7 +75,7 @@ def test_monolingual_mixture_has_no_bitext(build):
 
 
 def test_missing_build_and_languages_are_user_errors(tmp_path, build):
-  with pytest.raises(errors.UserError, match="python -m flax_xalign.debian_data --output="):
+  with pytest.raises(errors.UserError, match="xalign debian_data --output="):
     debian.DebianTasks(data_dir=str(tmp_path / "nothing"), prefix="dmiss").register()
   with pytest.raises(errors.UserError, match=r"no help text for \['fr'\].*--languages=fr"):
     debian.DebianTasks(data_dir=str(build), languages=("fr",), prefix="dmiss").register()

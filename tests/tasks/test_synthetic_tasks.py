@@ -100,7 +100,8 @@ def test_align_mlm_run_saves_dictionary_and_logs_alignment(tmp_path, suite, tiny
   assert (model_dir / "dictionary.tsv").read_bytes() == before
 
   from flax_xalign.evaluation import mlm_eval
-  results = mlm_eval.evaluate(model_dir=str(model_dir), split="test", batch_size=4, max_batches=2,
+  from flax_xalign.runs import Run
+  results = mlm_eval.evaluate(Run.open(model_dir), split="test", batch_size=4, max_batches=2,
                               baseline_batches=2, output=None)
   assert set(results["alignment"]) >= {"all", "heldout", "count_all", "count_heldout"}
   assert results["alignment"]["count_all"] == V - 5

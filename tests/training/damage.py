@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from flax_xalign.errors import UserError
-from flax_xalign.training import checkpoints
+from flax_xalign.training import data_positions
 from flax_xalign.training.checkpoints import DamagedCheckpointError
 from tests import testlib
 
@@ -69,7 +69,7 @@ def assert_no_space_is_one_error(model_dir, step, monkeypatch, train):
   def full(self, directory, args):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
 
-  monkeypatch.setattr(checkpoints.DataIteratorHandler, "save", full)
+  monkeypatch.setattr(data_positions.DataIteratorHandler, "save", full)
   with pytest.raises(UserError, match=rf"^no space left writing .*checkpoints/{step} .*free space or choose "
                                       "another MODEL_DIR"):
     train(model_dir)

@@ -216,7 +216,7 @@ def xlmr_data_dir(bible_data_dir):
 
 
 def _compile_check(*args):
-  from flax_xalign import compile_check
+  from flax_xalign.cli import compile_check
 
   return compile_check.check(list(args))
 

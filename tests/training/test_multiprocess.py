@@ -301,7 +301,7 @@ def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, run_gin, cross_
     ({"JAX_COORDINATOR_ADDRESS": "localhost:9", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}, None),
 ])
 def test_distributed_settings(environ, expected):
-  from flax_xalign.train import distributed_settings
+  from flax_xalign.cli.train import distributed_settings
 
   assert distributed_settings(environ) == expected
 
@@ -313,7 +313,7 @@ def test_distributed_settings(environ, expected):
     ({"JAX_COORDINATOR_ADDRESS": "localhost:9", "JAX_NUM_PROCESSES": "two", "JAX_PROCESS_ID": "0"}, "integers"),
 ])
 def test_distributed_settings_refuses_half_a_job(environ, needle, capsys):
-  from flax_xalign import train
+  from flax_xalign.cli import train
 
   with pytest.raises(UserError, match=needle):
     train.distributed_settings(environ)

@@ -7,7 +7,7 @@ import gin
 import numpy as np
 import pytest
 
-from flax_xalign import configurables, gin_cli
+from flax_xalign.cli import configurables, gin_cli
 from flax_xalign.errors import UserError
 from flax_xalign.training import config as train_config
 from flax_xalign.training.checkpoints import CheckpointConfig

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from flax_xalign.training import data as data_lib
 from flax_xalign.training.checkpoints import CheckpointConfig
 from flax_xalign.training.optimizer import OptimizerConfig
 from flax_xalign.training.pretrain import pretrain
+from flax_xalign.training.seqio_source import SeqioSource
 
 from tests import testlib
 
@@ -60,13 +60,13 @@ def test_sigterm_while_the_pipeline_is_busy_stops_at_once_keeping_the_checkpoint
   assert _run(model_dir, steps=2).last_step == 2  # Checkpoint at step 2.
   rows_before = open(model_dir / "metrics.jsonl").read()
 
-  original = data_lib.TaskData.dataset
+  original = SeqioSource.dataset
 
   def blocking(self, **kwargs):
     dataset = original(self, **kwargs)
     return _BlockingAfter(dataset, good=1) if kwargs.get("split", "train") == "train" else dataset
 
-  monkeypatch.setattr(data_lib.TaskData, "dataset", blocking)
+  monkeypatch.setattr(SeqioSource, "dataset", blocking)
   # The blocking wrapper is a plain generator (no tf.data state to restore): resume with a fresh iterator.
   capsys.readouterr()
   started = time.perf_counter()

@@ -87,16 +87,17 @@ def test_a_run_is_evaluated_on_the_cached_split_as_on_seqios(tiny_corpus, tmp_pa
   """The MLM evaluator reading DIR/validation scores the same rows as the seqio stream: the same accuracy."""
   from flax_xalign.cli import cache as cache_cli
   from flax_xalign.evaluation import mlm_eval
+  from flax_xalign.runs import Run
   from tests.runs.tiny_run import tiny_mix_run
 
   model_dir = tiny_mix_run(tmp_path_factory, tiny_corpus, "eval_from_cache")
   cache = tmp_path / "cache"
   for split, extra in (("train", ["--examples=60"]), ("validation", [])):
     assert cache_cli.main(["--task=tiny_mix", f"--split={split}", f"--output={cache}", "--length=19", *extra]) == 0
-  common = dict(model_dir=str(model_dir), split="validation", batch_size=6, max_batches=4, baseline_batches=3,
+  common = dict(split="validation", batch_size=6, max_batches=4, baseline_batches=3,
                 output=None)
-  from_seqio = mlm_eval.evaluate(**common)
-  from_cache = mlm_eval.evaluate(**common, data=f"cache:{cache}")
+  from_seqio = mlm_eval.evaluate(Run.open(model_dir), **common)
+  from_cache = mlm_eval.evaluate(Run.open(model_dir), **common, data=f"cache:{cache}")
   assert from_cache["batches"] == from_seqio["batches"] == 4
   assert from_cache["overall"]["accuracy"] == from_seqio["overall"]["accuracy"]
   for lang, scores in from_seqio["languages"].items():

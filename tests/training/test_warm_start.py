@@ -135,10 +135,12 @@ def test_dwa_learns_from_given_links(tmp_path, tiny_corpus, cold_run):
 
 
 def test_given_links_cannot_come_from_a_cache(tiny_corpus):
-  import dataclasses
-
+  from flax_xalign.training.cache_source import CacheSource
   from flax_xalign.training.data import resolve_task
 
-  data = dataclasses.replace(resolve_task("tiny_mix"), cache="/data/tiny_cache")
+  seqio = resolve_task("tiny_mix")  # The task's own fields, on a cache that is never opened.
+  data = CacheSource(name=seqio.name, languages=seqio.languages, language_pairs=seqio.language_pairs,
+                     vocabulary=seqio.vocabulary, vocabulary_spec=seqio.vocabulary_spec,
+                     definitions=seqio.definitions, directory="/data/tiny_cache")
   with pytest.raises(UserError, match="link_groups.*packed cache.*train.data='seqio'"):
     data.batches(feature_lengths=LENGTHS, batch_size=6, seed=0, links=True)

@@ -1,6 +1,6 @@
 """The ALIGN-MLM study at laptop scale: objectives x synthetic languages.
 
-  python -m flax_xalign.experiments.align_mlm_grid --model_dir=runs/align_mlm \
+  xalign align_mlm_grid --model_dir=runs/align_mlm \
       [--steps=N] [--transforms=trans,trans_inv] [--objectives=mlm,xlm,dict_mlm,align_mlm] \
       [--size=tiny|base] [--finetune_steps=N] [--tasks=pos,books] [--fresh]
 

@@ -1,15 +1,15 @@
 r"""Table 1 and Fig. 3 of Lu, Lu & Zhang (2023) on real languages from Debian: X -> English BLI per language.
 
-  python -m flax_xalign.experiments.bli_table --model_dir=MODEL_DIR --data_dir=DEBIAN_DIR \
+  xalign bli_table --model_dir=MODEL_DIR --data_dir=DEBIAN_DIR \
       [--languages=ar,de,el,fr,hi,ru] [--split=test] [--min_count=5] [--select_min_count=2,5,10,20] \
       [--layers=all] [--max_sentences=1000] [--knn=10] [--output=DIR]
 
-For each language X it runs `python -m flax_xalign.bli`'s evaluation (`evaluate_lexicon`) of
-MODEL_DIR (an import such as `python -m flax_xalign.e5_small`, whose languages include X and en)
+For each language X it runs `xalign bli`'s evaluation (`evaluate_lexicon`) of
+MODEL_DIR (an import such as `xalign e5_small`, whose languages include X and en)
 with src=X, tgt=en: the language-specific vocabularies (§2.1; tokens with count > --min_count in
 X's Debian text vs the English help text, shared ones removed) tokenised with MODEL_DIR's own
 vocabulary.model; the CSLS and NN dictionaries of the token-embedding table (layer 0); Hit@1 /
-Hit@5 against DEBIAN_DIR/bli/<x>-en.<split>.txt (`flax_xalign.debian_data`, sources bli); and
+Hit@5 against DEBIAN_DIR/bli/<x>-en.<split>.txt (`xalign debian_data`, sources bli); and
 per layer Hit@1, mean translation-pair cosine and RSIM over the gold pairs (contextual states
 averaged over --max_sentences sentences per language).
 
@@ -50,9 +50,9 @@ PAPER_XLMR_BASE = {
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = ArgumentParser(prog="python -m flax_xalign.experiments.bli_table", description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign bli_table", description=__doc__.splitlines()[0])
   common.add_model_dir_flag(parser, help="MODEL_DIR of the model (e.g. a multilingual-e5-small import)")
-  parser.add_argument("--data_dir", required=True, help="a `python -m flax_xalign.debian_data` build with bli/")
+  parser.add_argument("--data_dir", required=True, help="a `xalign debian_data` build with bli/")
   parser.add_argument("--languages", default=",".join(DEFAULT_LANGUAGES), help="comma list of X (X -> en)")
   parser.add_argument("--split", choices=("dev", "test"), default="test", help="gold words to score")
   parser.add_argument("--min_count", type=int, default=5, help="language-specific vocabularies: count > N")
@@ -75,13 +75,13 @@ def text_file(data_dir: str, code: str) -> str:
     if os.path.isfile(path):
       return path
   raise UserError(f"no text for {code!r} in {data_dir} (help/{code}.train.txt or gettext/{code}.txt); build it "
-                  f"with `python -m flax_xalign.debian_data --output={data_dir} --languages={code}`.")
+                  f"with `xalign debian_data --output={data_dir} --languages={code}`.")
 
 
 def gold_file(data_dir: str, code: str, split: str) -> str:
   path = os.path.join(data_dir, "bli", f"{code}-en.{split}.txt")
   if not os.path.isfile(path):
-    raise UserError(f"{path} is missing; build the gold with `python -m flax_xalign.debian_data "
+    raise UserError(f"{path} is missing; build the gold with `xalign debian_data "
                     f"--output={data_dir} --languages={code}` (sources include bli).")
   return path
 

@@ -1,6 +1,6 @@
 """The TCS-MLM / SCS-MLM miniature laboratory (Lu, Lu & Zhang 2023) at laptop scale.
 
-  python -m flax_xalign.experiments.code_switch --model_dir=runs/code_switch \
+  xalign code_switch --model_dir=runs/code_switch \
       [--settings=synthetic,natural] [--objectives=mlm,tcs,scs[,gc]] [--base_steps=N] [--steps=N] \
       [--natural_steps=N] [--e5_dir=runs/e5_bible] [--finetune_steps=150] [--max_sentences=N] [--fresh] \
       [--debian_data=runs/debian_data] [--debian_steps=N] [--seeds=2] [--debian_gold=DIR/{lang}-en.txt]
@@ -28,7 +28,7 @@ MLM (the baseline), TCS-MLM and SCS-MLM through the real entry point
   setting until the Debian data gave e5 eight natural languages.)
 
 The synthetic and bible models (the starting ones included) are scored with
-`python -m flax_xalign.bli`'s machinery: Hit@1/5 of NN and CSLS at the
+`xalign bli`'s machinery: Hit@1/5 of NN and CSLS at the
 embedding layer between the two language-specific vocabularies (count >
 --min_count), and RSIM and the mean cosine of translation pairs at every layer
 (contextual states averaged over --max_sentences sentences per language).
@@ -77,8 +77,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   return parser.parse_args(argv)
 
 
-def _bli(model_dir: str, args: argparse.Namespace, **options: Any) -> dict[str, Any]:
-  return harness.bli(model_dir, layers="all", min_count=args.min_count, max_sentences=args.max_sentences,
+def _bli(run: Any, args: argparse.Namespace, **options: Any) -> dict[str, Any]:
+  return harness.bli(run, layers="all", min_count=args.min_count, max_sentences=args.max_sentences,
                      **options)
 
 
@@ -116,6 +116,7 @@ def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: di
         run_dir, [setting_gin, f"experiments/code_switch/{objective}.gin"],
         [f"train.init_from_checkpoint='{base}'", "OptimizerConfig.warmup_steps=50", *args.gin], args.steps)
     runs.append((objective, run_dir, seconds))
+  from flax_xalign.runs import Run
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
   derived = None
@@ -124,14 +125,13 @@ def synthetic_rows(args: argparse.Namespace, objectives: Sequence[str], done: di
     if key in done:
       rows.append(done[key])
       continue
+    run = Run.open(run_dir)  # Once: BLI and POS score the same step.
     if derived is None:
-      from flax_xalign.runs.checkpoints import read_run_spec
-
-      derived = [code for code in read_run_spec(run_dir)[1].languages if code != synthetic_tasks.NATURAL][0]
+      derived = [code for code in run.spec.languages if code != synthetic_tasks.NATURAL][0]
     print(f"\n--- scoring synthetic / {objective} ({run_dir})", flush=True)
-    result = _bli(run_dir, args, src=synthetic_tasks.NATURAL, tgt=derived, gold="token_map")
+    result = _bli(run, args, src=synthetic_tasks.NATURAL, tgt=derived, gold="token_map")
     row = _row("synthetic", objective, run_dir, result, seconds)
-    row["pos"] = harness.pos_transfer(run_dir, finetune_steps=args.finetune_steps, cache=data)
+    row["pos"] = harness.pos_transfer(run, finetune_steps=args.finetune_steps, cache=data)
     rows.append(row)
     save(row)
   return rows
@@ -150,6 +150,7 @@ def _ensure_e5(e5_dir: str) -> None:
 
 def bible_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict, save) -> list[dict]:
   from flax_xalign.data.sources import lexicon
+  from flax_xalign.runs import Run
   root = os.path.join(args.model_dir, "bible")
   e5_dir = os.path.abspath(args.e5_dir)
   _ensure_e5(e5_dir)
@@ -174,7 +175,7 @@ def bible_rows(args: argparse.Namespace, objectives: Sequence[str], done: dict, 
       continue
     print(f"\n--- scoring bible / {objective} ({run_dir})", flush=True)
     task = {"task": "bible", "normalize": NATURAL_NORMALIZE} if objective == "start" else {}
-    result = _bli(run_dir, args, src="grc", tgt="en", gold=gold, **task)
+    result = _bli(Run.open(run_dir), args, src="grc", tgt="en", gold=gold, **task)
     row = _row("bible", objective, run_dir, result, seconds)
     rows.append(row)
     save(row)
@@ -223,7 +224,7 @@ def _choices(args: argparse.Namespace) -> tuple[list[str], dict[str, list[str]]]
   for setting, objectives in chosen.items():
     if setting != "debian" and "gc" in objectives:
       raise UserError(f"--objectives=gc runs in the debian setting only; the {setting} MLM-GC runs are "
-                      "`python -m flax_xalign.experiments.mlm_gc`.")
+                      "`xalign mlm_gc`.")
   return settings, chosen
 
 

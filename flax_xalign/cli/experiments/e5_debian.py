@@ -61,7 +61,7 @@ RETRIEVAL_MAX_LENGTH = 128  # Tokens of a help paragraph kept for retrieval (the
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The setting's flags (shared by both drivers)."""
   group = parser.add_argument_group("debian setting")
-  group.add_argument("--debian_data", default="runs/debian_data", help="the `flax_xalign.debian_data` output")
+  group.add_argument("--debian_data", default="runs/debian_data", help="the `xalign debian_data` output")
   group.add_argument("--debian_languages", default="", help="comma list besides English (default: every built one)")
   group.add_argument("--debian_e5_dir", default="runs/e5_debian", help="the imported, help-trimmed e5-small")
   group.add_argument("--debian_steps", type=int, default=80, help="continuation steps of every objective")
@@ -177,6 +177,7 @@ def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str],
   from flax_xalign.runs import Run
 
   start = time.perf_counter()
+  run = Run.open(model_dir)  # Once: BLI and retrieval score the same step.
   bli: dict[str, Any] = {}
   for lang in languages:
     gold = gold_for(args, lang, args.model_dir)
@@ -189,8 +190,8 @@ def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str],
     # Layer 0 alone first: with contextual layers, tokens absent from the sampled sentences drop out of
     # every layer, so Hit@k and the MUSE cosine would cover only the sample's words.
     try:
-      result = harness.bli(model_dir, isomorphism=True, **common)
-      layers = harness.bli(model_dir, layers="all", max_sentences=args.debian_eval_sentences, **common)
+      result = harness.bli(run, isomorphism=True, **common)
+      layers = harness.bli(run, layers="all", max_sentences=args.debian_eval_sentences, **common)
     except UserError as e:  # E.g. no gold word is one token of the vocabulary: the other languages go on.
       log(f"  {lang}: no BLI ({e})")
       continue
@@ -198,7 +199,6 @@ def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str],
                  "per_layer_pairs": layers.get("pairs")}
   bli_seconds = time.perf_counter() - start
   retrieval: dict[str, Any] = {}
-  run = Run.open(model_dir)
   config = run.model.encoder.config
   max_length = min(RETRIEVAL_MAX_LENGTH, config.max_positions - config.position_offset)
   for lang in languages:

@@ -3,7 +3,7 @@ entry point (resumable), score it with the BLI/RSIM machinery, read its MLM
 accuracy, and run the POS zero-shot transfer of a synthetic-pair model.
 
 Every function runs what a user would run by hand (`flax_xalign.train`,
-`python -m flax_xalign.bli`, the transfer harness of the ALIGN-MLM grid), so a
+`xalign bli`, the transfer harness of the ALIGN-MLM grid), so a
 driver's table is reproducible command by command.
 """
 
@@ -63,16 +63,15 @@ def train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], ste
   return time.time() - start
 
 
-def bli(model_dir: str, **options: Any) -> dict[str, Any]:
-  """`python -m flax_xalign.bli --model_dir=model_dir --key=value ...` (options by flag name), its result dict.
+def bli(run: Any, **options: Any) -> dict[str, Any]:
+  """`xalign bli --key=value ...` (options by flag name) on `run` (a `runs.Run`), its result dict.
 
   Prints what the command prints, its JSON line last.
   """
   from flax_xalign.evaluation.lexicon.lexicon_eval import LexiconOptions, evaluate_lexicon
-  from flax_xalign.runs import Run
 
   options = LexiconOptions(**options).check()
-  result = evaluate_lexicon(Run.open(model_dir), options, log=lambda line: print(line, flush=True))
+  result = evaluate_lexicon(run, options, log=lambda line: print(line, flush=True))
   print(json.dumps(result, ensure_ascii=False), flush=True)
   return result
 
@@ -109,25 +108,23 @@ def logged_train_seconds(model_dir: str) -> float | None:
   return total
 
 
-def pos_transfer(model_dir: str, *, finetune_steps: int, cache: dict) -> dict[str, Any]:
-  """POS tagging SUP / ZS / Δ of a synthetic-pair model: fine-tune on Greek, test on the derived copy.
+def pos_transfer(run: Any, *, finetune_steps: int, cache: dict) -> dict[str, Any]:
+  """POS tagging SUP / ZS / Δ of a synthetic-pair run (a `runs.Run`): fine-tune on Greek, test on the derived copy.
 
   `cache` keeps the gold POS data between calls of one driver.
   """
   from flax_xalign.evaluation.transfer import transfer
   from flax_xalign.evaluation.transfer import transfer_data
-  from flax_xalign.runs import Run
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
   if "pos" not in cache:
     cache["pos"] = transfer_data.greek_pos("train"), transfer_data.greek_pos("test")
-  handle = Run.open(model_dir)
-  handle.register_tasks()
-  language = synthetic_tasks.language_of(handle.spec.task)
-  vocabulary = handle.vocabulary().base
+  run.register_tasks()
+  language = synthetic_tasks.language_of(run.spec.task)
+  vocabulary = run.vocabulary().base
   train_data, test_data = cache["pos"]
   result = transfer.zero_shot_transfer(
-      handle, vocabulary, task_name="pos", train=train_data, test=test_data, language=language,
+      run, vocabulary, task_name="pos", train=train_data, test=test_data, language=language,
       natural_lang=synthetic_tasks.NATURAL, derived_lang=synthetic_tasks.derived_language_code(language),
       steps=finetune_steps, batch_size=32, learning_rate=1e-3, seed=0, group_by_length=True, log=None)
   return {k: result[k] for k in ("metric", "sup", "zs", "delta", "natural")}

@@ -1,6 +1,6 @@
 """The MLM-GC miniature laboratory (Ai & Fang 2023) at laptop scale.
 
-  python -m flax_xalign.experiments.mlm_gc --model_dir=runs/mlm_gc \
+  xalign mlm_gc --model_dir=runs/mlm_gc \
       [--settings=trans,trans_inv,natural,debian] [--objectives=mlm,gc,gc_output] [--steps=N] \
       [--finetune_steps=150] [--max_sentences=N] [--fresh] [--debian_data=runs/debian_data] [--debian_steps=N] \
       [--seeds=2]
@@ -26,7 +26,7 @@ start (the `cooc` asset: window 2, distance weights 1/(d+1), c_lang).
   BLI / RSIM / MUSE cosine per language to English and sentence retrieval
   (the setting the TCS/SCS driver shares: `e5_debian`'s docstring says how).
 
-Every other model is scored with `python -m flax_xalign.bli`'s machinery: the gold
+Every other model is scored with `xalign bli`'s machinery: the gold
 translation pairs' mean cosine at the embedding layer ("MUSE cosine", Table 2;
 a multi-piece word is the mean of its pieces) next to the mean cosine of
 shuffled pairs, the cross-lingual analogy accuracy, Hit@1 of NN and CSLS, the
@@ -75,16 +75,15 @@ def _setting_gin(setting: str) -> tuple[list[str], list[str]]:
                                                 f"MIXTURE_OR_TASK_NAME='synthetic_{setting}_mlm'"]
 
 
-def _gold(setting: str, run_dir: str) -> dict[str, str]:
+def _gold(setting: str, run: Any) -> dict[str, str]:
   """The bli options naming a setting's languages and gold dictionary."""
   if setting == "natural":
     from flax_xalign.data.sources import lexicon
     path = os.path.join(os.path.dirname(lexicon.__file__), "lexicons", NATURAL_LEXICON)
     return {"src": "grc", "tgt": "en", "gold": path}
-  from flax_xalign.runs.checkpoints import read_run_spec
   from flax_xalign.tasks import synthetic as synthetic_tasks
 
-  derived = [c for c in read_run_spec(run_dir)[1].languages if c != synthetic_tasks.NATURAL][0]
+  derived = [c for c in run.spec.languages if c != synthetic_tasks.NATURAL][0]
   return {"src": synthetic_tasks.NATURAL, "tgt": derived, "gold": "token_map"}
 
 
@@ -97,6 +96,8 @@ def _row(setting: str, objective: str, run_dir: str, result: dict[str, Any], sec
 
 def setting_rows(setting: str, args: argparse.Namespace, objectives: Sequence[str], done: dict, save,
                  cache: dict) -> list[dict]:
+  from flax_xalign.runs import Run
+
   files, bindings = _setting_gin(setting)
   runs = []
   for objective in objectives:
@@ -113,11 +114,12 @@ def setting_rows(setting: str, args: argparse.Namespace, objectives: Sequence[st
       rows.append(done[(setting, objective)])
       continue
     print(f"\n--- scoring {setting} / {LABELS[objective]} ({run_dir})", flush=True)
-    result = harness.bli(run_dir, layers="all", isomorphism=True, min_count=args.min_count,
-                         max_sentences=args.max_sentences, **_gold(setting, run_dir))
+    run = Run.open(run_dir)  # Once: BLI and POS score the same step.
+    result = harness.bli(run, layers="all", isomorphism=True, min_count=args.min_count,
+                         max_sentences=args.max_sentences, **_gold(setting, run))
     row = _row(setting, objective, run_dir, result, seconds)
     if setting != "natural":
-      row["pos"] = harness.pos_transfer(run_dir, finetune_steps=args.finetune_steps, cache=cache)
+      row["pos"] = harness.pos_transfer(run, finetune_steps=args.finetune_steps, cache=cache)
     rows.append(row)
     save(row)
   return rows

@@ -1,11 +1,11 @@
 r"""The MLM-GC co-occurrence table (`flax_xalign.data.cooc`) counted by an Apache Beam pipeline.
 
-  python -m flax_xalign.data.cooc_beam --task=NAME --output=DIR [--window=2] [--split=train] \
+  xalign cooc_beam --task=NAME --output=DIR [--window=2] [--split=train] \
       [--languages=de,en] [--reference_language=en] [--drop_diagonal] [--shards=16] [--buckets=64] \
       [--runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner ...other Beam pipeline options]
-  python -m flax_xalign.data.cooc_beam --text=FILE:LANG [--text=FILE:LANG ...] --vocabulary=MODEL --output=DIR ...
+  xalign cooc_beam --text=FILE:LANG [--text=FILE:LANG ...] --vocabulary=MODEL --output=DIR ...
 
-The result is the table `python -m flax_xalign.cooc` writes for the same input:
+The result is the table `xalign cooc` writes for the same input:
 the same arrays bit for bit and the same manifest but for its `seconds`.
 
 Shape of the pipeline:

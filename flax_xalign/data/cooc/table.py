@@ -198,7 +198,7 @@ def save_table(directory: str, table: CoocTable) -> None:
 def load_table(directory: str) -> CoocTable:
   """The table `save_table` wrote; UserError naming the file when it is missing or malformed."""
   table_path, manifest_path = os.path.join(directory, TABLE_FILE), os.path.join(directory, MANIFEST_FILE)
-  fix = "count it again with `python -m flax_xalign.cooc --task=NAME --output=DIR`"
+  fix = "count it again with `xalign cooc --task=NAME --output=DIR`"
   for path in (table_path, manifest_path):
     if not os.path.isfile(path):
       raise UserError(f"{path} does not exist: {directory} holds no co-occurrence table; {fix}.")
@@ -208,7 +208,7 @@ def load_table(directory: str) -> CoocTable:
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise UserError(f"{manifest_path} is not a JSON manifest ({e}); {fix}.") from e
   if not isinstance(info, dict) or not isinstance(info.get("vocab_size"), int) or "window" not in info:
-    raise UserError(f"{manifest_path} lacks vocab_size/window: it was not written by flax_xalign.cooc; {fix}.")
+    raise UserError(f"{manifest_path} lacks vocab_size/window: it was not written by `xalign cooc`; {fix}.")
   try:
     with np.load(table_path, allow_pickle=False) as data:
       arrays = {name: np.asarray(data[name]) for name in ("indptr", "indices", "log_x")}

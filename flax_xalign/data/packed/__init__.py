@@ -2,5 +2,5 @@
 
 `format` (manifest, record layout, verification), `write` (rows -> a split on
 disk), `read` (a split -> checkpointable batches). Reading imports neither
-TensorFlow nor seqio; `python -m flax_xalign.cache` writes a split.
+TensorFlow nor seqio; `xalign cache` writes a split.
 """

@@ -1,6 +1,6 @@
 """The packed cache on disk: a manifest, ArrayRecord shards and the vocabulary, checked before use.
 
-    CACHE/                       one folder per split (`python -m flax_xalign.cache`)
+    CACHE/                       one folder per split (`xalign cache`)
       train/
         manifest.json            what the rows are and how they were made (`Manifest`)
         vocabulary.model         the tokenizer the rows were made with (or vocabulary.txt)
@@ -38,7 +38,7 @@ import numpy as np
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
-from flax_xalign.run_spec import VocabularySpec
+from flax_xalign.data.vocab.spec import VocabularySpec
 
 FORMAT = "flax_xalign.packed"
 VERSION = 1
@@ -124,10 +124,10 @@ class Manifest:
   def from_json(cls, data: Mapping[str, Any], *, where: str) -> "Manifest":
     if data.get("format") != FORMAT:
       raise UserError(f"{where} is not a flax_xalign packed-cache manifest (format {data.get('format')!r}); "
-                      "build the cache with `python -m flax_xalign.cache`.")
+                      "build the cache with `xalign cache`.")
     if data.get("version") != VERSION:
       raise UserError(f"{where} is a packed cache of format version {data.get('version')!r}; this flax_xalign "
-                      f"reads version {VERSION}: rebuild it with `python -m flax_xalign.cache`.")
+                      f"reads version {VERSION}: rebuild it with `xalign cache`.")
     try:
       fields = {k: v for k, v in data.items() if k not in ("format", "version")}
       vocabulary = dict(fields.pop("vocabulary"))
@@ -141,7 +141,7 @@ class Manifest:
                     "task_definitions": None if definitions is None else tuple(definitions)})
     except (KeyError, TypeError, ValueError) as e:
       raise UserError(f"{where} is not a readable packed-cache manifest ({type(e).__name__}: {e}); rebuild the "
-                      "cache with `python -m flax_xalign.cache`.") from None
+                      "cache with `xalign cache`.") from None
 
 
 def record_dtype(features: Sequence[tuple[str, str]], length: int) -> np.dtype:
@@ -173,7 +173,7 @@ def parse_source(value: str) -> str | None:
     return None
   if not isinstance(value, str) or not value.startswith(SCHEME) or not value[len(SCHEME):]:
     raise UserError(f"train.data={value!r} is not a data source; use \"seqio\" (the task registry, the default) "
-                    f"or \"cache:DIR\" (a folder written by `python -m flax_xalign.cache --output=DIR`).")
+                    f"or \"cache:DIR\" (a folder written by `xalign cache --output=DIR`).")
   return os.path.expanduser(value[len(SCHEME):])
 
 
@@ -206,7 +206,7 @@ class PackedSplit:
     for what, cached, run, setting in wanted:
       if cached != run:
         raise UserError(f"the packed cache {self.directory} was built with {what} {cached!r}, this run uses "
-                        f"{run!r} ({setting}); rebuild it with `python -m flax_xalign.cache` for this run's "
+                        f"{run!r} ({setting}); rebuild it with `xalign cache` for this run's "
                         "settings, or set them to the cache's.")
 
   def check_batch(self, batch_size: int) -> None:
@@ -236,7 +236,7 @@ def open_split(root: str, split: str) -> PackedSplit:
     present = sorted(s for s in os.listdir(root) if has_split(root, s)) if os.path.isdir(root) else []
     where = (f"it holds the split(s) {', '.join(present)}" if present else
              "no packed cache is there" if os.path.isdir(root) else "the folder does not exist")
-    raise UserError(f"{path} is missing: {where}; build it with `python -m flax_xalign.cache "
+    raise UserError(f"{path} is missing: {where}; build it with `xalign cache "
                     f"--task=NAME --split={split} --output={root}`.")
   try:
     with open(path, encoding="utf-8") as f:

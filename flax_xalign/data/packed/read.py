@@ -29,7 +29,7 @@ import numpy as np
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.errors import UserError
 
-BACKEND = "cache"
+BACKEND = "cache"  # Written into each saved position, checked when one is restored.
 
 
 class _HostRows(grain.MapDataset):
@@ -61,10 +61,7 @@ class PackedBatches:
 
   Attributes:
     packed: the verified split.
-    backend: "cache" (the checkpoint item that saves its state follows it).
   """
-
-  backend = BACKEND
 
   def __init__(self, packed: format_lib.PackedSplit, *, batch_size: int, seed: int | None, shuffle: bool = True,
                num_epochs: int | None = None, rows: tuple[int, int] | None = None, num_threads: int = 2,

@@ -1,7 +1,7 @@
 """Writing a packed cache split: rows -> ArrayRecord shards + vocabulary + manifest, all or nothing.
 
 The rows come from the seqio pipeline (`flax_xalign.data.pipeline.converted_examples`,
-called by `python -m flax_xalign.cache`), so the cache holds exactly what the
+called by `xalign cache`), so the cache holds exactly what the
 trainer would have been fed; seqio stays the one registry. The split is
 written into a temporary folder next to its target and renamed into place
 once every shard is closed and hashed: an interrupted write leaves no
@@ -28,7 +28,8 @@ import flax_xalign
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
-from flax_xalign.fileio import check_output_folder, no_space_error, write_atomically
+from flax_xalign.errors import no_space_error
+from flax_xalign.fileio import check_output_folder, write_atomically
 
 SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per process on large caches.
 

@@ -33,7 +33,7 @@ back to English) and left out of that language's files; likewise a catalogue ent
 empty msgstr or one equal to its msgid. `.mo` files hold no fuzzy entries (msgfmt drops
 them unless built with --use-fuzzy), so none can be skipped here.
 
-Output layout (`build`): see `flax_xalign.debian_data`. The .mo and dictionary file readers are
+Output layout (`build`): see `xalign debian_data`. The .mo and dictionary file readers are
 `data/debian_formats.py` (re-exported here).
 """
 

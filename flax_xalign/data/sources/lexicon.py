@@ -1,13 +1,13 @@
 r"""Bilingual word lexicons in MUSE format, and the shipped Greek->English one.
 
-    python -m flax_xalign.data.lexicon --output=grc-en.train.txt [--min_count=2] [--split=train]
+    xalign lexicon --output=grc-en.train.txt [--min_count=2] [--split=train]
 
 MUSE format: one `source target` pair per line, the two words separated by
 white space; a source with several translations has several lines.
 `read_lexicon` reads it (blank lines skipped) into `{source: [target, ...]}`.
 
 The shipped gold lexicon `lexicons/grc-en.train.txt` (the BLI gold of
-`python -m flax_xalign.bli --gold=...`; `SHIPPED_GREEK_ENGLISH`) is built by
+`xalign bli --gold=...`; `SHIPPED_GREEK_ENGLISH`) is built by
 `greek_english_lexicon` from the manual SBLGNT-BSB word alignments of the
 *training* books (`bible.gold_alignments("train")`), so nothing of the
 validation or test books leaks into it:

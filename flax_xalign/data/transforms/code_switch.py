@@ -10,7 +10,7 @@ line:
 
 * MUSE: `source target`, two whitespace-separated words (or `source<TAB>target`); a source word may
   have several lines, one per translation.
-* `python -m flax_xalign.bli` output: `source<TAB>target<TAB>score`, SentencePiece pieces. A leading
+* `xalign bli` output: `source<TAB>target<TAB>score`, SentencePiece pieces. A leading
   '▁' marks a word start and is removed; a pair whose source or target piece lacks it is a
   word-internal piece (a suffix, not a word of the text) and is skipped, counted and reported. In
   a file with no '▁' but '##' continuations (a WordPiece vocabulary), '##' pieces are the
@@ -83,7 +83,7 @@ def _entry(path: str, number: int, line: str) -> tuple[str, str, bool]:
   elif len(fields) != 2:
     raise errors.UserError(
         f"{path}:{number}: expected 'source target' (MUSE) or 'source<TAB>target<TAB>score' "
-        f"(python -m flax_xalign.bli), found {len(fields)} fields: {line!r}.")
+        f"(xalign bli), found {len(fields)} fields: {line!r}.")
   if not fields[0] or not fields[1]:
     raise errors.UserError(
         f"{path}:{number}: the {'source' if not fields[0] else 'target'} column is empty; every "
@@ -110,7 +110,7 @@ def read_bilingual_dictionary(path: str, *, log: Callable[[str], Any] = print) -
   if not os.path.isfile(path):
     raise errors.UserError(
         f"Dictionary file {path} does not exist (working directory {os.getcwd()}); write one in "
-        "MUSE format ('source target' per line) or with `python -m flax_xalign.bli --output=...`.")
+        "MUSE format ('source target' per line) or with `xalign bli --output=...`.")
   entries = []
   first = True
   for number, line in utf8_lines(path, what="the dictionary"):

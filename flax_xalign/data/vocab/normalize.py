@@ -2,7 +2,7 @@
 
 A task (`TextTask(normalize=...)`, `TsvBitextTask(normalize=...)`) normalises
 its text inside the tf.data pipeline with `normalize_tf`; the word aligner
-(`WordAligner(normalize=...)`, `python -m flax_xalign.align --normalize=...`)
+(`WordAligner(normalize=...)`, `xalign align --normalize=...`)
 normalises each word in Python with `normalize_text`. The two agree (tested on
 polytonic Greek, accented Latin, already-stripped and empty text), so a model
 trained on normalised text is aligned on text normalised the same way.

@@ -43,7 +43,7 @@ what XLM used. `train_sentencepiece` defaults to unigram for user corpora.
 
 Command line (one sentence per line in each input file):
 
-  python -m flax_xalign.data.vocab --input=a.txt --input=b.txt \
+  xalign vocab --input=a.txt --input=b.txt \
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
 """
 
@@ -181,8 +181,7 @@ def check_special_ids(processor: spm.SentencePieceProcessor,
   if low >= high:
     raise errors.UserError(
         f"SentencePiece model {path} has no text pieces besides its special "
-        f"tokens ({found}, {size} pieces); retrain it with `python -m "
-        "flax_xalign.data.vocab.sentencepiece`.")
+        f"tokens ({found}, {size} pieces); retrain it with `xalign vocab`.")
   return found
 
 
@@ -268,16 +267,15 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
   path = str(path)
   if not os.path.isfile(path):
     raise errors.UserError(
-        f"SentencePiece model {path} does not exist; train one with `python -m "
-        "flax_xalign.data.vocab.sentencepiece --input=FILE --vocab_size=N "
-        "--output=PREFIX` or fix the path.")
+        f"SentencePiece model {path} does not exist; train one with `xalign vocab "
+        "--input=FILE --vocab_size=N --output=PREFIX` or fix the path.")
   vocabulary = TextVocabulary(path, extra_ids=0)
   try:
     processor = vocabulary.tokenizer
   except Exception as e:  # SentencePiece raises several types on bad bytes.
     raise errors.UserError(
         f"{path} is not a readable SentencePiece model ({e}); retrain it with "
-        "`python -m flax_xalign.data.vocab`.") from e
+        "`xalign vocab`.") from e
   check_special_ids(processor, path)
   return vocabulary
 

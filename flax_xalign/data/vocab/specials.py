@@ -119,11 +119,11 @@ def special_tokens_of(vocabulary: Any) -> SpecialTokens:
   mask = processor.piece_to_id("<mask>")
   if mask == ids["unk"] or mask < 0:
     raise ValueError("the SentencePiece model has no '<mask>' piece; retrain it with "
-                     "`python -m flax_xalign.data.vocab` (which adds one).")
+                     "`xalign vocab` (which adds one).")
   missing = [name for name, value in ids.items() if value < 0]
   if missing:
     raise ValueError(f"the SentencePiece model defines no {', '.join(missing)} id; retrain it with "
-                     "`python -m flax_xalign.data.vocab`.")
+                     "`xalign vocab`.")
   special = {*ids.values(), mask}
   first = 0
   while first in special:  # Regular ids run from after the leading specials ...

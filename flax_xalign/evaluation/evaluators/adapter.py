@@ -1,10 +1,11 @@
 """Evaluators that are one call of an existing evaluation function.
 
-Most evaluations already exist as a library function of a MODEL_DIR with
+Most evaluations already exist as a library function of a `runs.Run` with
 keyword options; `FunctionEvaluator` adapts one to the registry's protocol
 without restating its options: they are the function's own keyword
 parameters, less those the adapter fills in from the run (`fixed`), with the
-function's defaults. So a typo in an option is caught by the registry before
+function's defaults. The function gets the run itself, at the step it was
+opened at, never its folder to open again. So a typo in an option is caught by the registry before
 anything runs, and a new option of the function is an evaluator option at once.
 `OptionsEvaluator` does the same for a function of a run and a frozen
 dataclass of options (the lexicon and retrieval evaluations, whose options
@@ -29,7 +30,7 @@ class FunctionEvaluator:
   """
 
   function: Callable[[], Callable[..., Any]]
-  fixed: tuple[str, ...] = ("model_dir",)
+  fixed: tuple[str, ...] = ("run",)
   defaults: dict[str, Any] = {}
 
   def __init__(self, run: Any, **options: Any):
@@ -52,7 +53,7 @@ class FunctionEvaluator:
     return tuple(p.name for p in cls.parameters() if p.default is p.empty and p.name not in cls.defaults)
 
   def run_arguments(self) -> dict[str, Any]:
-    return {"model_dir": self.run.dir.path}
+    return {"run": self.run}
 
   def finish(self, result: Any) -> dict[str, Any]:
     return result

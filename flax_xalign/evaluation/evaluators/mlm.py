@@ -22,10 +22,10 @@ class MaskedTokenAccuracy(FunctionEvaluator):
   """
 
   function = staticmethod(_evaluate)
-  fixed = ("model_dir", "output")
+  fixed = ("run", "output")
 
   def run_arguments(self) -> dict[str, Any]:
-    return {"model_dir": self.run.dir.path, "output": None}
+    return {"run": self.run, "output": None}
 
 
 class AlignmentScore:

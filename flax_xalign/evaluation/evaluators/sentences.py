@@ -43,7 +43,7 @@ class Transfer(FunctionEvaluator):
   `source_test`, `source_lang`, `target_lang`, `steps`, `epochs`, `batch_size`, `learning_rate`, ..."""
 
   function = staticmethod(_pair_transfer)
-  fixed = ("model_dir", "output")
+  fixed = ("run", "output")
 
   def run_arguments(self) -> dict[str, Any]:
-    return {"model_dir": self.run.dir.path, "output": None}
+    return {"run": self.run, "output": None}

@@ -18,7 +18,7 @@ def _solver_fields() -> tuple[str, ...]:
 class WordAlignment:
   """Scores every (method, layer) of `word_align.WordAligner.sweep` against gold links.
 
-  The pairs and gold are what `python -m flax_xalign.align --sweep` reads:
+  The pairs and gold are what `xalign align --sweep` reads:
   `input` (`source<TAB>target` words per line) with `gold` (one entry per
   pair, `gold_format` "pharaoh" or "naacl"), or `bible_gold="test"` (the
   embedded Greek-English verses of that split and their manual gold).
@@ -91,7 +91,7 @@ class WordAlignment:
     src_lang, tgt_lang = self.languages
     if self.bible_gold:
       src_lang, tgt_lang = src_lang or "grc", tgt_lang or "en"
-    aligner, _, step = word_align.load_aligner(self.run.dir.path, src_lang=src_lang, tgt_lang=tgt_lang,
+    aligner, _, step = word_align.load_aligner(self.run, src_lang=src_lang, tgt_lang=tgt_lang,
                                                options=self.solver, similarity=self.similarity,
                                                **self.aligner_options)
     table = aligner.sweep(pairs, sure, possible, layers=self.layers, methods=self.methods, verbose=self.verbose)

@@ -1,6 +1,6 @@
 """Bilingual lexicon induction of a finished run, end to end: `evaluate_lexicon(run, LexiconOptions(...))`.
 
-What `python -m flax_xalign.bli` and the `bli` / `rsim` / `isomorphism`
+What `xalign bli` and the `bli` / `rsim` / `isomorphism`
 evaluators compute (the command's docstring describes it for users; the
 pieces are `bli.py`, `isomorphism.py` and `rsim.py` beside it):
 
@@ -85,7 +85,7 @@ class LexiconOptions:
 
 
 def evaluate_lexicon(run, options: LexiconOptions, *, log: Log = print) -> dict:
-  """The results of `options` on `run` (a `runs.Run`): the JSON object `python -m flax_xalign.bli` prints last."""
+  """The results of `options` on `run` (a `runs.Run`): the JSON object `xalign bli` prints last."""
   opts = options.check()
   model, params, spec, step = run.model, run.params(), run.spec, run.step
   missing = [code for code in (opts.src, opts.tgt) if code not in spec.languages]

@@ -36,7 +36,7 @@ label is predicted from the first `<s>`. Between natural languages (XNLI's
 English train, another language's test) `cross_lingual_transfer` reports ZS
 (source train -> target test), SUP (target train, e.g. XNLI's translate-train,
 -> target test) and Δ; `pair_transfer_from_files` does it from users' TSV
-files and a MODEL_DIR.
+files and a `runs.Run`.
 """
 
 from __future__ import annotations
@@ -104,11 +104,9 @@ def _pair_layout_of(meta: Any, pair_layout: str | None) -> str:
 
 
 def _unpacked(model: Any) -> tuple[Any, Any, Any]:
-  """(network, params, meta) of a MODEL_DIR or `runs.Run` (read here), or of a tuple given as is."""
+  """(network, params, meta) of a `runs.Run` (its parameters at its step, read here), or of a tuple given as is."""
   if isinstance(model, (str, os.PathLike)):
-    from flax_xalign.runs import Run  # Orbax only when needed.
-
-    model = Run.open(model)
+    raise TypeError(f"pass a runs.Run (Run.open({os.fspath(model)!r})) or (network, params, meta), not a path")
   if not isinstance(model, (tuple, list)):  # A runs.Run.
     return model.model, model.params(), model.spec
   return model[0], model[1], model[2]
@@ -135,7 +133,7 @@ def zero_shot_transfer(model: Any, vocabulary: Any, *, task_name: str,
   the subword ids when the language transliterates.
 
   Args:
-    model: a MODEL_DIR, a `runs.Run`, or `(model, params, meta[, ...])`;
+    model: a `runs.Run` (at the step to fine-tune from), or `(model, params, meta[, ...])`;
       `meta` is a dict with "languages" (and optionally "pair_layout") or the
       run manifest (`.languages`, `.pair_layout`), and may be None for a
       model without language embeddings.
@@ -268,14 +266,14 @@ def cross_lingual_transfer(model: Any, vocabulary: Any, *, task_name: str,
           "steps": steps_done, "seconds": time.perf_counter() - start}
 
 
-def pair_transfer_from_files(*, model_dir: str, task: str, train: str, test: str,
+def pair_transfer_from_files(run: Any, *, task: str, train: str, test: str,
                              target_train: str | None = None, source_test: str | None = None,
                              source_lang: str | None = None, target_lang: str | None = None,
                              has_header: bool = True, steps: int | None = None,
                              epochs: float | None = 2.0, batch_size: int = 32,
                              learning_rate: float = 2e-5, max_length: int = 128, seed: int = 0,
                              output: str | None = None, log: Log = print) -> dict[str, Any]:
-  """XNLI / PAWS-X zero-shot transfer of a MODEL_DIR (trained or imported) from users' TSV files.
+  """XNLI / PAWS-X zero-shot transfer of a run (trained or imported) at its step, from users' TSV files.
 
   Fine-tunes on `train` (the source language), scores `test` (the target
   language: ZS), `source_test` (natural) and, with `target_train`, the
@@ -283,7 +281,7 @@ def pair_transfer_from_files(*, model_dir: str, task: str, train: str, test: str
   vocabulary, special ids and pair layout are the run's.
 
   Args:
-    model_dir: a MODEL_DIR.
+    run: a `runs.Run`, opened at the step to fine-tune from.
     task: "xnli" (3 labels) or "pawsx" (2 labels), `transfer_data.PAIR_TASKS`.
     train, test, target_train, source_test: TSV paths (`read_pair_tsv`).
     source_lang, target_lang: the model's language codes of the two sides
@@ -291,31 +289,28 @@ def pair_transfer_from_files(*, model_dir: str, task: str, train: str, test: str
     has_header: False for headerless `premise<TAB>hypothesis<TAB>label` files.
     steps, epochs, batch_size, learning_rate, max_length, seed: fine-tuning
       (steps wins over epochs; lr 2e-5 as XTREME's XLM-R recipe).
-    output: a file name inside model_dir for the JSON result (None: none).
+    output: a file name inside the run's MODEL_DIR for the JSON result (None: none).
 
   Returns:
     `cross_lingual_transfer`'s dict plus "model_dir", "step", "label_set",
     "files", "pair_layout".
   """
-  from flax_xalign.runs import Run
-
   if task not in PAIR_TASKS:
     raise UserError(f"unknown sentence-pair task {task!r}; use one of {', '.join(PAIR_TASKS)}.")
   read = {name: None if path is None else read_pair_tsv(path, task=task, has_header=has_header)
           for name, path in (("train", train), ("test", test), ("target_train", target_train),
                              ("source_test", source_test))}
-  handle = Run.open(model_dir)
-  run, step = handle.spec, handle.step
-  vocabulary = handle.vocabulary()
+  spec, step = run.spec, run.step
+  vocabulary = run.vocabulary()
   result = cross_lingual_transfer(
-      handle, vocabulary, task_name=task, source_train=read["train"],
+      run, vocabulary, task_name=task, source_train=read["train"],
       target_test=read["test"], source_test=read["source_test"], target_train=read["target_train"],
       source_lang=source_lang, target_lang=target_lang, steps=steps,
       epochs=None if steps is not None else epochs, batch_size=batch_size,
       learning_rate=learning_rate, max_length=max_length, seed=seed,
-      label_set=PAIR_TASKS[task].labels, specials=run.vocabulary.specials, log=log)
-  result.update({"model_dir": model_dir, "step": int(step), "label_set": list(PAIR_TASKS[task].labels),
-                 "pair_layout": run.pair_layout,
+      label_set=PAIR_TASKS[task].labels, specials=spec.vocabulary.specials, log=log)
+  result.update({"model_dir": run.path, "step": int(step), "label_set": list(PAIR_TASKS[task].labels),
+                 "pair_layout": spec.pair_layout,
                  "files": {"train": train, "test": test, "target_train": target_train,
                            "source_test": source_test}})
   if log is not None:
@@ -328,5 +323,5 @@ def pair_transfer_from_files(*, model_dir: str, task: str, train: str, test: str
   if output:
     from flax_xalign.fileio import write_atomically
 
-    write_atomically(handle.dir.file(output), json.dumps(result, indent=2) + "\n")
+    write_atomically(run.dir.file(output), json.dumps(result, indent=2) + "\n")
   return result

@@ -76,11 +76,15 @@ def _origin(model_dir: str) -> dict[str, Any] | None:
     return None  # Only a hint for defaults; the run itself is read elsewhere.
 
 
-def lineage(model_dir: str, run: RunSpec) -> list[tuple[str, RunSpec]]:
-  """(MODEL_DIR, manifest) of the run, then of each warm-start source that still exists."""
+def lineage(run: Any) -> list[tuple[str, RunSpec]]:
+  """(MODEL_DIR, manifest) of `run` (a `runs.Run`) at its step, then of each warm-start source that still exists.
+
+  A source is read at its latest step: the manifest records its folder, not
+  the step the warm start took.
+  """
   from flax_xalign.runs.checkpoints import read_run_spec
 
-  chain, seen = [(model_dir, run)], {os.path.realpath(model_dir)}
+  chain, seen = [(run.path, run.spec)], {os.path.realpath(run.path)}
   while len(chain) < _MAX_LINEAGE:
     source = chain[-1][1].init_from_checkpoint
     if not source or not os.path.isdir(source) or os.path.realpath(source) in seen:
@@ -132,17 +136,17 @@ def _model_encoding(chain: list[tuple[str, RunSpec]]) -> tuple[str, str, str]:
   return "separate", "cosine", "never trained on joint pairs (no TLM/DWA in the run or its warm start): SimAlign's way"
 
 
-def resolve(model_dir: str, run: RunSpec, *, normalize: str | None = None, encoding: str | None = None,
+def resolve(run: Any, *, normalize: str | None = None, encoding: str | None = None,
             similarity: str | None = None, pair_layout: str = "restart") -> AlignerDefaults:
   """The settings to align with: each passed value, else the model's default.
 
   Args:
-    model_dir: the MODEL_DIR (its `origin.json` and warm-start chain are read).
-    run: its run manifest.
+    run: a `runs.Run`: its manifest at the opened step, its `origin.json`
+      and its warm-start chain are read.
     normalize, encoding, similarity: what the user passed; None = follow the model.
     pair_layout: the layout the aligner will use; "continuous" has no separate encoding.
   """
-  chain = lineage(model_dir, run)
+  chain = lineage(run)
   sources = {}
   if normalize is None:
     normalize, sources["normalize"] = _model_normalize(chain)

@@ -4,10 +4,10 @@ The evaluations live in `mlm_eval`, `word_align` and `alignment_score`; this
 module reads run manifests and puts several models' results together for
 notebooks/evaluate.ipynb (and any other report):
 
-    summary = report.describe("runs/e5", label="multilingual-e5-small")
-    print(summary.format())
-    results = {label: report.evaluate_alignment(model_dir, settings={"encoding": "separate"})
-               for label, model_dir in model_dirs}
+    models = report.describe_all([("multilingual-e5-small", "runs/e5"), ...])  # each run opened once
+    print(models["multilingual-e5-small"].format())
+    results = {label: report.evaluate_alignment(summary.handle, settings={"encoding": "separate"})
+               for label, summary in models.items()}
     print(report.best_layer_table(results))
     report.plot_layers(results, "runs/evaluation/aer_layers.png")
 """
@@ -31,8 +31,8 @@ from flax_xalign.run_spec import RunSpec
 # The keys of an aligner settings dict: AlignmentSolver's fields, and evaluate_alignment's own options.
 SOLVER_SETTINGS = tuple(f.name for f in dataclasses.fields(ops.AlignmentSolver))
 ALIGNMENT_SETTINGS = ("normalize", "encoding", "pair_layout", "max_length", "batch_size", "layers", "methods")
-_HOW_TO_MAKE = ("make the models with `python -m flax_xalign.interop.e5_small --output=runs/e5` (the imported "
-                "multilingual-e5-small) or `python -m flax_xalign.demo --start=scratch` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
+_HOW_TO_MAKE = ("make the models with `xalign e5_small --output=runs/e5` (the imported "
+                "multilingual-e5-small) or `xalign demo --start=scratch` (trained runs in runs/demo/cold and runs/demo/xlm_align), "
                 "or change MODEL_DIRS")
 
 
@@ -43,10 +43,11 @@ class ModelSummary:
   Attributes:
     label: the name the report shows.
     model_dir: the MODEL_DIR.
-    step: its latest checkpoint step.
+    step: the checkpoint step described (the latest unless the run was opened at another).
     run: the run manifest (`runs.Run.spec`).
     origin: origin.json of an imported model (`RunDir.origin`), else None.
     num_params: parameters of the encoder with its MLM head.
+    handle: the run itself (`runs.Run` at `step`): what the evaluations take.
   """
 
   label: str
@@ -55,6 +56,7 @@ class ModelSummary:
   run: RunSpec
   origin: Mapping[str, Any] | None
   num_params: int
+  handle: Any = dataclasses.field(repr=False, compare=False)  # A Run: not part of what the summary says.
 
   @property
   def imported(self) -> bool:
@@ -105,47 +107,52 @@ class ModelSummary:
     return "\n".join(lines)
 
 
-def describe(model_dir: str, *, label: str | None = None) -> ModelSummary:
-  """Reads MODEL_DIR's manifest (and origin.json); loads no parameters."""
+def describe(run: Any, *, label: str | None = None) -> ModelSummary:
+  """What `run` (a `runs.Run`) is at its step, from its manifest (and origin.json); loads no parameters."""
   import jax
 
   from flax_xalign.models.flops import count_params
-  from flax_xalign.runs import Run
-  from flax_xalign.runs.checkpoints import find_latest_step
 
-  if find_latest_step(model_dir) is None:
-    raise UserError(f"{model_dir} has no checkpoint; {_HOW_TO_MAKE}.")
-  handle = Run.open(model_dir)
   origin = None
-  if os.path.isfile(handle.dir.origin):
-    with open(handle.dir.origin, encoding="utf-8") as f:
+  if os.path.isfile(run.dir.origin):
+    with open(run.dir.origin, encoding="utf-8") as f:
       origin = json.load(f)
-  model = handle.model
+  model = run.model
   shapes = jax.eval_shape(lambda key: model.init(key, batch=1, length=8), jax.random.key(0))
-  return ModelSummary(label=label or model_dir, model_dir=model_dir, step=handle.step, run=handle.spec,
-                      origin=origin, num_params=count_params(shapes))
+  return ModelSummary(label=label or run.path, model_dir=run.path, step=run.step, run=run.spec,
+                      origin=origin, num_params=count_params(shapes), handle=run)
 
 
 def describe_all(model_dirs: Sequence[tuple[str, str]]) -> dict[str, ModelSummary]:
-  """{label: ModelSummary} of (label, MODEL_DIR) pairs, in order; labels must be distinct."""
+  """{label: ModelSummary} of (label, MODEL_DIR) pairs, in order, each run opened once at its latest step.
+
+  Labels must be distinct. A notebook's edge: the summaries' `handle`s are
+  what the evaluations take.
+  """
+  from flax_xalign.runs import Run
+  from flax_xalign.runs.checkpoints import find_latest_step
+
   labels = [label for label, _ in model_dirs]
   if not labels:
     raise UserError(f"MODEL_DIRS is empty; name at least one (label, MODEL_DIR): {_HOW_TO_MAKE}.")
   repeated = sorted({label for label in labels if labels.count(label) > 1})
   if repeated:
     raise UserError(f"MODEL_DIRS repeats the label(s) {', '.join(map(repr, repeated))}; give each model its own.")
-  return {label: describe(model_dir, label=label) for label, model_dir in model_dirs}
+  for _, model_dir in model_dirs:
+    if find_latest_step(model_dir) is None:
+      raise UserError(f"{model_dir} has no checkpoint; {_HOW_TO_MAKE}.")
+  return {label: describe(Run.open(model_dir), label=label) for label, model_dir in model_dirs}
 
 
 # ------------------------------------------------------------------ word alignment
 
 
-def evaluate_alignment(model_dir: str, *, settings: Mapping[str, Any] | None = None, **kwargs: Any
+def evaluate_alignment(run: Any, *, settings: Mapping[str, Any] | None = None, **kwargs: Any
                        ) -> dict[str, Any]:
   """`word_align.evaluate_alignment` with the aligner's settings in one flat dict.
 
   Args:
-    model_dir: the MODEL_DIR.
+    run: a `runs.Run` (e.g. a summary's `handle`), at the step to score.
     settings: AlignmentSolver fields (`similarity`, `sinkhorn_kernel`, `mu`, ...) and
       evaluate_alignment options (`normalize`, `encoding`, `max_length`, `batch_size`,
       `layers`, `methods`) together, as a notebook's parameters hold them.
@@ -161,7 +168,7 @@ def evaluate_alignment(model_dir: str, *, settings: Mapping[str, Any] | None = N
   solver = ops.AlignmentSolver(**{k: v for k, v in settings.items() if k in SOLVER_SETTINGS})
   options = {k: v for k, v in settings.items() if k in ALIGNMENT_SETTINGS}
   kwargs.setdefault("verbose", False)
-  return word_align.evaluate_alignment(model_dir, options=solver, similarity=similarity, **options, **kwargs)
+  return word_align.evaluate_alignment(run, options=solver, similarity=similarity, **options, **kwargs)
 
 
 def _aligner_name(result: Mapping[str, Any]) -> str:

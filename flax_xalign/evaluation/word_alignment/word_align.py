@@ -403,12 +403,12 @@ def checkpoint_language_pair(run: RunSpec) -> tuple[str, str] | None:
   return pairs.pop() if len(pairs) == 1 else None
 
 
-def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str | None = None,
+def load_aligner(run: Any, *, src_lang: str | None = None, tgt_lang: str | None = None,
                  vocabulary_path: str | None = None, pair_layout: str | None = None,
                  options: ops.AlignmentSolver | None = None, similarity: str | None = None,
                  normalize: str | None = None, encoding: str | None = None,
                  **kwargs: Any) -> tuple[WordAligner, RunSpec, int]:
-  """(WordAligner, run manifest, step) for the latest checkpoint in `model_dir`.
+  """(WordAligner, run manifest, step) of `run` (a `runs.Run`) at the step it was opened at.
 
   The language pair defaults to the run's bitext task (side a -> side b);
   with two languages, naming one side picks the other. The pair layout
@@ -419,33 +419,31 @@ def load_aligner(model_dir: str, *, src_lang: str | None = None, tgt_lang: str |
   chosen and why. `kwargs` go to WordAligner (max_length, batch_size).
   """
   from flax_xalign.evaluation.word_alignment import model_defaults
-  from flax_xalign.runs import Run
 
-  handle = Run.open(model_dir)
-  run, step = handle.spec, handle.step
-  pair_layout = pair_layout or run.pair_layout
-  settings = model_defaults.resolve(model_dir, run, normalize=normalize, encoding=encoding, similarity=similarity,
+  spec, step = run.spec, run.step
+  pair_layout = pair_layout or spec.pair_layout
+  settings = model_defaults.resolve(run, normalize=normalize, encoding=encoding, similarity=similarity,
                                     pair_layout=pair_layout)
   options = dataclasses.replace(options or ops.AlignmentSolver(), similarity=settings.similarity)
-  languages = list(run.languages)
+  languages = list(spec.languages)
   if src_lang is None or tgt_lang is None:
     if (src_lang or tgt_lang) and len(languages) == 2:
       named = src_lang or tgt_lang
       other = [l for l in languages if l != named]
       src_lang, tgt_lang = (named, other[-1]) if src_lang else (other[-1], named)
     else:
-      pair = checkpoint_language_pair(run)
+      pair = checkpoint_language_pair(spec)
       if pair is None:
-        raise UserError(f"cannot tell the source and target language of {model_dir} (languages "
+        raise UserError(f"cannot tell the source and target language of {run.path} (languages "
                         f"{languages}); pass --src_lang and --tgt_lang.")
       src_lang, tgt_lang = pair
-  vocabulary = handle.vocabulary(path=vocabulary_path)
-  aligner = WordAligner(handle.model, handle.params(), vocabulary, languages=languages, src_lang=src_lang,
-                        tgt_lang=tgt_lang, specials=run.vocabulary.specials,
+  vocabulary = run.vocabulary(path=vocabulary_path)
+  aligner = WordAligner(run.model, run.params(), vocabulary, languages=languages, src_lang=src_lang,
+                        tgt_lang=tgt_lang, specials=spec.vocabulary.specials,
                         pair_layout=pair_layout, options=options,
                         normalize=settings.normalize, encoding=settings.encoding, **kwargs)
   aligner.settings = settings
-  return aligner, run, step
+  return aligner, spec, step
 
 
 # -------------------------------------------------------------- Bible gold
@@ -503,16 +501,17 @@ def score_tables(table: Mapping[tuple[str, int], aer.AlignmentScores]) -> tuple[
   return scores, best
 
 
-def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[int] | None = None,
+def evaluate_alignment(run: Any, *, split: str = "test", layers: Iterable[int] | None = None,
                        methods: Sequence[str] = SWEEP_METHODS, output_dir: str | None = None,
                        max_pairs: int | None = None, batch_size: int = 32, max_length: int = 256,
                        options: ops.AlignmentSolver | None = None, similarity: str | None = None,
                        normalize: str | None = None, encoding: str | None = None,
                        pair_layout: str | None = None, verbose: bool = True) -> dict[str, Any]:
-  """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English).
+  """AER/P/R/F1 per method and layer on the Bible gold alignments (Greek -> English) of `run` at its step.
 
-  Writes `aer.json` (the returned dict), `aer.md` (markdown table) and
-  `aer_layers.png` (AER against layer) into `output_dir` (default model_dir).
+  `run` is a `runs.Run`. Writes `aer.json` (the returned dict), `aer.md`
+  (markdown table) and `aer_layers.png` (AER against layer) into
+  `output_dir` (default the run's MODEL_DIR).
 
   `pair_layout` defaults to the run's; `similarity`, `normalize` and
   `encoding` left as None follow the model (see `load_aligner`).
@@ -528,14 +527,11 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
      "diagonal_baseline": scores of linking word i to word round(i * m / n),
      "seconds", "seconds_per_1000_pairs", "truncated_pairs", "files"}.
   """
-  from flax_xalign.runs.checkpoints import read_run_spec
-
-  run = read_run_spec(model_dir)[1]
-  languages = list(run.languages)
-  if run.model.num_languages and not {"grc", "en"} <= set(languages):
-    raise UserError(f"{model_dir} was trained on {languages}; the Bible gold alignments are Greek-English "
-                    "(grc, en). Use python -m flax_xalign.align with your own gold file instead.")
-  aligner, run, step = load_aligner(model_dir, src_lang="grc", tgt_lang="en", max_length=max_length,
+  languages = list(run.spec.languages)
+  if run.spec.model.num_languages and not {"grc", "en"} <= set(languages):
+    raise UserError(f"{run.path} was trained on {languages}; the Bible gold alignments are Greek-English "
+                    "(grc, en). Use xalign align with your own gold file instead.")
+  aligner, spec, step = load_aligner(run, src_lang="grc", tgt_lang="en", max_length=max_length,
                                     batch_size=batch_size, options=options, similarity=similarity,
                                     normalize=normalize, encoding=encoding, pair_layout=pair_layout)
   options, settings = aligner.options, aligner.settings
@@ -549,11 +545,11 @@ def evaluate_alignment(model_dir: str, *, split: str = "test", layers: Iterable[
   # Reference point: link each source word to the target word at the same relative position.
   diagonal = [{(i, min(len(b) - 1, round(i * len(b) / len(a)))) for i in range(len(a))} if a and b else set()
               for a, b in pairs]
-  output_dir = output_dir or model_dir
+  output_dir = output_dir or run.path
   files = {"json": os.path.join(output_dir, "aer.json"), "markdown": os.path.join(output_dir, "aer.md"),
            "plot": os.path.join(output_dir, "aer_layers.png")}
   results = {
-      "model_dir": model_dir, "step": int(step), "task": run.task, "split": split,
+      "model_dir": run.path, "step": int(step), "task": spec.task, "split": split,
       "pairs": len(pairs), "src_lang": "grc", "tgt_lang": "en", **dataclasses.asdict(options),
       "normalize": settings.normalize, "encoding": settings.encoding, "pair_layout": aligner.pair_layout,
       "settings_from": dict(settings.sources),

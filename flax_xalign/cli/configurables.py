@@ -67,6 +67,7 @@ def register() -> None:
   global _REGISTERED
   if _REGISTERED:
     return
+  from flax_xalign.cli.run_edge import taking_model_dir
   from flax_xalign.evaluation import mlm_eval
   from flax_xalign.evaluation import registry as evaluation_registry
   from flax_xalign.evaluation.transfer import transfer
@@ -86,8 +87,10 @@ def register() -> None:
   gin.external_configurable(TrainConfig, name="train", module="flax_xalign")
   gin.external_configurable(train_job, name="train_job", module="flax_xalign",
                             denylist=["write_config", "assets_only"])
-  gin.external_configurable(mlm_eval.evaluate, name="evaluate", module="flax_xalign")
-  gin.external_configurable(transfer.pair_transfer_from_files, name="pair_transfer", module="flax_xalign")
+  # The evaluations take a runs.Run; gin names its folder, opened once here.
+  gin.external_configurable(taking_model_dir(mlm_eval.evaluate), name="evaluate", module="flax_xalign")
+  gin.external_configurable(taking_model_dir(transfer.pair_transfer_from_files), name="pair_transfer",
+                            module="flax_xalign")
   gin.external_configurable(eval_job, name="eval_job", module="flax_xalign")
   gin.external_configurable(evaluation_registry.run_evaluators, name="evaluators", module="flax_xalign")
   _REGISTERED = True

@@ -30,8 +30,9 @@ from flax_xalign.errors import ArgumentParser, UserError
 from flax_xalign.fileio import write_atomically
 from flax_xalign.run_dir import CONFIG_GIN, RunDir
 
-PACKAGE_GIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gin_configs")
-REPO_GIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gin_configs")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # flax_xalign/ (this file is in cli/)
+PACKAGE_GIN_DIR = os.path.join(_PACKAGE, "gin_configs")
+REPO_GIN_DIR = os.path.join(os.path.dirname(_PACKAGE), "gin_configs")
 
 
 def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
@@ -129,7 +130,7 @@ def check_flags(argv: Sequence[str], *, description: str,
 
 def parse_gin(args: argparse.Namespace) -> None:
   """Parses the gin files and bindings; the task families are registered only when the config names one."""
-  from flax_xalign import configurables
+  from flax_xalign.cli import configurables
 
   paths = search_paths(args.gin_search_paths)
   _harden_gin_file_lookup(paths)
@@ -371,7 +372,7 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
   noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
   try:
     args = check_flags(argv, description=description, default_gin_files=default_gin_files)
-    from flax_xalign import configurables  # After the flags: it imports the library (seqio, TensorFlow, JAX).
+    from flax_xalign.cli import configurables  # After the flags: it imports the library (seqio, TensorFlow, JAX).
 
     configurables.register()
     parse_gin(args)

@@ -1,0 +1,93 @@
+"""`CacheSource`: a task read from a packed cache (`xalign cache`), with no TensorFlow.
+
+Languages, pairs, vocabulary and task definitions come from the cache's
+manifest; the batches from `flax_xalign.data.packed.read` (Grain), whose
+position is saved as JSON in `data_iterator_cache/`. This module imports
+neither seqio nor TensorFlow (tests/training/no_tf_train.py refuses them in a
+training run from a cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import jax
+
+from flax_xalign.data.packed import format as packed_format
+from flax_xalign.data.packed import read as packed_read
+from flax_xalign.errors import UserError
+from flax_xalign.training.data_positions import CACHE_POSITION, DataPosition
+from flax_xalign.training.data_source import DataSource, check_shards
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSource(DataSource):
+  """A task's packed cache (see `DataSource`).
+
+  Attributes:
+    directory: the cache folder (one sub-folder per split).
+  """
+
+  directory: str
+  _opened: dict[str, packed_format.PackedSplit] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+  kind: ClassVar[str] = "cache"
+  position: ClassVar[DataPosition] = CACHE_POSITION
+
+  @classmethod
+  def open(cls, directory: str, name: str, *, languages: Sequence[str] | None = None) -> "CacheSource":
+    """The cache at `directory`, read from its train split; UserError unless it was built from task `name`."""
+    packed = packed_format.open_split(directory, "train")
+    manifest = packed.manifest
+    if manifest.task != name:
+      raise UserError(f"the packed cache {directory} was built from task {manifest.task!r}, this run trains "
+                      f"{name!r} (MIXTURE_OR_TASK_NAME); set MIXTURE_OR_TASK_NAME={manifest.task!r} or build a "
+                      f"cache of {name!r}.")
+    if languages is not None and sorted(set(languages)) != list(manifest.languages):
+      raise UserError(f"the packed cache {directory} holds languages {list(manifest.languages)}, this run asks for "
+                      f"{sorted(set(languages))} (train.languages); rebuild the cache with them or drop the "
+                      "setting.")
+    source = cls(name=name, languages=manifest.languages, language_pairs=manifest.language_pairs,
+                 vocabulary=packed_format.file_vocabulary(packed), vocabulary_spec=manifest.vocabulary,
+                 definitions=manifest.task_definitions, directory=directory)
+    source._opened["train"] = packed  # pylint: disable=protected-access  (verified just now)
+    return source
+
+  @property
+  def where(self) -> str:
+    return f"the packed cache {self.directory}"
+
+  def how_to_add_split(self, split: str) -> str:
+    return f"build it with `xalign cache --task={self.name} --split={split} --output={self.directory}`"
+
+  def has_split(self, split: str) -> bool:
+    """Whether that split of the cache was built."""
+    return packed_format.has_split(self.directory, split)
+
+  def open_split(self, split: str) -> packed_format.PackedSplit:
+    """The verified split (sha256 of every shard checked once per split)."""
+    if split not in self._opened:
+      self._opened[split] = packed_format.open_split(self.directory, split)
+    return self._opened[split]
+
+  def batches(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int, split: str = "train",
+              shuffle: bool = True, num_epochs: int | None = None, pack: bool = True, pair_layout: str = "restart",
+              both_directions: bool = False, data_shards: int | None = None, links: bool = False):
+    """Global batch b is rows [b*B, (b+1)*B) of the cache's seeded permutation (`data.packed.read`).
+
+    Host h of H reads its rows [h*B/H, (h+1)*B/H): `data_shards` (still
+    checked) does not change a cache's batches. Word links are not stored.
+    """
+    hosts, host = jax.process_count(), jax.process_index()
+    check_shards(data_shards, batch_size, hosts)
+    if links:
+      raise UserError(f"this run's objectives learn from given word links (link_groups), which a packed cache "
+                      f"does not store yet; train from seqio (train.data='seqio') instead of {self.directory}.")
+    packed = self.open_split(split)
+    packed.check_run(task=self.name, length=feature_lengths["tokens"], pair_layout=pair_layout,
+                     both_directions=both_directions, pack=pack, languages=self.languages)
+    per_host = batch_size // hosts
+    return packed_read.PackedBatches(packed, batch_size=batch_size, seed=seed, shuffle=shuffle,
+                                     num_epochs=num_epochs, rows=(host * per_host, (host + 1) * per_host))
