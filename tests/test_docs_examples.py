@@ -16,10 +16,11 @@ How runnable blocks run: the blocks of one markdown file, in order, as one `bash
 script each, in one fresh temporary folder per file (a later block may read what an earlier one
 wrote, e.g. `runs/tiny`). The folder links the repository's inputs (docs/, gin_configs/, bench/,
 tools/, flax_xalign/, tasks/, notebooks/, the Makefile: `LINKED`), so a block reads as typed in the
-repository root, and `$REPO` names the root. The toy corpus of the examples is docs/examples/. `xalign NAME ...` runs `python -m flax_xalign.cli.NAME` or, for an experiment driver,
-`python -m flax_xalign.cli.experiments.NAME` (whichever module exists; otherwise
-`python -m flax_xalign.cli ...`, e.g. `xalign --help`), and `python`/`python3` is this
-interpreter (`sys.executable`), with this checkout first on PYTHONPATH and JAX on the CPU.
+repository root, and `$REPO` names the root; the toy corpus of the examples is docs/examples/.
+`xalign ...` runs `python -m flax_xalign.cli ...`, the console script's own front (in a checkout
+without it, `xalign NAME` runs `python -m flax_xalign.cli.NAME` or, for an experiment driver,
+`flax_xalign.cli.experiments.NAME`), and `python`/`python3` is this interpreter (`sys.executable`),
+with this checkout first on PYTHONPATH and JAX on the CPU.
 
 The unit tier also checks, without running anything: every `xalign NAME` in the docs names a
 command; README's table of commands lists exactly the command modules of flax_xalign/cli/ (those
@@ -47,9 +48,6 @@ CLI = REPO / "flax_xalign" / "cli"
 SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 # Repository folders a block may read by a relative path; linked into each file's temporary folder.
 LINKED = ("docs", "gin_configs", "bench", "tools", "flax_xalign", "tasks", "notebooks", "Makefile", "setup.py", "pyproject.toml")
-# docs/INTERFACES.md belongs to the module owners (its python example runs in tests/assets/test_docs_example.py);
-# it is parsed like every page, but its prose may still name library modules by their `-m` paths.
-OLD_SPELLINGS_EXEMPT = {"docs/INTERFACES.md"}
 TIMEOUT_S = {"subprocess": 300, "slow": 1200}
 
 _MARK = re.compile(r"^\s*<!--\s*(runnable(?::\s*(?P<tier>\w+))?|not-run:(?P<reason>.*?))\s*-->\s*$")
@@ -58,7 +56,9 @@ _FENCE = re.compile(r"^(?P<indent>\s{0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$
 PRELUDE = r"""
 xalign() {
   local name="${1:-}"
-  if [ -n "$name" ] && [ -f "$REPO/flax_xalign/cli/$name.py" ]; then
+  if [ -f "$REPO/flax_xalign/cli/__main__.py" ]; then
+    "$PY" -m flax_xalign.cli "$@"
+  elif [ -n "$name" ] && [ -f "$REPO/flax_xalign/cli/$name.py" ]; then
     shift; "$PY" -m "flax_xalign.cli.$name" "$@"
   elif [ -n "$name" ] && [ -f "$REPO/flax_xalign/cli/experiments/$name.py" ]; then
     shift; "$PY" -m "flax_xalign.cli.experiments.$name" "$@"
@@ -196,8 +196,6 @@ def test_no_removed_spellings():
   kept = re.compile(r"flax_xalign\.(train|eval|cli)\b")
   problems = []
   for path in markdown_files():
-    if _rel(path) in OLD_SPELLINGS_EXEMPT:
-      continue
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
       for m in re.finditer(r"-m\s+(flax_xalign(?:\.\w+)+)", line):
         if not kept.match(m.group(1)):
