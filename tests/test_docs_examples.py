@@ -180,6 +180,14 @@ def test_readme_table_lists_every_command_once():
                                       "not a command": sorted(set(rows) - set(commands))}
 
 
+def test_every_command_is_shown_in_a_guide():
+  """Each command appears in a shell block of docs/ (train and eval in their t5x spelling, or as xalign)."""
+  shown = "\n".join(b.text for b in all_blocks() if b.path.startswith("docs/") and b.info in SHELL_LANGS)
+  missing = [name for name in command_modules()
+             if not re.search(rf"xalign {name}\b|flax_xalign\.{name}\b", shown)]
+  assert not missing, f"commands no guide shows in a shell block: {missing}"
+
+
 def test_every_xalign_command_in_the_docs_exists():
   commands = command_modules()
   problems = []
