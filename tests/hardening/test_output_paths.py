@@ -101,6 +101,7 @@ NOT_WRITERS = {
     "experiments/mlm_gc": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
     "experiments/e5_debian": "driver",
     "experiments/e5_debian_report": "driver",
+    "xalign": "the console script: it runs another command (whose row is above) with the flags after its name",
 }
 # A command module's name in cli/ -> its row(s) above.
 MODULE_ROWS = {"align": ["align"], "bli": ["bli"], "retrieval": ["retrieval"], "eflomal": ["eflomal", "eflomal_bible"],
