@@ -282,8 +282,27 @@ def test_runnable_blocks(rel, tmp_path):
   _run_file(rel, ("subprocess",), tmp_path, {})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("rel", _files_with("slow"))
-def test_runnable_blocks_that_train(rel, tmp_path, bible_data_dir):
+# The method guides' slow pages run from tests/test_docs_method_examples.py: xdist's --dist loadfile keeps a
+# file on one worker, and the slow pages together are minutes of training, so two files let two workers share
+# them. Each page is run by exactly one of the two (test_every_slow_page_runs_in_one_of_the_two_files).
+METHOD_GUIDES = ("docs/xlm_align.md", "docs/align_mlm.md", "docs/code_switch.md", "docs/mlm_gc.md")
+
+
+def slow_pages(*, methods: bool) -> list[str]:
+  return [rel for rel in _files_with("slow") if (rel in METHOD_GUIDES) == methods]
+
+
+def run_slow_page(rel: str, tmp_path: pathlib.Path, bible_data_dir) -> None:
   """Every runnable block of one page, cheap and slow, in order (a slow block may use a cheap one's output)."""
   _run_file(rel, ("subprocess", "slow"), tmp_path, {"FLAX_XALIGN_DATA_DIR": str(bible_data_dir)})
+
+
+def test_every_slow_page_runs_in_one_of_the_two_files():
+  assert sorted(slow_pages(methods=True) + slow_pages(methods=False)) == sorted(_files_with("slow"))
+  assert set(METHOD_GUIDES) <= {_rel(path) for path in markdown_files()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", slow_pages(methods=False))
+def test_runnable_blocks_that_train(rel, tmp_path, bible_data_dir):
+  run_slow_page(rel, tmp_path, bible_data_dir)
