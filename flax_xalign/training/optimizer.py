@@ -27,6 +27,15 @@ class OptimizerConfig:
   b2: float = 0.98
   eps: float = 1e-6
   clip_norm: float = 1.0
+  # Parameter-path prefixes that train ('mlm_head' = every parameter under mlm_head/); () = all of them. The
+  # others get no update, no weight decay and no optimizer state: e.g. a warm-up of a fresh MLM head on an
+  # imported encoder that never had one (e5-small), with the encoder frozen.
+  trainable: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    if isinstance(self.trainable, str):  # A bare string would be read as a tuple of letters.
+      object.__setattr__(self, "trainable", (self.trainable,))
+    object.__setattr__(self, "trainable", tuple(self.trainable))
 
 
 def learning_rate_schedule(config: OptimizerConfig, total_steps: int) -> optax.Schedule:
@@ -53,6 +62,32 @@ def decay_mask(params: Any) -> Any:
   return jax.tree_util.tree_map_with_path(decayed, params)
 
 
+def _path_name(path: Any) -> str:
+  return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+
+
+def trainable_labels(params: Any, prefixes: tuple[str, ...]) -> Any:
+  """'train' for the parameters under one of `prefixes` (a path like 'mlm_head/norm/scale'), else 'frozen'.
+
+  Raises UserError when a prefix names no parameter (a typo would otherwise freeze the whole model).
+  """
+  from flax_xalign.errors import UserError
+
+  names = [_path_name(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+  def under(name: str, prefix: str) -> bool:
+    prefix = prefix.strip("/")
+    return name == prefix or name.startswith(prefix + "/")
+
+  unmatched = [p for p in prefixes if not any(under(n, p) for n in names)]
+  if unmatched:
+    tops = sorted({n.split("/")[0] for n in names})
+    raise UserError(f"OptimizerConfig.trainable names no parameter: {unmatched} (the model's top-level "
+                    f"parameters are {tops}); give path prefixes such as 'mlm_head', or () to train all")
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: "train" if any(under(_path_name(path), p) for p in prefixes) else "frozen", params)
+
+
 def make_optimizer(config: OptimizerConfig, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
   schedule = learning_rate_schedule(config, total_steps)
   tx = optax.chain(
@@ -62,4 +97,9 @@ def make_optimizer(config: OptimizerConfig, total_steps: int) -> tuple[optax.Gra
           weight_decay=config.weight_decay, mask=decay_mask,
       ),
   )
+  if config.trainable:
+    # The clip's global norm is then over the trained parameters only, as if the others were constants.
+    prefixes = tuple(config.trainable)
+    tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
+                               lambda params: trainable_labels(params, prefixes))
   return tx, schedule
