@@ -1,0 +1,395 @@
+r"""Builds a GPU bundle: one folder that trains AND scores a grid of experiments on a host without TensorFlow.
+
+  xalign gpu_bundle --grid=science --output=.gpu --debian_data=runs/debian_data
+  # then, on the GPU host, from the repository root with .gpu carried:
+  bash .gpu/run.sh            # results in $OUT/results.json (+ rsim.png)
+
+Run here, where seqio and TensorFlow are installed; it writes everything the host needs and nothing it can
+make itself (grid: `flax_xalign.cli.experiments.gpu_grids`):
+
+  start/     the start weights: e5-small trimmed to the grid's text, kept in its source's Q4_0 blocks
+             (lossless against what `xalign e5_small` imports), or for --grid=tiny a small MODEL_DIR
+  caches/    a packed cache per training setting (`xalign cache`): the Debian help mixture, the Bible
+             bitext with eflomal's link groups; each with the validation rows its MLM accuracy reads
+  assets/    the assets the host cannot count without seqio (lang_vocab with the pivot, the induced
+             dictionaries, the co-occurrence table), built by `xalign assets` for each experiment
+  suite/     the evaluation inputs as plain files (`flax_xalign.evaluation.offline.suite`): BLI
+             dev/test gold, RSIM/retrieval sentences, MLM rows, the Bible's validation and test gold links
+  wheels/    what the host lacks (gin-config, ...), as CPython 3.12 wheels (--wheels=download) 
+  run.sh, bundle.json (every file with its size, each part's size, the grid)
+
+The bundle must fit what one device call carries: with the checkout, 64 MiB; the bundle's own limit is
+--max_mib (default 56). One that would not fit is refused with one line naming its biggest part, and no
+bundle.json is written (the host refuses a folder without one). Intermediate work (the full e5 import,
+eflomal's links, the assets' runs) goes to --work (default OUTPUT.work), kept for a rebuild and never
+carried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flax_xalign.errors import ArgumentParser, UserError
+
+MIB = 1 << 20
+MARKER = ".xalign_gpu_bundle"  # Written first: --overwrite removes a folder only when it holds this.
+HOST_PYTHON_TAG = "3.12"
+# What the host lacks, pinned: gin for the trainer's flags; grain, array-record for packed caches (ArrayRecord).
+HOST_WHEELS = ("gin-config==0.5.0", "grain==0.2.18", "array-record==0.8.6", "portpicker==1.6.0",
+               "cloudpickle==3.1.1")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  from flax_xalign.cli.experiments import gpu_grids
+
+  parser = ArgumentParser(prog="xalign gpu_bundle", description=__doc__.splitlines()[0])
+  parser.add_argument("--grid", required=True, choices=sorted(gpu_grids.GRIDS), help="the experiment grid")
+  parser.add_argument("--output", required=True, help="the bundle folder (e.g. .gpu)")
+  parser.add_argument("--debian_data", required=True, help="the `xalign debian_data` output")
+  parser.add_argument("--languages", default="", help="Debian languages besides English (default: the grid's "
+                      "that the build has)")
+  parser.add_argument("--bible_links", default="", help="`xalign eflomal --bible` output (default: made in --work)")
+  parser.add_argument("--start_dir", default="", help="--grid=tiny: the MODEL_DIR the grid starts from")
+  parser.add_argument("--work", default="", help="intermediate files (default OUTPUT.work)")
+  parser.add_argument("--host_work", default="/tmp/xalign_gpu",
+                      help="where run.sh keeps runs on the host (the induced dictionaries name their source there)")
+  parser.add_argument("--wheels", choices=("download", "none"), default="download",
+                      help="download the host's missing wheels (needs the package index) or carry none")
+  parser.add_argument("--max_mib", type=float, default=56.0, help="the bundle's size limit in MiB (default 56)")
+  parser.add_argument("--overwrite", action="store_true", help="replace a bundle this command wrote before")
+  return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------- the output folder
+
+
+def prepare_output(path: str, *, overwrite: bool) -> str:
+  """The bundle folder, new or (with --overwrite) emptied: only a folder holding MARKER is ever removed."""
+  from flax_xalign.fileio import check_output_folder
+
+  folder = check_output_folder(path, owned=lambda f: os.path.exists(os.path.join(f, MARKER)) and overwrite,
+                               what="a GPU bundle written by xalign gpu_bundle (pass --overwrite to replace it)")
+  if os.path.isdir(folder) and os.listdir(folder):
+    shutil.rmtree(folder)
+  os.makedirs(folder, exist_ok=True)
+  with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
+    f.write("written by xalign gpu_bundle; --overwrite may remove this folder\n")
+  return folder
+
+
+def folder_bytes(path: str) -> int:
+  return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+class Budget:
+  """Bytes per part; refuses (one line, the biggest part named) once the bundle would pass the limit."""
+
+  def __init__(self, root: str, limit_mib: float):
+    self.root = root
+    self.limit = int(limit_mib * MIB)
+    self.parts: dict[str, int] = {}
+
+  def add(self, part: str) -> int:
+    size = folder_bytes(os.path.join(self.root, part)) if os.path.isdir(os.path.join(self.root, part)) else (
+        os.path.getsize(os.path.join(self.root, part)) if os.path.exists(os.path.join(self.root, part)) else 0)
+    self.parts[part] = size
+    total = sum(self.parts.values())
+    print(f"  {part}: {size / MIB:.2f} MiB (bundle so far {total / MIB:.2f} MiB of {self.limit / MIB:.0f})",
+          flush=True)
+    if total > self.limit:
+      biggest = max(self.parts, key=self.parts.get)
+      raise UserError(f"the bundle would be {total / MIB:.1f} MiB, over --max_mib={self.limit / MIB:.0f}; its "
+                      f"biggest part is {biggest} ({self.parts[biggest] / MIB:.1f} MiB): make it smaller "
+                      "(fewer cache rows or suite sentences in the grid)")
+    return size
+
+
+# ---------------------------------------------------------------------------- the parts
+
+
+def bible_links(args: argparse.Namespace, work: str) -> str:
+  """eflomal's links of the Bible (`xalign eflomal --bible`), made in WORK unless --bible_links gives them."""
+  if args.bible_links:
+    return os.path.abspath(args.bible_links)
+  target = os.path.join(work, "bible_links")
+  if not os.path.isfile(os.path.join(target, "train.links")):
+    from flax_xalign.cli import eflomal
+
+    print("eflomal: aligning the Bible for the link-labelled tasks", flush=True)
+    code = eflomal.main(["--bible", f"--output_dir={target}"])
+    if code:
+      raise UserError(f"xalign eflomal --bible --output_dir={target} failed (exit {code})")
+  return target
+
+
+def tasks_gin(path: str, *, debian_data: str, languages: Sequence[str], links: str, vocabulary: str,
+              prefix: str = "gpu") -> str:
+  """The gin file that registers the grid's tasks with `vocabulary` (for `xalign cache` / `xalign assets`)."""
+  splits = [s for s in ("train", "validation") if os.path.isfile(os.path.join(links, f"{s}.tsv"))]
+  files = {s: os.path.join(links, f"{s}.tsv") for s in splits}
+  link_files = {s: os.path.join(links, f"{s}.links") for s in splits
+                if os.path.isfile(os.path.join(links, f"{s}.links"))}
+  text = f"""# Written by xalign gpu_bundle: the grid's tasks, tokenised with {vocabulary}.
+train.user_tasks = [@DebianTasks(), @TsvBitextTask()]
+DebianTasks.data_dir = {debian_data!r}
+DebianTasks.languages = {list(languages)!r}
+DebianTasks.prefix = '{prefix}_debian'
+DebianTasks.vocabulary_path = {vocabulary!r}
+TsvBitextTask.name = '{prefix}_bible_linked'
+TsvBitextTask.files = {files!r}
+TsvBitextTask.links = {link_files!r}
+TsvBitextTask.lang_a = 'grc'
+TsvBitextTask.lang_b = 'en'
+TsvBitextTask.vocabulary_path = {vocabulary!r}
+TsvBitextTask.normalize = 'nfd_strip_marks'
+"""
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  return path
+
+
+def start_weights(args: argparse.Namespace, grid: Any, out: str, host_start: str, *, debian_data: str,
+                  languages: Sequence[str], links: str) -> dict[str, Any]:
+  """The start weights in their carried form in OUT/start/, and as the MODEL_DIR `host_start` the host will
+  make from them (made here the same way, from the carried form: the assets and suite are built against it)."""
+  target = os.path.join(out, "start")
+  if grid.start == "tiny":
+    if not args.start_dir or not os.path.isdir(os.path.join(args.start_dir, "checkpoints")):
+      raise UserError(f"--grid=tiny starts from a small MODEL_DIR: pass --start_dir=DIR (got {args.start_dir!r})")
+    shutil.copytree(args.start_dir, os.path.join(target, "model"),
+                    ignore=shutil.ignore_patterns("*.lock", "events.out.*"))
+    start = {"kind": "model_dir", "path": "start/model"}
+  else:
+    os.makedirs(target, exist_ok=True)
+    _save_e5_trimmed(os.path.join(target, E5_SOURCE), debian_data=debian_data, languages=languages, links=links)
+    start = {"kind": "e5_q4", "path": f"start/{E5_SOURCE}"}
+  from flax_xalign.cli import gpu_run
+
+  shutil.rmtree(host_start, ignore_errors=True)
+  gpu_run.make_start(os.path.join(out, start["path"]), start["kind"], host_start)
+  return start
+
+
+E5_SOURCE = "e5_small_trimmed.zip"
+
+
+def _save_e5_trimmed(path: str, *, debian_data: str, languages: Sequence[str], links: str) -> None:
+  """e5-small's source blocks trimmed to the pieces of the Debian help text and the Bible (one vocabulary for
+  both settings): `xalign e5_small --trim_vocab_to=... --save_trimmed_source=PATH`."""
+  import seqio
+
+  from flax_xalign.cli import compile_check, e5_small as e5_cli
+  from flax_xalign.tasks.debian import DebianTasks
+  from flax_xalign.tasks.user import TsvBitextTask
+
+  vocabulary = compile_check.xlmr_vocabulary()
+  DebianTasks(data_dir=debian_data, languages=tuple(languages), prefix="gpu_trim_debian",
+              vocabulary_path=vocabulary).register()
+  splits = [s for s in ("train", "validation", "test") if os.path.isfile(os.path.join(links, f"{s}.tsv"))]
+  TsvBitextTask(name="gpu_trim_bible", files={s: os.path.join(links, f"{s}.tsv") for s in splits},
+                lang_a="grc", lang_b="en", vocabulary_path=vocabulary, normalize="nfd_strip_marks").register()
+  if "gpu_trim" not in seqio.MixtureRegistry.names():
+    seqio.MixtureRegistry.add("gpu_trim", ["gpu_trim_debian_mlm", "gpu_trim_bible"], default_rate=1.0)
+  print(f"e5-small trimmed to the Debian help ({', '.join(languages)}, en) and the Bible -> {path}", flush=True)
+  code = e5_cli.main(["--trim_vocab_to=gpu_trim", "--trim_normalize=nfd_strip_marks", f"--save_trimmed_source={path}",
+                      f"--languages={','.join(['grc', 'en', *languages])}"])
+  if code:
+    raise UserError(f"writing e5-small's trimmed source {path} failed (exit {code})")
+
+
+def write_caches(grid: Any, out: str, tasks_file: str) -> dict[str, dict[str, Any]]:
+  from flax_xalign.cli import cache as cache_cli
+
+  caches = {}
+  for name, spec in grid.caches.items():
+    folder = os.path.join(out, "caches", name)
+    common = [f"--gin_file={tasks_file}", f"--task={spec.task}", f"--output={folder}", f"--length={spec.length}"]
+    print(f"cache {name}: {spec.task}, {spec.rows} train rows of {spec.length}", flush=True)
+    if cache_cli.main([*common, "--split=train", f"--examples={spec.rows}"]):
+      raise UserError(f"xalign cache of {spec.task} (train) failed; see above")
+    if spec.eval_rows:
+      if cache_cli.main([*common, "--split=validation", f"--examples={spec.eval_rows}"]):
+        raise UserError(f"xalign cache of {spec.task} (validation) failed; see above")
+    caches[name] = {"task": spec.task, "length": spec.length, "rows": spec.rows, "eval_rows": spec.eval_rows,
+                    "links": spec.links, "path": os.path.relpath(folder, out)}
+  return caches
+
+
+# Asset files the host cannot make without seqio; the vocabulary travels with the caches and the start.
+CARRIED_ASSET_FILES = ("lang_vocab.tsv", "induced_dictionary.tsv", "cooc.npz", "cooc.json")
+
+
+def write_assets(grid: Any, bundle: Mapping[str, Any], out: str, work: str, tasks_file: str, host_start: str,
+                 host_work: str) -> dict[str, str]:
+  """`xalign assets` for each distinct objective that needs assets; the carried files go to OUT/assets/KEY."""
+  from flax_xalign.cli import assets as assets_cli
+  from flax_xalign.cli import gpu_run
+
+  keys: dict[str, str] = {}
+  built: dict[str, bool] = {}
+  for experiment in bundle["experiments"]:
+    key = experiment["objective"]
+    if experiment["family"] != "debian" or experiment["name"] == "warmup":
+      continue
+    if key not in built:
+      model_dir = os.path.join(work, "assets", key)
+      shutil.rmtree(model_dir, ignore_errors=True)
+      argv = gpu_run.train_argv(out, bundle, experiment, model_dir=model_dir, init_dir=host_start, steps=1)
+      argv = [a for a in argv if not a.startswith("--gin.train.data=")] + [f"--gin_file={tasks_file}"]
+      print(f"assets of {key}", flush=True)
+      if assets_cli.main(argv):
+        raise UserError(f"xalign assets for {key} failed; see above")
+      kept = [f for f in sorted(os.listdir(model_dir)) if f in CARRIED_ASSET_FILES]
+      for f in kept:
+        os.makedirs(os.path.join(out, "assets", key), exist_ok=True)
+        shutil.copy2(os.path.join(model_dir, f), os.path.join(out, "assets", key, f))
+      built[key] = bool(kept)
+    if built[key]:
+      keys[experiment["name"]] = key
+  return keys
+
+
+def write_suite(grid: Any, out: str, *, debian_data: str, languages: Sequence[str], host_start: str) -> None:
+  """The evaluation suite every row is scored from (`evaluation.offline.suite.write_suite`)."""
+  from flax_xalign.cli import gpu_run
+  from flax_xalign.evaluation.offline.suite import SuiteSizes, write_suite as write
+  from flax_xalign.runs import Run
+
+  print("evaluation suite", flush=True)
+  write(os.path.join(out, gpu_run.SUITE_DIR), Run.open(host_start), debian_data=debian_data,
+        languages=list(languages), sizes=SuiteSizes(**grid.suite_sizes),
+        progress=lambda line: print(line, flush=True))
+
+
+def download_wheels(out: str) -> None:
+  import subprocess
+
+  target = os.path.join(out, "wheels")
+  os.makedirs(target, exist_ok=True)
+  argv = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--no-deps",
+          f"--python-version={HOST_PYTHON_TAG}", "-d", target, "--platform", "manylinux2014_x86_64",
+          "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64", *HOST_WHEELS]
+  done = subprocess.run(argv, capture_output=True, text=True, check=False)
+  if done.returncode:
+    raise UserError(f"pip download of the host's wheels failed ({done.stderr.strip().splitlines()[-1:]}); "
+                    "build where the package index can be reached, or pass --wheels=none for a host that has "
+                    "them")
+
+
+RUN_SH = """#!/usr/bin/env bash
+# Written by xalign gpu_bundle (grid {grid}): trains and scores the grid on this host, TF-free.
+#   bash {rel}/run.sh           (from the repository root; results in $OUT, default ./gpu_out)
+# BUDGET_S (default {budget:.0f}): seconds for training + scoring; PARALLEL (default 3): runs at once.
+set -euo pipefail
+here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+site="${{TMPDIR:-/tmp}}/xalign_gpu_site"
+if compgen -G "$here/wheels/*.whl" >/dev/null; then
+  python3 -m pip install --quiet --no-deps --no-index --target="$site" "$here"/wheels/*.whl
+fi
+export PYTHONPATH="$root:$site${{PYTHONPATH:+:$PYTHONPATH}}"
+export OUT="${{OUT:-$root/gpu_out}}" JAX_COMPILATION_CACHE_DIR="${{JAX_COMPILATION_CACHE_DIR:-{work}/jax_cache}}"
+cd "$root"
+exec python3 -m flax_xalign.cli.gpu_run "$here" --out="$OUT" --work="${{WORK:-{work}}}" "$@"
+"""
+
+
+def build(args: argparse.Namespace) -> dict[str, Any]:
+  from flax_xalign.cli import gpu_run
+  from flax_xalign.cli.experiments import gpu_grids
+
+  grid = gpu_grids.grid_named(args.grid)
+  debian_data = os.path.abspath(os.path.expanduser(args.debian_data))
+  if not os.path.isfile(os.path.join(debian_data, "manifest.json")):
+    raise UserError(f"--debian_data {args.debian_data} is not an `xalign debian_data` output (no manifest.json)")
+  out = prepare_output(args.output, overwrite=args.overwrite)
+  work = os.path.abspath(args.work or out.rstrip("/") + ".work")
+  host_work = os.path.abspath(args.host_work)
+  host_start = os.path.join(host_work, "start")
+  os.makedirs(work, exist_ok=True)
+  os.makedirs(host_work, exist_ok=True)
+  languages = _languages(args, debian_data)
+  budget = Budget(out, args.max_mib)
+  print(f"GPU bundle, grid {grid.name}: {grid.description}", flush=True)
+
+  links = bible_links(args, work)
+  start = start_weights(args, grid, out, host_start, debian_data=debian_data, languages=languages, links=links)
+  budget.add("start")
+  tasks_file = tasks_gin(os.path.join(work, "tasks.gin"), debian_data=debian_data, languages=languages, links=links,
+                         vocabulary=os.path.join(host_start, "vocabulary.model"))
+  caches = write_caches(grid, out, tasks_file)
+  budget.add("caches")
+  bundle = {
+      "format": "flax_xalign.gpu_bundle", "version": 1, "grid": grid.name, "budget_s": grid.budget_s,
+      "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "start": start, "caches": caches, "work": host_work, "languages": list(languages),
+      "common_bindings": list(gpu_grids.COMMON_BINDINGS),
+      "families": {f.name: {"cache": f.cache, "batch_size": f.batch_size, "share": f.share,
+                            "bindings": list(f.bindings)} for f in grid.families},
+      "experiments": [_experiment_record(e, host_start) for e in grid.all_experiments()],
+  }
+  asset_keys = write_assets(grid, bundle, out, work, tasks_file, host_start, host_work)
+  for experiment in bundle["experiments"]:
+    experiment["assets"] = asset_keys.get(experiment["name"], "")
+  budget.add("assets")
+  write_suite(grid, out, debian_data=debian_data, languages=languages, host_start=host_start)
+  budget.add(gpu_run.SUITE_DIR)
+  if args.wheels == "download":
+    download_wheels(out)
+  budget.add("wheels")
+  rel = os.path.relpath(out, os.getcwd()) if out.startswith(os.getcwd()) else out
+  with open(os.path.join(out, "run.sh"), "w", encoding="utf-8") as f:
+    f.write(RUN_SH.format(grid=grid.name, rel=rel, budget=grid.budget_s, work=host_work))
+  os.chmod(os.path.join(out, "run.sh"), 0o755)
+  budget.add("run.sh")
+  bundle["parts"] = dict(budget.parts)
+  bundle["bytes"] = sum(budget.parts.values())
+  bundle["files"] = {os.path.relpath(os.path.join(d, f), out): os.path.getsize(os.path.join(d, f))
+                     for d, _, names in os.walk(out) for f in names if f != MARKER}
+  from flax_xalign.fileio import write_atomically
+
+  write_atomically(os.path.join(out, "bundle.json"), json.dumps(bundle, indent=1, sort_keys=True))
+  print(f"bundle {out}: {bundle['bytes'] / MIB:.1f} MiB in {len(bundle['files'])} files "
+        f"({', '.join(f'{k} {v / MIB:.1f}' for k, v in budget.parts.items())} MiB). On the host: bash {rel}/run.sh",
+        flush=True)
+  return bundle
+
+
+def _experiment_record(e: Any, host_start: str) -> dict[str, Any]:
+  bindings = list(e.bindings)
+  if e.objective == "tcs":  # The encoder's embeddings after the warm-up are e5's: induce from the start.
+    bindings.append(f"train.asset_options = {{'lang_vocab': {{'min_count': %LANG_VOCAB_MIN_COUNT}}, "
+                    f"'induced_dictionary': {{'method': 'csls', 'knn': 10, 'refresh_every': 0, "
+                    f"'source': '{host_start}'}}}}")
+  return {"name": e.name, "family": e.family, "objective": e.objective, "seed": e.seed, "start": e.start,
+          "gin_files": list(e.gin_files), "bindings": bindings, "cost": e.cost, "metrics": list(e.metrics)}
+
+
+def _languages(args: argparse.Namespace, debian_data: str) -> list[str]:
+  from flax_xalign.cli.experiments import gpu_grids
+  from flax_xalign.tasks import debian as debian_tasks
+
+  built = debian_tasks._built_languages(debian_data)
+  wanted = [x for x in args.languages.split(",") if x] or [x for x in gpu_grids.DEBIAN_LANGUAGES if x in built]
+  missing = [x for x in wanted if x not in built]
+  if missing or not wanted:
+    raise UserError(f"--debian_data {args.debian_data} has no help text for {missing or wanted} "
+                    f"(it has {sorted(built)}); rebuild it with `xalign debian_data --languages=...`")
+  return wanted
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  from flax_xalign.cli import common
+
+  return common.main_of(parse_args, build, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,439 @@
+r"""Runs a GPU bundle's grid on the host: trains every experiment, scores it, writes one results JSON.
+
+  bash .gpu/run.sh                                       # what the bundle's run.sh does:
+  python -m flax_xalign.cli.gpu_run .gpu --out="$OUT" [--budget_s=450] [--parallel=3]
+
+Made by `xalign gpu_bundle` (which says what the bundle holds); needs no TensorFlow, seqio or network:
+the data are the bundle's packed caches and suite files, the start weights its own.
+
+1. The start weights go to WORK/start (e5-small from its trimmed Q4_0 source, or a small MODEL_DIR copied).
+2. The warm-up (MLM head only, the encoder frozen) trains alone; its measured steps/s sizes every family's
+   steps (`gpu_grids.plan_steps`) so the grid fits BUDGET_S, and the start model is scored beside it.
+3. The experiments run `python -m flax_xalign.train`, --parallel at a time on the one card, each followed by
+   its scoring (`--score`, a process of its own). An experiment still training when its family's time is
+   spent gets SIGTERM: it saves its step and is scored there, so a slower card still returns every row
+   (the row says `stopped_early` and the steps it reached).
+4. OUT/results.json: the card, the budget, the plan, and per row the steps, tokens seen, seconds and scores;
+   OUT/rsim.png: ΔRSIM per layer against MLM (Lu et al. Fig. 7's shape), when matplotlib is there.
+
+Progress lines carry the elapsed time and an ETA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flax_xalign.errors import ArgumentParser, UserError
+
+BUNDLE_FILE = "bundle.json"
+SCORE_FILE = "scores.json"
+SUITE_DIR = "suite"  # The bundle's evaluation suite (`evaluation.offline.suite.write_suite`).
+RESULTS_FILE = "results.json"
+# What a scored row must hold; `check_results` refuses a results file with one of these missing or empty.
+ROW_FIELDS = ("name", "family", "objective", "seed", "steps_planned", "steps_done", "tokens_seen", "train_s",
+              "score_s", "stopped_early", "scores")
+
+
+class Clock:
+  """Elapsed seconds and an ETA from the work planned and done so far."""
+
+  def __init__(self, budget_s: float):
+    self.start = time.monotonic()
+    self.budget_s = budget_s
+
+  def elapsed(self) -> float:
+    return time.monotonic() - self.start
+
+  def line(self, text: str, *, done: float | None = None, total: float | None = None) -> None:
+    eta = ""
+    if done is not None and total:
+      rate = done / max(self.elapsed(), 1e-9)
+      eta = f", ETA {max(0.0, (total - done) / rate):.0f} s" if rate > 0 else ""
+    print(f"[{self.elapsed():6.0f} s / {self.budget_s:.0f} s budget{eta}] {text}", flush=True)
+
+
+# ---------------------------------------------------------------------------- the bundle
+
+
+def read_bundle(path: str) -> dict[str, Any]:
+  """bundle.json of the bundle at `path`, every file it lists checked for presence and size (UserError)."""
+  manifest_path = os.path.join(path, BUNDLE_FILE)
+  if not os.path.isfile(manifest_path):
+    raise UserError(f"{path} is not a GPU bundle (no {BUNDLE_FILE}); make one with "
+                    "`xalign gpu_bundle --grid=NAME --output=DIR`")
+  with open(manifest_path, encoding="utf-8") as f:
+    bundle = json.load(f)
+  for rel, size in bundle["files"].items():
+    full = os.path.join(path, rel)
+    if not os.path.isfile(full) or os.path.getsize(full) != size:
+      have = os.path.getsize(full) if os.path.isfile(full) else "missing"
+      raise UserError(f"bundle file {rel} is damaged ({have} bytes, the bundle wrote {size}); "
+                      "carry the whole bundle again")
+  return bundle
+
+
+def _python() -> list[str]:
+  return [sys.executable]
+
+
+def _env(bundle_dir: str) -> dict[str, str]:
+  env = dict(os.environ)
+  env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  return env
+
+
+def train_argv(bundle_dir: str, bundle: Mapping[str, Any], experiment: Mapping[str, Any], *, model_dir: str,
+               init_dir: str, steps: int) -> list[str]:
+  """The `python -m flax_xalign.train` flags of one experiment (its family's shape, cache and schedule)."""
+  family = bundle["families"][experiment["family"]]
+  cache = bundle["caches"][family["cache"]]
+  flags = ["--gin_file=runs/pretrain.gin", f"--gin_file={os.path.join(init_dir, 'model.gin')}"]
+  flags += [f"--gin_file={f}" for f in experiment["gin_files"]]
+  bindings = [
+      f"MODEL_DIR = '{model_dir}'", f"MIXTURE_OR_TASK_NAME = '{cache['task']}'",
+      f"train.data = 'cache:{os.path.join(bundle_dir, cache['path'])}'",
+      f"train.init_from_checkpoint = '{init_dir}'", f"INIT_FROM_CHECKPOINT = '{init_dir}'",
+      f"TASK_FEATURE_LENGTHS = {{'tokens': {cache['length']}}}", f"BATCH_SIZE = {family['batch_size']}",
+      f"TRAIN_STEPS = {steps}", f"CHECKPOINT_EVERY = {steps}", f"LOG_EVERY = {max(1, min(50, steps // 10))}",
+      f"EVAL_EVERY = {steps if cache.get('eval_rows') else 0}", "train.eval_batches = 4",
+      *bundle["common_bindings"], *family["bindings"], *experiment["bindings"]]
+  return flags + [f"--gin.{b.replace(' = ', '=', 1)}" for b in bindings]
+
+
+def copy_assets(bundle_dir: str, experiment: Mapping[str, Any], model_dir: str) -> list[str]:
+  """The experiment's prebuilt asset files (lang_vocab, cooc: built where seqio is) into its new MODEL_DIR."""
+  source = os.path.join(bundle_dir, "assets", experiment["assets"]) if experiment.get("assets") else None
+  if not source or not os.path.isdir(source):
+    return []
+  os.makedirs(model_dir, exist_ok=True)
+  copied = []
+  for name in sorted(os.listdir(source)):
+    if not os.path.exists(os.path.join(model_dir, name)):
+      shutil.copy2(os.path.join(source, name), os.path.join(model_dir, name))
+      copied.append(name)
+  return copied
+
+
+# ---------------------------------------------------------------------------- one experiment
+
+
+def _metrics(model_dir: str) -> list[dict[str, Any]]:
+  path = os.path.join(model_dir, "metrics.jsonl")
+  if not os.path.isfile(path):
+    return []
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        pass
+  return rows
+
+
+def measured_rates(model_dir: str) -> dict[str, float]:
+  """Steps/s and tokens per step of a finished run, from metrics.jsonl (the first interval, with the
+  compile, left out when there are others)."""
+  rows = [r for r in _metrics(model_dir) if "steps_per_sec" in r]
+  timed = rows[1:] if len(rows) > 1 else rows
+  if not timed:
+    return {}
+  steps_per_s = sorted(r["steps_per_sec"] for r in timed)[len(timed) // 2]
+  tokens_per_step = sum(r["tokens_per_sec"] / r["steps_per_sec"] for r in timed) / len(timed)
+  return {"steps_per_s": steps_per_s, "tokens_per_step": tokens_per_step}
+
+
+def _last_step(model_dir: str) -> int:
+  from flax_xalign.runs.checkpoints import find_latest_step
+
+  return find_latest_step(model_dir) or 0
+
+
+class Experiment:
+  """One row: train (SIGTERM at its deadline), then score in a process of its own."""
+
+  def __init__(self, spec: Mapping[str, Any], *, work: str):
+    self.spec = spec
+    self.name = spec["name"]
+    self.model_dir = os.path.join(work, "runs", self.name)
+    self.row: dict[str, Any] = {"name": self.name, "family": spec["family"], "objective": spec["objective"],
+                                "seed": spec.get("seed", 0), "start": spec["start"]}
+
+  def train(self, argv: Sequence[str], *, deadline: float, log: str, env: Mapping[str, str]) -> int:
+    """Runs the trainer; at `deadline` (time.monotonic) it gets SIGTERM and saves. Returns its exit status."""
+    start = time.monotonic()
+    with open(log, "a", encoding="utf-8") as out:
+      child = subprocess.Popen([*_python(), "-m", "flax_xalign.train", *argv], stdout=out,
+                               stderr=subprocess.STDOUT, env=dict(env))
+      stopped = False
+      while child.poll() is None:
+        if not stopped and time.monotonic() > deadline:
+          child.send_signal(signal.SIGTERM)
+          stopped = True
+        time.sleep(0.5)
+    self.row["train_s"] = round(time.monotonic() - start, 1)
+    self.row["stopped_early"] = stopped
+    return child.returncode
+
+  def score(self, bundle_dir: str, metrics: Sequence[str], *, log: str, env: Mapping[str, str]) -> int:
+    start = time.monotonic()
+    with open(log, "a", encoding="utf-8") as out:
+      code = subprocess.call([*_python(), "-m", "flax_xalign.cli.gpu_run", bundle_dir, "--score", self.model_dir,
+                              f"--metrics={','.join(metrics)}"], stdout=out, stderr=subprocess.STDOUT, env=dict(env))
+    self.row["score_s"] = round(time.monotonic() - start, 1)
+    path = os.path.join(self.model_dir, SCORE_FILE)
+    if code == 0 and os.path.isfile(path):
+      with open(path, encoding="utf-8") as f:
+        self.row["scores"] = json.load(f)
+    return code
+
+
+# ---------------------------------------------------------------------------- scoring (its own process)
+
+
+def score_main(bundle_dir: str, model_dir: str, metrics: Sequence[str]) -> None:
+  """Scores the latest step of MODEL_DIR on the bundle's suite; writes MODEL_DIR/scores.json."""
+  from flax_xalign.evaluation.offline.scoring import score
+  from flax_xalign.fileio import write_atomically
+  from flax_xalign.runs import Run
+
+  run = Run.open(model_dir)
+  print(f"scoring {model_dir} step {run.step}: {', '.join(metrics)}", flush=True)
+  result = score(run, os.path.join(bundle_dir, SUITE_DIR), metrics=list(metrics),
+                 progress=lambda line: print(line, flush=True))
+  write_atomically(os.path.join(model_dir, SCORE_FILE), json.dumps(result, indent=1, sort_keys=True))
+
+
+# ---------------------------------------------------------------------------- the grid
+
+
+def make_start(source: str, kind: str, target: str) -> None:
+  """The MODEL_DIR `target` from the bundle's start weights at `source` (a folder or e5's trimmed source)."""
+  scratch = target.rstrip("/") + ".partial"
+  shutil.rmtree(scratch, ignore_errors=True)
+  if kind == "model_dir":
+    shutil.copytree(source, scratch)
+  elif kind == "e5_q4":
+    from flax_xalign.interop import e5_trimmed
+
+    e5_trimmed.import_trimmed_source(source, scratch)
+  else:
+    raise UserError(f"bundle start kind {kind!r} is unknown to this checkout; rebuild the bundle")
+  os.replace(scratch, target)
+
+
+def start_weights(bundle_dir: str, bundle: Mapping[str, Any], work: str) -> str:
+  """WORK/start: the bundle's start weights as a MODEL_DIR (made once; reused when already there)."""
+  target = os.path.join(work, "start")
+  if not os.path.isdir(os.path.join(target, "checkpoints")):
+    os.makedirs(work, exist_ok=True)
+    make_start(os.path.join(bundle_dir, bundle["start"]["path"]), bundle["start"]["kind"], target)
+  return target
+
+
+def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int, work: str) -> dict[str, Any]:
+  from flax_xalign.cli.experiments import gpu_grids
+
+  bundle = read_bundle(bundle_dir)
+  grid = gpu_grids.grid_named(bundle["grid"])
+  budget = float(budget_s if budget_s is not None else bundle["budget_s"])
+  clock = Clock(budget)
+  os.makedirs(out, exist_ok=True)
+  os.makedirs(os.path.join(work, "logs"), exist_ok=True)
+  env = _env(bundle_dir)
+  results: dict[str, Any] = {"grid": grid.name, "bundle": {k: bundle[k] for k in ("created", "bytes", "parts")},
+                             "card": _card(), "budget_s": budget, "parallel": parallel, "rows": []}
+  experiments = {e["name"]: e for e in bundle["experiments"]}
+  log = lambda name: os.path.join(work, "logs", f"{name}.log")  # noqa: E731
+
+  clock.line(f"grid {grid.name}: {len(experiments)} experiments, budget {budget:.0f} s, {parallel} at a time")
+  start_dir = start_weights(bundle_dir, bundle, work)
+  clock.line(f"start weights ready in {start_dir}")
+
+  # The start row is scored while the warm-up trains.
+  start_row = Experiment({"name": "start", "family": "start", "objective": "start", "start": "start"}, work=work)
+  start_row.model_dir = start_dir
+  start_thread = threading.Thread(target=start_row.score, args=(bundle_dir, grid.metrics()),
+                                  kwargs={"log": log("start"), "env": env})
+  start_thread.start()
+
+  warm = Experiment(experiments["warmup"], work=work)
+  warm_spec = experiments["warmup"]
+  warm_steps = grid.warmup_steps
+  copy_assets(bundle_dir, warm_spec, warm.model_dir)
+  code = warm.train(train_argv(bundle_dir, bundle, {**warm_spec, "family": grid.families[0].name},
+                               model_dir=warm.model_dir, init_dir=start_dir, steps=warm_steps),
+                    deadline=clock.start + 0.2 * budget, log=log("warmup"), env=env)
+  if code != 0 or not _last_step(warm.model_dir):
+    raise UserError(f"the warm-up failed (exit {code}); its log: {log('warmup')}")
+  rates = measured_rates(warm.model_dir)
+  warm.row.update(steps_planned=warm_steps, steps_done=_last_step(warm.model_dir),
+                  tokens_seen=round(rates.get("tokens_per_step", 0) * _last_step(warm.model_dir)),
+                  score_s=0.0, scores={"note": "not scored: the encoder is e5's (frozen), the start row scores it"})
+  clock.line(f"warm-up: {warm.row['steps_done']} steps in {warm.row['train_s']} s, "
+             f"{rates.get('steps_per_s', 0):.2f} steps/s")
+  start_thread.join()
+
+  remaining = budget - clock.elapsed()
+  score_reserve = max(0.15 * budget, 2.0 * start_row.row.get("score_s", 0.0) * len(grid.experiments) / parallel)
+  plan = gpu_grids.plan_steps(grid, warmup_steps_per_s=max(rates.get("steps_per_s", 0.0), 1e-6),
+                              train_budget_s=max(remaining - score_reserve, 1.0) * parallel, safety=0.8)
+  results["calibration"] = {"warmup_steps_per_s": rates.get("steps_per_s"), "score_reserve_s": score_reserve,
+                            "start_score_s": start_row.row.get("score_s")}
+  results["plan"] = plan
+  clock.line("plan: " + ", ".join(f"{f} {p['steps']} steps" + (f" ({p['capped']})" if p["capped"] else "")
+                                  for f, p in plan.items()))
+
+  rows = [Experiment(experiments[e.name], work=work) for e in grid.experiments]
+  family_deadline = {f.name: clock.start + budget - score_reserve for f in grid.families}
+  total_work = sum(plan[r.spec["family"]]["steps"] * r.spec.get("cost", 1.0) for r in rows)
+  done_work = [0.0]
+  queue = list(rows)
+  lock = threading.Lock()
+
+  def worker() -> None:
+    while True:
+      with lock:
+        if not queue:
+          return
+        row = queue.pop(0)
+      spec = row.spec
+      steps = plan[spec["family"]]["steps"]
+      init = start_dir if spec["start"] == "start" else os.path.join(work, "runs", spec["start"])
+      copy_assets(bundle_dir, spec, row.model_dir)
+      clock.line(f"{row.name}: training {steps} steps", done=done_work[0], total=total_work)
+      code = row.train(train_argv(bundle_dir, bundle, spec, model_dir=row.model_dir, init_dir=init, steps=steps),
+                       deadline=family_deadline[spec["family"]], log=log(row.name), env=env)
+      reached = _last_step(row.model_dir)
+      rate = measured_rates(row.model_dir)
+      row.row.update(steps_planned=steps, steps_done=reached,
+                     tokens_seen=round(rate.get("tokens_per_step", 0) * reached), train_exit=code,
+                     steps_per_s=rate.get("steps_per_s"))
+      with lock:
+        done_work[0] += steps * spec.get("cost", 1.0)
+      if not reached:
+        row.row.update(score_s=0.0, scores={"error": f"training failed (exit {code}), see {log(row.name)}"})
+        clock.line(f"{row.name}: training FAILED (exit {code}); log {log(row.name)}")
+        continue
+      clock.line(f"{row.name}: {reached}/{steps} steps in {row.row['train_s']} s"
+                 + (" (stopped at its deadline)" if row.row["stopped_early"] else "") + "; scoring",
+                 done=done_work[0], total=total_work)
+      code = row.score(bundle_dir, spec.get("metrics", ()), log=log(row.name), env=env)
+      clock.line(f"{row.name}: scored in {row.row['score_s']} s" + ("" if code == 0 else f" FAILED (exit {code})"))
+
+  threads = [threading.Thread(target=worker) for _ in range(max(1, parallel))]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+
+  start_row.row.update(steps_planned=0, steps_done=0, tokens_seen=0, train_s=0.0, stopped_early=False)
+  results["rows"] = [start_row.row, warm.row, *[r.row for r in rows]]
+  results["wall_s"] = round(clock.elapsed(), 1)
+  path = os.path.join(out, RESULTS_FILE)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(results, f, indent=1, sort_keys=True)
+  for name in os.listdir(os.path.join(work, "logs")):  # The logs of failed rows travel back too.
+    if any(r.get("scores", {}).get("error") for r in results["rows"] if r["name"] == name[:-4]):
+      shutil.copy2(os.path.join(work, "logs", name), os.path.join(out, name))
+  _plot(results, os.path.join(out, "rsim.png"))
+  clock.line(f"results: {path} ({len(results['rows'])} rows, {results['wall_s']} s)")
+  return results
+
+
+def _card() -> dict[str, Any]:
+  import jax
+
+  devices = jax.devices()
+  return {"platform": devices[0].platform, "kind": devices[0].device_kind, "count": len(devices)}
+
+
+def _plot(results: Mapping[str, Any], path: str) -> str | None:
+  """ΔRSIM per layer of each Debian row against the MLM rows of the same seed (mean over languages)."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    return None
+  curves = {}
+  for row in results["rows"]:
+    debian = (row.get("scores") or {}).get("debian") or {}
+    per_layer = debian.get("rsim_per_layer")
+    if per_layer:
+      curves.setdefault(row["objective"], []).append(per_layer)
+  if "mlm" not in curves:
+    return None
+  import numpy as np
+
+  base = np.mean(np.asarray(curves["mlm"], float), axis=0)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for objective, rows in sorted(curves.items()):
+    if objective != "mlm":
+      ax.plot(np.mean(np.asarray(rows, float), axis=0) - base, marker="o", label=objective)
+  ax.axhline(0.0, color="grey", lw=0.8)
+  ax.set_xlabel("layer")
+  ax.set_ylabel("ΔRSIM vs MLM")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def check_results(results: Mapping[str, Any]) -> list[str]:
+  """What is missing or empty in a results dict (the CPU proof's check); [] when every row is filled."""
+  problems = []
+  for row in results.get("rows", []):
+    for field in ROW_FIELDS:
+      if row.get(field) is None or (field == "scores" and not row.get(field)):
+        problems.append(f"{row.get('name')}: {field}")
+    scores = row.get("scores") or {}
+    if scores.get("error"):
+      problems.append(f"{row.get('name')}: {scores['error']}")
+  return problems
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  parser = ArgumentParser(prog="xalign gpu_run", description=__doc__.splitlines()[0])
+  parser.add_argument("bundle", help="the bundle folder (`xalign gpu_bundle --output`)")
+  parser.add_argument("--out", default=os.environ.get("OUT", "gpu_out"), help="where results go (default $OUT)")
+  parser.add_argument("--budget_s", type=float, default=float(os.environ["BUDGET_S"]) if os.environ.get("BUDGET_S")
+                      else None, help="seconds for training + scoring (default $BUDGET_S, else the grid's)")
+  parser.add_argument("--parallel", type=int, default=int(os.environ.get("PARALLEL", "3")),
+                      help="experiments training at once on the card (default $PARALLEL, else 3)")
+  parser.add_argument("--work", default=os.environ.get("WORK", "/tmp/xalign_gpu"), help="runs and logs")
+  parser.add_argument("--score", metavar="MODEL_DIR", help="(internal) score one run and exit")
+  parser.add_argument("--metrics", default="", help="(with --score) comma-separated metric families")
+  return parser.parse_args(argv)
+
+
+def _work(args: argparse.Namespace) -> None:
+  if args.score:
+    score_main(args.bundle, args.score, [m for m in args.metrics.split(",") if m])
+    return
+  results = run_grid(args.bundle, out=args.out, budget_s=args.budget_s, parallel=args.parallel, work=args.work)
+  problems = check_results(results)
+  if problems:
+    raise UserError(f"{len(problems)} results are missing ({'; '.join(problems[:6])}); {args.out}/{RESULTS_FILE} "
+                    "holds the rest and the failed rows' logs are beside it")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  from flax_xalign.cli import common
+
+  return common.main_of(parse_args, _work, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,130 @@
+"""The GPU bundle's pieces that need no training: grids, step planning, the size limit, the folder's safety,
+the host's checks of a bundle and of its results (the end-to-end proof: tests/cli/test_gpu_bundle_run.py)."""
+
+import json
+import os
+
+import pytest
+
+from flax_xalign.cli import gpu_bundle, gpu_run
+from flax_xalign.cli.experiments import gpu_grids
+from flax_xalign.errors import UserError
+
+
+def _grid(**overrides):
+  caches = {"a": gpu_grids.CacheSpec(task="t_a", length=100, rows=10),
+            "b": gpu_grids.CacheSpec(task="t_b", length=50, rows=10)}
+  warm = gpu_grids.Experiment(name="warmup", family="fa", objective="head_warmup", gin_files=())
+  rows = (gpu_grids.Experiment(name="x", family="fa", objective="mlm", gin_files=(), start="warmup", cost=1.0),
+          gpu_grids.Experiment(name="y", family="fa", objective="tcs", gin_files=(), start="warmup", cost=2.0),
+          gpu_grids.Experiment(name="z", family="fb", objective="so", gin_files=(), cost=1.5))
+  fields = dict(name="g", description="", start="tiny", caches=caches, suite_sizes={}, warmup=warm, warmup_steps=5,
+                families=(gpu_grids.Family(name="fa", cache="a", batch_size=8, share=0.75, max_steps=10_000,
+                                           min_steps=1),
+                          gpu_grids.Family(name="fb", cache="b", batch_size=4, share=0.25, max_steps=100,
+                                           min_steps=1)),
+                experiments=rows, budget_s=100.0)
+  fields.update(overrides)
+  return gpu_grids.Grid(**fields).check()
+
+
+def test_plan_steps_by_hand():
+  # Warm-up: 8 x 100 = 800 slots a step at 10 steps/s. Family fa (same shape): costs 1 + 2 = 3 warm-up steps a
+  # step; 0.75 x 200 s x 0.8 = 120 s -> 120 x 10 / 3 = 400 steps. Family fb: 4 x 50 = 200 slots, a quarter
+  # of the warm-up's, cost 1.5 / 4 = 0.375; 0.25 x 200 x 0.8 = 40 s -> 40 x 10 / 0.375 = 1066, over max 100.
+  plan = gpu_grids.plan_steps(_grid(), warmup_steps_per_s=10.0, train_budget_s=200.0, safety=0.8)
+  assert plan["fa"] == {"steps": 400, "seconds": pytest.approx(120.0), "cost": pytest.approx(3.0), "capped": ""}
+  assert plan["fb"]["steps"] == 100 and plan["fb"]["capped"] == "max_steps"
+  assert plan["fb"]["cost"] == pytest.approx(0.375)
+  slow = gpu_grids.plan_steps(_grid(), warmup_steps_per_s=0.01, train_budget_s=200.0)
+  assert slow["fa"] == {"steps": 1, "seconds": pytest.approx(120.0), "cost": pytest.approx(3.0), "capped": "min_steps"}
+
+
+def test_grid_checks_refuse_what_cannot_run():
+  with pytest.raises(ValueError, match="shares sum"):
+    _grid(families=(gpu_grids.Family(name="fa", cache="a", batch_size=8, share=0.5, max_steps=9, min_steps=1),
+                    gpu_grids.Family(name="fb", cache="b", batch_size=8, share=0.4, max_steps=9, min_steps=1)))
+  bad = gpu_grids.Experiment(name="q", family="fa", objective="mlm", gin_files=(), start="nowhere")
+  with pytest.raises(ValueError, match="unknown 'nowhere'"):
+    _grid(experiments=(bad,))
+  with pytest.raises(UserError, match="--grid='huge' is not a grid; choose from science, tiny"):
+    gpu_grids.grid_named("huge")
+
+
+def test_the_science_grid_is_the_issues_grid():
+  grid = gpu_grids.SCIENCE
+  debian = [(e.objective, e.seed) for e in grid.experiments if e.family == "debian"]
+  assert sorted(debian) == sorted((o, s) for o in ("mlm", "tcs", "scs", "scs_vocab", "gc") for s in (0, 1))
+  assert all(e.start == "warmup" for e in grid.experiments if e.family == "debian")
+  assert "OptimizerConfig.trainable = ['mlm_head']" in grid.warmup.bindings
+  assert sorted(e.objective for e in grid.experiments if e.family == "xlm_align") == [
+      "xlm_align_links", "xlm_align_self", "xlm_align_union"]
+  so = grid.family("so")
+  assert so.min_steps >= 2 * 1200 and [e.start for e in grid.experiments if e.family == "so"] == ["start"]
+  assert grid.caches[grid.family("xlm_align").cache].links and grid.caches[so.cache].links
+  assert all(e.metrics for e in grid.experiments)
+
+
+def test_the_size_limit_names_the_biggest_part(tmp_path):
+  (tmp_path / "caches").mkdir()
+  (tmp_path / "caches" / "c").write_bytes(b"x" * 700_000)
+  (tmp_path / "start").mkdir()
+  (tmp_path / "start" / "w").write_bytes(b"x" * 400_000)
+  budget = gpu_bundle.Budget(str(tmp_path), limit_mib=1.0)
+  assert budget.add("start") == 400_000
+  with pytest.raises(UserError, match=r"would be 1\.0 MiB, over --max_mib=1; its biggest part is caches \(0\.7 MiB\)"):
+    budget.add("caches")
+
+
+def test_the_output_folder_is_replaced_only_when_this_command_wrote_it(tmp_path):
+  mine = tmp_path / "mine"
+  mine.mkdir()
+  (mine / "notes.txt").write_text("a user's file")
+  with pytest.raises(UserError, match="GPU bundle written by xalign gpu_bundle"):
+    gpu_bundle.prepare_output(str(mine), overwrite=True)
+  assert (mine / "notes.txt").read_text() == "a user's file"
+  bundle = gpu_bundle.prepare_output(str(tmp_path / "b"), overwrite=False)
+  (tmp_path / "b" / "old").write_text("old part")
+  with pytest.raises(UserError):
+    gpu_bundle.prepare_output(bundle, overwrite=False)
+  gpu_bundle.prepare_output(bundle, overwrite=True)
+  assert os.listdir(bundle) == [gpu_bundle.MARKER]
+
+
+def test_the_host_refuses_a_folder_that_is_no_bundle_and_a_damaged_file(tmp_path):
+  with pytest.raises(UserError, match="is not a GPU bundle.*xalign gpu_bundle"):
+    gpu_run.read_bundle(str(tmp_path))
+  (tmp_path / "caches").mkdir()
+  (tmp_path / "caches" / "shard").write_bytes(b"12345")
+  (tmp_path / "bundle.json").write_text(json.dumps({"files": {"caches/shard": 5}}))
+  assert gpu_run.read_bundle(str(tmp_path))["files"] == {"caches/shard": 5}
+  (tmp_path / "caches" / "shard").write_bytes(b"123")
+  with pytest.raises(UserError, match=r"bundle file caches/shard is damaged \(3 bytes, the bundle wrote 5\)"):
+    gpu_run.read_bundle(str(tmp_path))
+
+
+def test_results_with_a_missing_field_or_a_failed_row_are_reported():
+  full = {f: 1 for f in gpu_run.ROW_FIELDS}
+  assert gpu_run.check_results({"rows": [{**full, "name": "a", "scores": {"bli": 1}}]}) == []
+  problems = gpu_run.check_results({"rows": [{**full, "name": "a", "scores": {}},
+                                             {**full, "name": "b", "steps_done": None,
+                                              "scores": {"error": "training failed"}}]})
+  assert problems == ["a: scores", "b: steps_done", "b: training failed"]
+
+
+def test_train_argv_gives_each_experiment_its_familys_shape_and_the_bundles_cache(tmp_path):
+  bundle = {"caches": {"a": {"task": "t_a", "length": 100, "path": "caches/a", "eval_rows": 0}},
+            "families": {"fa": {"cache": "a", "batch_size": 8, "bindings": ["OptimizerConfig.learning_rate = 5e-5"]}},
+            "common_bindings": ["EncoderConfig.dropout_rate = 0.0"]}
+  experiment = {"name": "x", "family": "fa", "gin_files": ["experiments/code_switch/tcs.gin"],
+                "bindings": ["SEED = 1"]}
+  argv = gpu_run.train_argv("/b", bundle, experiment, model_dir="/w/runs/x", init_dir="/w/start", steps=40)
+  assert argv[:3] == ["--gin_file=runs/pretrain.gin", "--gin_file=/w/start/model.gin",
+                      "--gin_file=experiments/code_switch/tcs.gin"]
+  for flag in ("--gin.MODEL_DIR='/w/runs/x'", "--gin.MIXTURE_OR_TASK_NAME='t_a'", "--gin.train.data='cache:/b/caches/a'",
+               "--gin.TASK_FEATURE_LENGTHS={'tokens': 100}", "--gin.BATCH_SIZE=8", "--gin.TRAIN_STEPS=40",
+               "--gin.EVAL_EVERY=0", "--gin.SEED=1", "--gin.OptimizerConfig.learning_rate=5e-5",
+               "--gin.train.init_from_checkpoint='/w/start'"):
+    assert flag in argv, (flag, argv)
+  # The experiment's own bindings come last, so they win over the family's.
+  assert argv.index("--gin.SEED=1") > argv.index("--gin.OptimizerConfig.learning_rate=5e-5")
