@@ -14,6 +14,7 @@ from flax_xalign.objectives import dwa
 from flax_xalign.objectives import so
 from flax_xalign.objectives.base import StepContext
 from flax_xalign.objectives.model import PretrainingModel
+from flax_xalign.training import aot
 from flax_xalign.training.pretrain import TrainConfig, assemble
 from tests.objectives.test_dwa import LENGTH, _batch
 
@@ -205,7 +206,9 @@ def test_the_trainer_gives_word_level_so_a_word_start_table(tiny_corpus, tiny_en
                                   encoder=tiny_encoder, objectives={"so": 1.0}))
   assets, _ = asset_registry.resolve(assembly.model.requires(), {}, assembly.run)
   table = assets["word_starts"].build(assembly.run)["table"]
-  assert table.shape == (assembly.run.vocabulary.size,)
+  (shape, dtype), = aot.asset_shapes("word_starts", vocab_size=assembly.run.vocabulary.size,
+                                     sizes=aot.AssetSizes()).values()
+  assert table.shape == shape and table.dtype == dtype  # What the compile check passes abstractly.
   vocabulary = tasks.get_vocabulary("tiny_mix")
   for line in open(tiny_corpus["files"][("en", "validation")], encoding="utf-8").read().splitlines()[:20]:
     assert table[vocabulary.encode(line)].sum() == len(line.split())
