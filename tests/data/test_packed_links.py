@@ -143,3 +143,26 @@ def test_a_link_group_past_the_stored_bound_is_refused():
   row["link_groups"][3] = 65536
   with pytest.raises(ValueError, match="link_groups"):
     format_lib.encode(row, dtype, info_bounds)
+
+
+def test_a_link_run_resumes_at_the_saved_position_with_its_links(linked):
+  """The position saved in a checkpoint (get_state, JSON) continues with the uninterrupted run's link batches."""
+  import json
+
+  from flax_xalign.training.data import resolve_task
+
+  args = dict(feature_lengths={"tokens": LENGTH}, batch_size=6, seed=11, links=True)
+  source = resolve_task(TASK, data=f"cache:{linked['cache']}")
+  straight = source.batches(**args)
+  expected = [next(straight) for _ in range(9)]  # 54 rows of 36: the run passes an epoch boundary.
+  first = source.batches(**args)
+  for _ in range(4):
+    next(first)
+  state = json.loads(json.dumps(first.get_state()))
+  resumed = source.batches(**args)
+  resumed.set_state(state)
+  for want in expected[4:]:
+    got = next(resumed)
+    assert sorted(got) == sorted(want)
+    for name in want:
+      np.testing.assert_array_equal(got[name], want[name], err_msg=name)
