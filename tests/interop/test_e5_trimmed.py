@@ -166,6 +166,6 @@ def test_the_real_model_trimmed_to_a_corpus_is_todays_import(tiny_corpus, tmp_pa
   assert e5_small_cli.main([f"--from_trimmed_source={tmp_path / 'e5.zip'}", f"--output={tmp_path / 'carried'}"]) == 0
   _, new = _assert_same_run(tmp_path / "today", tmp_path / "carried")
   pieces = new.spec.model.vocab_size
-  assert 60 < pieces < 5000
+  assert 5 < pieces < 5000  # tiny_mix's few words: 39 of 250,002 pieces.
   # 216 bytes a kept row, the rest (layers, positions, vocabulary) about 14 MB: deflated a little.
   assert os.path.getsize(tmp_path / "e5.zip") < 216 * pieces + 15_000_000
