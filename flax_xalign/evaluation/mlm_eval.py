@@ -110,16 +110,18 @@ def evaluate(
 
 
 def held_out_batches(run: Any, *, split: str, name: str | None = None, batch_size: int = 32,
-                     baseline_batches: int = 100, seed: int = 0, data: str = "seqio", **task_options: Any):
+                     baseline_batches: int = 100, seed: int = 0, data: str = "seqio",
+                     feature_lengths: Mapping[str, int] | None = None, **task_options: Any):
   """(vocabulary, top_token [languages + 1], iterator of `split`'s feature batches) as `evaluate` scores them.
 
   `top_token` is each language id's most frequent maskable token over `baseline_batches` training batches
-  (the unigram baseline); the held-out batches come in order, one epoch, laid out as the run trained.
+  (the unigram baseline); the held-out batches come in order, one epoch, laid out as the run trained
+  (`feature_lengths` replaces the run's task_feature_lengths, e.g. for an import that recorded none).
   `task_options` go to `run.task_data` (relocate, import_modules, user_tasks).
   """
   spec = run.spec
   source = run.task_data(split, name=name, data=data, **task_options)
-  lengths = dict(spec.task_feature_lengths)
+  lengths = dict(feature_lengths or spec.task_feature_lengths)
   layout = {"pair_layout": spec.pair_layout, "both_directions": spec.bitext_both_directions}
   train_batches = source.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
   counts = unigram_counts(itertools.islice(train_batches, baseline_batches), len(spec.languages),

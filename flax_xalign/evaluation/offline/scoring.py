@@ -144,9 +144,18 @@ def _mlm(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
   layout = suite.mlm
   with np.load(suite.path(layout["file"])) as f:
     arrays = {name: f[name] for name in f.files}
-  top_token = arrays.pop("top_token")
+  languages = list(run.spec.languages)
+  missing = [code for code in layout["languages"] if code not in languages]
+  if missing:
+    raise UserError(f"the suite's MLM rows hold {missing}, which {run.path} was not trained on (languages "
+                    f"{languages}); write the suite from a run with this run's languages.")
+  # The rows carry the writer's language ids (1 + index in its languages); this run may order them otherwise.
+  to_run = np.asarray([0] + [languages.index(code) + 1 for code in layout["languages"]], np.int64)
+  arrays["lang_ids"] = to_run[arrays["lang_ids"]].astype(arrays["lang_ids"].dtype)
+  top_token = np.zeros(len(languages) + 1, np.int64)
+  top_token[to_run] = arrays.pop("top_token")
   batches = ({name: value[i] for name, value in arrays.items()} for i in range(layout["batches"]))
-  scores = mlm_eval.masked_accuracy(run.model, run.params(), batches, top_token, languages=list(run.spec.languages),
+  scores = mlm_eval.masked_accuracy(run.model, run.params(), batches, top_token, languages=languages,
                                     seed=layout["seed"])
   for code, row in scores["languages"].items():
     row["most_frequent_token"] = layout["most_frequent_token"][code]

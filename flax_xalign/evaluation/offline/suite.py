@@ -37,6 +37,7 @@ from flax_xalign.evaluation.offline import suite_files as sf
 
 PIVOT = "en"
 DEBIAN_PREFIX = "e5_debian_help"  # The e5 Debian runs' task prefix (gin_configs/experiments/code_switch/e5_debian.gin).
+DEBIAN_FEATURE_LENGTHS = {"tokens": 64}  # TASK_FEATURE_LENGTHS of the same gin file.
 BLI_SPLITS = ("dev", "test")
 BIBLE_SPLITS = ("validation", "test")
 
@@ -70,6 +71,7 @@ class SuiteSizes:
 def write_suite(output_dir: str, run: Any, *, debian_data: str | None = None, task: str | None = None,
                 languages: Sequence[str] | None = None, pivot: str = PIVOT, gold: str | None = None,
                 retrieval: str | None = None, min_count: int = 5, mlm_split: str = "validation",
+                mlm_feature_lengths: dict[str, int] | None = None,
                 bible_languages: tuple[str, str] = ("grc", "en"), sizes: SuiteSizes = SuiteSizes(),
                 progress: Callable[[str], None] = print) -> dict[str, Any]:
   """Writes the suite of `run`'s vocabulary into `output_dir` (new or empty); returns its suite.json.
@@ -89,6 +91,8 @@ def write_suite(output_dir: str, run: Any, *, debian_data: str | None = None, ta
     retrieval: held-out pairs, a template with {lang} of pivot<TAB>lang lines.
     min_count: language-specific vocabularies keep tokens counted more than this.
     mlm_split: the held-out split of `task` whose rows the MLM accuracy scores.
+    mlm_feature_lengths: the rows' feature lengths (default the run's; with debian_data and a run that
+      records none, the e5 Debian runs' {"tokens": 64}).
     bible_languages: the language codes the aligner gives the Bible's two sides.
     sizes: how much of each source to keep (`SuiteSizes`).
     progress: receives one line per step.
@@ -117,7 +121,9 @@ def write_suite(output_dir: str, run: Any, *, debian_data: str | None = None, ta
       "sizes": dataclasses.asdict(sizes), "sources": {"task": task, "debian_data": debian_data}}
   layout["bli"] = _write_bli(output_dir, run, task, languages, pivot, gold, min_count, sizes, recorders, progress)
   layout["retrieval"] = _write_retrieval(output_dir, languages, pivot, retrieval, sizes, recorders, progress)
-  layout["mlm"] = _write_mlm(output_dir, run, task, mlm_split, sizes, progress)
+  if debian_data and not (mlm_feature_lengths or spec.task_feature_lengths):
+    mlm_feature_lengths = dict(DEBIAN_FEATURE_LENGTHS)
+  layout["mlm"] = _write_mlm(output_dir, run, task, mlm_split, mlm_feature_lengths, sizes, progress)
   layout["word_alignment"] = _write_bible(output_dir, bible_languages, sizes, recorders, progress)
   write_atomically(os.path.join(output_dir, sf.TOKENS_JSON),
                    json.dumps({name: r.table for name, r in recorders.items()}, ensure_ascii=False))
@@ -288,11 +294,12 @@ def _write_retrieval(output_dir, languages, pivot, template, sizes, recorders, p
   return layout
 
 
-def _write_mlm(output_dir, run, task, split, sizes, progress) -> dict:
+def _write_mlm(output_dir, run, task, split, feature_lengths, sizes, progress) -> dict:
   from flax_xalign.evaluation import mlm_eval
 
   vocab, top_token, batches = mlm_eval.held_out_batches(
-      run, split=split, name=task, batch_size=sizes.mlm_batch_size, baseline_batches=sizes.baseline_batches)
+      run, split=split, name=task, batch_size=sizes.mlm_batch_size, baseline_batches=sizes.baseline_batches,
+      feature_lengths=feature_lengths)
   kept = list(itertools.islice(batches, sizes.mlm_batches))
   if not kept:
     raise UserError(f"split {split!r} of {task!r} gave no full batch of {sizes.mlm_batch_size} rows; lower "
@@ -302,7 +309,7 @@ def _write_mlm(output_dir, run, task, split, sizes, progress) -> dict:
   languages = list(run.spec.languages)
   progress(f"  MLM: {len(kept)} held-out batches of {sizes.mlm_batch_size} rows ({task}:{split})")
   return {"file": "mlm.npz", "task": task, "split": split, "batches": len(kept), "batch_size": sizes.mlm_batch_size,
-          "seed": 0, "features": sorted(arrays),
+          "seed": 0, "features": sorted(arrays), "languages": languages,
           "most_frequent_token": {code: vocab.decode([int(top_token[i])]) for i, code in enumerate(languages, 1)}}
 
 

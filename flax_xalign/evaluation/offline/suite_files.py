@@ -132,7 +132,7 @@ class Suite:
     self._tokens: dict[str, TokenTable] | None = None
 
   def __getattr__(self, name: str) -> Any:
-    if name in METRICS or name in ("vocabulary", "languages"):
+    if name in METRICS or name == "vocabulary":
       return self.layout[name]
     raise AttributeError(name)
 
@@ -152,16 +152,12 @@ class Suite:
     return self._tokens[table]
 
   def check_run(self, run: Any) -> None:
-    """UserError unless `run` has the vocabulary (sha256) and languages the suite was tokenised for."""
+    """UserError unless `run` has the vocabulary (sha256) the suite was tokenised with."""
     sha = run.spec.vocabulary.sha256
     if sha != self.vocabulary["sha256"]:
       raise UserError(f"{run.path} was trained with another vocabulary (sha256 {str(sha)[:12]}...) than the suite "
                       f"{self.folder} was tokenised with ({self.vocabulary['sha256'][:12]}..., from "
                       f"{self.vocabulary['run']}); write a suite with this run's vocabulary.")
-    if list(run.spec.languages) != list(self.languages):
-      raise UserError(f"{run.path} has languages {list(run.spec.languages)}, the suite {self.folder} was written "
-                      f"for {list(self.languages)} (its MLM rows carry those language ids); write a suite from a "
-                      "run with this run's languages.")
 
 
 def file_sha256(path: str) -> str:

@@ -6,76 +6,15 @@ registry, `evaluate_retrieval` over the TSV with the run's vocabulary, `mlm_eval
 written from the same sources, so any difference is the file path's.
 """
 
-import json
-import subprocess
-import sys
-import textwrap
 import types
 
 import pytest
 
 from flax_xalign.errors import UserError
 
+from tests.evaluation.offline.suite_testlib import MIN_COUNT, SIZES, TASK, close as _close
+
 pytestmark = pytest.mark.contract
-
-GOLD = {"dev": "haus house\nsieht sees\nläuft runs\ngrün green\ndas the\n",
-        "test": "fluss river\nhund dog\nneu new\nrot red\nbaum tree\nkatze cat\nalt old\nklein small\nxyzzy house\n"}
-SIZES = dict(eval_sentences=12, retrieval_pairs=9, mlm_batches=2, mlm_batch_size=4, baseline_batches=2, bible_pairs=5)
-TASK = "hz_mix"
-MIN_COUNT = 5
-
-
-@pytest.fixture(scope="module")
-def sources(shared_run, tmp_path_factory):
-  root = tmp_path_factory.mktemp("offline_sources")
-  for split, text in GOLD.items():
-    (root / f"de-en.{split}.txt").write_text(text, encoding="utf-8")
-  files = shared_run["corpus"]["files"]
-  en = open(files[("en", "validation")], encoding="utf-8").read().splitlines()
-  de = open(files[("de", "validation")], encoding="utf-8").read().splitlines()
-  (root / "en-de.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(en, de)), encoding="utf-8")
-  return {"gold": str(root / "{lang}-en.{split}.txt"), "retrieval": str(root / "en-{lang}.tsv"), "root": root}
-
-
-@pytest.fixture(scope="module")
-def run(shared_run):
-  from flax_xalign.runs import Run
-
-  return Run.open(str(shared_run["dir"]))
-
-
-@pytest.fixture(scope="module")
-def suite(run, sources, tmp_path_factory):
-  from flax_xalign.evaluation.offline.suite import SuiteSizes, write_suite
-
-  folder = tmp_path_factory.mktemp("offline") / "suite"
-  layout = write_suite(str(folder), run, task=TASK, languages=["de"], gold=sources["gold"],
-                       retrieval=sources["retrieval"], min_count=MIN_COUNT, bible_languages=("de", "en"),
-                       sizes=SuiteSizes(**SIZES), progress=lambda line: None)
-  return {"dir": str(folder), "layout": layout}
-
-
-@pytest.fixture(scope="module")
-def scored(run, suite):
-  from flax_xalign.evaluation.offline.scoring import score
-
-  return score(run, suite["dir"], progress=lambda line: None)
-
-
-def _close(a, b, path="result"):
-  """Recursive equality, floats to 1e-6 (the same arrays through the same kernels)."""
-  if isinstance(a, dict):
-    assert isinstance(b, dict) and sorted(a) == sorted(b), f"{path}: keys {sorted(a)} != {sorted(b)}"
-    for key in a:
-      _close(a[key], b[key], f"{path}.{key}")
-  elif isinstance(a, (list, tuple)):
-    assert len(a) == len(b), f"{path}: {len(a)} != {len(b)} items"
-    for i, (x, y) in enumerate(zip(a, b)):
-      _close(x, y, f"{path}[{i}]")
-  elif isinstance(a, float) or isinstance(b, float):
-    assert a == pytest.approx(b, abs=1e-6, nan_ok=True), f"{path}: {a} != {b}"  # RSIM of < 3 pairs is NaN.
-  else:
-    assert a == b, f"{path}: {a!r} != {b!r}"
 
 
 def test_suite_layout_names_every_file_it_wrote(suite):
@@ -168,28 +107,3 @@ def test_a_text_the_suite_did_not_tokenise_is_refused():
   assert table.encode("haus") == [7, 9]
   with pytest.raises(UserError, match="no entry for 'maus'"):
     table.encode("maus")
-
-
-CHILD = textwrap.dedent("""
-    import json, sys
-    from flax_xalign.runs import Run
-    from flax_xalign.evaluation.offline.scoring import score
-    result = score(Run.open(sys.argv[1]), sys.argv[2], progress=lambda line: None)
-    print("RESULT " + json.dumps(result))
-    """)
-
-
-@pytest.mark.subprocess
-def test_score_runs_where_tensorflow_and_seqio_are_absent(shared_run, suite, scored):
-  from tests import no_tf_site
-
-  code = CHILD + no_tf_site.CHECK + "\n"
-  done = subprocess.run([sys.executable, "-c", code, str(shared_run["dir"]), suite["dir"]], env=no_tf_site.env(),
-                        capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
-  lines = done.stdout.splitlines()
-  result = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT "):])
-  assert lines.index(next(line for line in lines if line.startswith("RESULT "))) < lines.index("ABSENT OK")
-  assert set(result["metrics"]) == {"bli", "retrieval", "mlm", "word_alignment"}
-  _close(result["bli"], json.loads(json.dumps(scored["bli"])), "child.bli")
-  _close(result["word_alignment"]["test"], json.loads(json.dumps(scored["word_alignment"]["test"])), "child.wa")
