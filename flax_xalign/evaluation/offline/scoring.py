@@ -145,15 +145,7 @@ def _mlm(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
   with np.load(suite.path(layout["file"])) as f:
     arrays = {name: f[name] for name in f.files}
   languages = list(run.spec.languages)
-  missing = [code for code in layout["languages"] if code not in languages]
-  if missing:
-    raise UserError(f"the suite's MLM rows hold {missing}, which {run.path} was not trained on (languages "
-                    f"{languages}); write the suite from a run with this run's languages.")
-  # The rows carry the writer's language ids (1 + index in its languages); this run may order them otherwise.
-  to_run = np.asarray([0] + [languages.index(code) + 1 for code in layout["languages"]], np.int64)
-  arrays["lang_ids"] = to_run[arrays["lang_ids"]].astype(arrays["lang_ids"].dtype)
-  top_token = np.zeros(len(languages) + 1, np.int64)
-  top_token[to_run] = arrays.pop("top_token")
+  top_token = remap_language_ids(arrays, layout["languages"], languages, where=run.path)
   batches = ({name: value[i] for name, value in arrays.items()} for i in range(layout["batches"]))
   scores = mlm_eval.masked_accuracy(run.model, run.params(), batches, top_token, languages=languages,
                                     seed=layout["seed"])
@@ -162,6 +154,25 @@ def _mlm(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
   log(f"  MLM accuracy {100 * scores['overall']['accuracy']:.2f}% over {scores['overall']['predictions']:,} "
       f"masked tokens (unigram baseline {100 * scores['overall']['unigram_baseline']:.2f}%)")
   return {"task": layout["task"], "split": layout["split"], **scores}
+
+
+def remap_language_ids(arrays: dict[str, np.ndarray], written: Sequence[str], languages: Sequence[str], *,
+                       where: str = "the run") -> np.ndarray:
+  """Moves MLM rows written for `written` languages onto the ids of `languages` (id = 1 + index; 0 = padding).
+
+  Replaces arrays["lang_ids"] in place and pops arrays["top_token"] ([len(written) + 1]); returns the top
+  token per id of `languages` (0 for a language the rows do not hold). UserError for a written language
+  that `languages` lacks.
+  """
+  missing = [code for code in written if code not in languages]
+  if missing:
+    raise UserError(f"the suite's MLM rows hold {missing}, which {where} was not trained on (languages "
+                    f"{list(languages)}); write the suite from a run with this run's languages.")
+  to_run = np.asarray([0] + [list(languages).index(code) + 1 for code in written], np.int64)
+  arrays["lang_ids"] = to_run[arrays["lang_ids"]].astype(arrays["lang_ids"].dtype)
+  top_token = np.zeros(len(languages) + 1, np.int64)
+  top_token[to_run] = arrays.pop("top_token")
+  return top_token
 
 
 # ------------------------------------------------------------ word alignment
