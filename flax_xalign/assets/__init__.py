@@ -16,5 +16,6 @@ from flax_xalign.assets import dictionary  # noqa: F401,E402  (dictionary)
 from flax_xalign.assets import induced_dictionary  # noqa: F401,E402  (induced_dictionary)
 from flax_xalign.assets import lang_vocab  # noqa: F401,E402  (lang_vocab)
 from flax_xalign.assets import token_map  # noqa: F401,E402  (token_map)
+from flax_xalign.assets import word_starts  # noqa: F401,E402  (word_starts)
 
 __all__ = ["Asset", "Unavailable", "Value", "check_fingerprint", "content_hash", "register"]

@@ -18,6 +18,12 @@ training, when built). `--examples N` writes the first N rows of the endless
 shuffled stream (a mixture keeps its sampling rates); `--epochs E` (default 1)
 writes E passes (a mixture is then read task by task, every row once per pass,
 rates aside). README "Packed datasets".
+
+Word links: the rows also carry `link_groups` (the tasks' given word links,
+what DWA / SO with label_source 'links', 'intersection' or 'union' read) with
+`--links`, and by default when a task behind the name was given links
+(`TsvBitextTask(links=...)`, e.g. eflomal's) or the gin run's objectives read
+them; `--no-links` leaves them out. docs/data.md "Packed datasets".
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--pair_layout", choices=PAIR_LAYOUTS, help="train.pair_layout (default restart)")
   parser.add_argument("--both_directions", action="store_true", default=None, help="train.bitext_both_directions")
   parser.add_argument("--no_pack", action="store_true", help="one example per row (padding) instead of packing")
+  parser.add_argument("--links", action=argparse.BooleanOptionalAction, default=None,
+                      help="store the tasks' word links (link_groups) with the rows (default: when a task has "
+                      "links or the gin run's objectives read them)")
   parser.add_argument("--shard_mb", type=int, default=256, help="shard size in MiB (default 256)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT/<split>")
   parser.add_argument("--workers", type=int, default=1, help="processes writing in parallel, one seqio shard "
@@ -103,6 +112,23 @@ def _fill_from_gin(args: argparse.Namespace) -> None:
   languages = setting("languages")
   if args.languages is None and languages:
     args.languages = ",".join(languages)
+  if args.links is None and _objectives_read_links(setting("objectives", {}), setting("monitors", ()),
+                                                   setting("objective_options", {})):
+    args.links = True
+
+
+def _objectives_read_links(objectives, monitors, options) -> bool:
+  """Whether an objective (or monitor) of the gin run reads the batch feature `link_groups`."""
+  from flax_xalign.objectives import base as objectives_lib
+
+  names = [*(objectives or {}), *(n for n in (monitors or ()) if n not in (objectives or {}))]
+  built = objectives_lib.build(names, options or {})
+  return any("link_groups" in getattr(objective, "batch_features", ()) for objective in built.values())
+
+
+def task_has_links(definitions) -> bool:
+  """Whether a task behind the definitions was given word links (`TsvBitextTask(links=...)`)."""
+  return any(d.get("kind") == "TsvBitextTask" and (d.get("args") or {}).get("links") for d in definitions or ())
 
 
 def run(args: argparse.Namespace) -> None:
@@ -129,19 +155,21 @@ def run(args: argparse.Namespace) -> None:
            {"shuffled": train, "epochs": epochs})
   if args.workers > 1:
     order["workers"] = args.workers
+  links = task_has_links(data.definitions) if args.links is None else args.links
   info = write.split_info(
       task=args.task, split=args.split, length=args.length, pack=not args.no_pack, pair_layout=args.pair_layout,
       both_directions=args.both_directions, languages=data.languages, language_pairs=data.language_pairs,
-      vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=args.seed, order=order)
+      vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=args.seed, order=order, links=links)
   print(f"caching {args.task}/{args.split}: rows of {args.length} tokens, languages {list(data.languages)}, "
         + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)")
+        + (", with word links (link_groups)" if links else "")
         + (f", {args.workers} workers" if args.workers > 1 else ""), flush=True)
   vocabulary_bytes = vocabulary_asset.model_bytes(data.vocabulary)
   from flax_xalign.cli import cache_workers
 
   spec = dict(task=args.task, definitions=data.definitions, languages=languages, split=args.split,
               length=args.length, seed=args.seed, shuffle=train, pack=not args.no_pack, epochs=epochs,
-              pair_layout=args.pair_layout, both_directions=args.both_directions, workers=args.workers,
+              pair_layout=args.pair_layout, both_directions=args.both_directions, links=links, workers=args.workers,
               max_rows=cache_workers.split_rows(args.examples, args.workers), shard_bytes=args.shard_mb << 20,
               info=info)
   if args.workers == 1:

@@ -31,14 +31,19 @@ def _part(index: int) -> str:
 
 
 def shard_rows(data: Any, spec: Mapping[str, Any], index: int):
-  """The converted rows of seqio shard `index` of spec['workers'] (all rows for one worker), as NumPy dicts."""
+  """The converted rows of seqio shard `index` of spec['workers'] (all rows for one worker), as NumPy dicts.
+
+  They are the rows of the stream a run's `get_dataset` batches (batch size 1, in that order), with
+  `link_groups` when spec['links'].
+  """
   from flax_xalign.data import pipeline
 
-  return pipeline.converted_rows(
+  return pipeline.get_dataset(
       data.provider, languages=data.languages, split=spec["split"], feature_lengths={"tokens": spec["length"]},
-      seed=spec["seed"], shuffle=spec["shuffle"], pack=spec["pack"], num_epochs=spec["epochs"],
+      batch_size=1, seed=spec["seed"], shuffle=spec["shuffle"], pack=spec["pack"], num_epochs=spec["epochs"],
       specials=data.vocabulary_spec.specials, pair_layout=spec["pair_layout"],
-      both_directions=spec["both_directions"], shard_id=index, num_shards=spec["workers"])
+      both_directions=spec["both_directions"], links=spec.get("links", False), shard_id=index,
+      num_shards=spec["workers"]).unbatch().as_numpy_iterator()
 
 
 def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:

@@ -89,26 +89,65 @@ def evaluate(
   model, spec, step = run.model, run.spec, run.step
   params = run.params(num_partitions=num_partitions)
   name = mixture_or_task_name or spec.task
-  data = run.task_data(split, name=mixture_or_task_name, data=data, relocate=relocate,
-                       import_modules=import_modules, user_tasks=user_tasks)
-  lengths = dict(spec.task_feature_lengths)
+  vocab, top_token, eval_batches = held_out_batches(
+      run, split=split, name=mixture_or_task_name, batch_size=batch_size, baseline_batches=baseline_batches,
+      seed=seed, data=data, relocate=relocate, import_modules=import_modules, user_tasks=user_tasks)
   languages = list(spec.languages)
-  vocab = data.vocabulary
+  scores = masked_accuracy(model, params, eval_batches, top_token, languages=languages, seed=seed,
+                           max_batches=max_batches)
+  if not scores["batches"]:
+    raise UserError(f"split {split!r} of {name!r} gave no full batch of {batch_size}; lower batch_size.")
+  for lang_id, code in enumerate(languages, start=1):
+    if code in scores["languages"]:
+      scores["languages"][code]["most_frequent_token"] = vocab.decode([int(top_token[lang_id])])
+  results = {"step": int(step), "task": name, "split": split, **scores}
+  alignment = run_alignment(run, params)
+  if alignment is not None:
+    results["alignment"] = alignment
+  if output and jax.process_index() == 0:
+    write_atomically(run.dir.file(output_file(output, split)), json.dumps(results, indent=2))
+  return results
 
+
+def held_out_batches(run: Any, *, split: str, name: str | None = None, batch_size: int = 32,
+                     baseline_batches: int = 100, seed: int = 0, data: str = "seqio",
+                     feature_lengths: Mapping[str, int] | None = None, **task_options: Any):
+  """(vocabulary, top_token [languages + 1], iterator of `split`'s feature batches) as `evaluate` scores them.
+
+  `top_token` is each language id's most frequent maskable token over `baseline_batches` training batches
+  (the unigram baseline); the held-out batches come in order, one epoch, laid out as the run trained
+  (`feature_lengths` replaces the run's task_feature_lengths, e.g. for an import that recorded none).
+  `task_options` go to `run.task_data` (relocate, import_modules, user_tasks).
+  """
+  spec = run.spec
+  source = run.task_data(split, name=name, data=data, **task_options)
+  lengths = dict(feature_lengths or spec.task_feature_lengths)
   layout = {"pair_layout": spec.pair_layout, "both_directions": spec.bitext_both_directions}
-  train_batches = data.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
-  counts = unigram_counts(itertools.islice(train_batches, baseline_batches), len(languages),
-                          model.config.vocab_size, first_regular_id=spec.vocabulary.specials.first_regular)
-  top_token = counts.argmax(axis=1)
+  train_batches = source.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed + 1, **layout)
+  counts = unigram_counts(itertools.islice(train_batches, baseline_batches), len(spec.languages),
+                          run.model.config.vocab_size, first_regular_id=spec.vocabulary.specials.first_regular)
+  eval_batches = source.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed,
+                                split=split, shuffle=False, num_epochs=1, **layout)
+  return source.vocabulary, counts.argmax(axis=1), eval_batches
 
-  eval_batches = data.batches(feature_lengths=lengths, batch_size=batch_size, seed=seed,
-                              split=split, shuffle=False, num_epochs=1, **layout)
+
+def masked_accuracy(model: Any, params: Any, batches, top_token: np.ndarray, *, languages: Sequence[str],
+                    seed: int = 0, max_batches: int = 0) -> dict[str, Any]:
+  """Masked-token accuracy of `model` over `batches` (feature dicts), per language and overall.
+
+  Batch i is masked with `fold_in(key(seed), i)`, so the same batches in the same order give the same
+  numbers wherever they were read from (the task registry, a packed cache, a file of rows). `top_token`
+  [len(languages) + 1] is each language id's most frequent training token (the unigram baseline).
+
+  Returns:
+    {"batches", "languages": {code: {"accuracy", "unigram_baseline", "predictions"}}, "overall": {...}}.
+  """
   predict = jax.jit(model.masked_predictions)
   base_rng = jax.random.key(seed)
   n = len(languages) + 1
   correct, baseline, total = np.zeros(n), np.zeros(n), np.zeros(n)
-  batches = 0
-  for i, batch in enumerate(eval_batches):
+  count = 0
+  for i, batch in enumerate(batches):
     if max_batches and i >= max_batches:
       break
     out = jax.device_get(predict(params, batch, jax.random.fold_in(base_rng, i)))
@@ -117,32 +156,17 @@ def evaluate(
     np.add.at(total, lang, 1)
     np.add.at(correct, lang, (out["predicted"] == out["targets"])[w])
     np.add.at(baseline, lang, (top_token[out["lang_ids"]] == out["targets"])[w])
-    batches += 1
-  if not batches:
-    raise UserError(f"split {split!r} of {name!r} gave no full batch of {batch_size}; lower batch_size.")
-
+    count += 1
   per_language = {}
   for lang_id, code in enumerate(languages, start=1):
     if total[lang_id]:
-      per_language[code] = {
-          "accuracy": correct[lang_id] / total[lang_id],
-          "unigram_baseline": baseline[lang_id] / total[lang_id],
-          "predictions": int(total[lang_id]),
-          "most_frequent_token": vocab.decode([int(top_token[lang_id])]),
-      }
-  results = {
-      "step": int(step), "task": name, "split": split, "batches": batches,
-      "languages": per_language,
-      "overall": {"accuracy": correct.sum() / max(total.sum(), 1),
-                  "unigram_baseline": baseline.sum() / max(total.sum(), 1),
-                  "predictions": int(total.sum())},
-  }
-  alignment = run_alignment(run, params)
-  if alignment is not None:
-    results["alignment"] = alignment
-  if output and jax.process_index() == 0:
-    write_atomically(run.dir.file(output_file(output, split)), json.dumps(results, indent=2))
-  return results
+      per_language[code] = {"accuracy": correct[lang_id] / total[lang_id],
+                            "unigram_baseline": baseline[lang_id] / total[lang_id],
+                            "predictions": int(total[lang_id])}
+  return {"batches": count, "languages": per_language,
+          "overall": {"accuracy": correct.sum() / max(total.sum(), 1),
+                      "unigram_baseline": baseline.sum() / max(total.sum(), 1),
+                      "predictions": int(total.sum())}}
 
 
 def output_file(output: str, split: str) -> str:

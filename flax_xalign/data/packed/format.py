@@ -9,7 +9,8 @@
       validation/ ...
 
 A record is one model row: the converter's features (`tokens, lang_ids,
-segment_ids, positions, pair_side`), each `[length]`, in `Manifest.features`
+segment_ids, positions, pair_side`, + `link_groups` in a cache written with
+word links: `Manifest.links`), each `[length]`, in `Manifest.features`
 order and each in the narrowest unsigned dtype its values fit (tokens of a
 32k vocabulary: uint16), concatenated. `record_dtype` turns a list of
 records into a structured NumPy array in one `frombuffer`; `decode` widens
@@ -44,6 +45,11 @@ FORMAT = "flax_xalign.packed"
 VERSION = 1
 MANIFEST = "manifest.json"
 FEATURES = ("tokens", "lang_ids", "segment_ids", "positions", "pair_side")
+# The tasks' word links per subword (`flax_xalign.data.feature_converter`), stored when asked. A group number
+# counts linked words of the whole pair (not only those a row keeps), so it is bounded by a pair's words, not by
+# the row length: uint16, and a pair with more than 65,535 link groups is refused when written.
+LINK_FEATURE = "link_groups"
+LINK_BOUND = 1 << 16
 SCHEME = "cache:"
 
 
@@ -62,10 +68,16 @@ def dtype_for(bound: int) -> str:
 def feature_bounds(*, vocab_size: int, num_languages: int, length: int) -> dict[str, int]:
   """An exclusive upper bound of each feature's values (what picks its dtype).
 
-  Positions and segment ids never exceed the row length; pair_side is 0, 1 or 2.
+  Positions and segment ids never exceed the row length; pair_side is 0, 1 or 2;
+  link groups stay below `LINK_BOUND`.
   """
   return {"tokens": vocab_size, "lang_ids": num_languages + 1, "segment_ids": length + 1,
-          "positions": length + 1, "pair_side": 3}
+          "positions": length + 1, "pair_side": 3, LINK_FEATURE: LINK_BOUND}
+
+
+def feature_names(links: bool) -> tuple[str, ...]:
+  """The features of a row, in record order: the converter's five, then `link_groups` when `links`."""
+  return FEATURES + ((LINK_FEATURE,) if links else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +101,8 @@ class Manifest:
     languages, language_pairs: the task's languages (id = index + 1) and bitext pairs.
     vocabulary: the vocabulary's manifest record (file, sha256, size, specials).
     task_definitions: how to re-register a user-defined task (None: registered by name).
-    features: (name, dtype) of each feature, in record order.
+    features: (name, dtype) of each feature, in record order (`link_groups`
+      last when the rows carry the tasks' word links).
     examples: rows in all shards.
     shards: each shard's file, rows, size and sha256.
     seed: the seed the rows were drawn with.
@@ -114,6 +127,11 @@ class Manifest:
   seed: int | None
   order: Mapping[str, Any]
   writer: str = ""
+
+  @property
+  def links(self) -> bool:
+    """Whether the rows carry the tasks' word links (`link_groups`, `xalign cache --links`)."""
+    return any(name == LINK_FEATURE for name, _ in self.features)
 
   def to_json(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -161,10 +179,10 @@ def encode(row: Mapping[str, np.ndarray], dtype: np.dtype, bounds: Mapping[str, 
   return record.tobytes()
 
 
-def decode(records: Sequence[bytes], dtype: np.dtype) -> dict[str, np.ndarray]:
-  """Records -> {feature: int32 [len(records), length]}."""
+def decode(records: Sequence[bytes], dtype: np.dtype, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+  """Records -> {feature: int32 [len(records), length]} for the features `names` (default all)."""
   rows = np.frombuffer(b"".join(records), dtype=dtype)
-  return {name: rows[name].astype(np.int32) for name in dtype.names}
+  return {name: rows[name].astype(np.int32) for name in (dtype.names if names is None else names)}
 
 
 def parse_source(value: str) -> str | None:
@@ -193,9 +211,13 @@ class PackedSplit:
     return os.path.join(self.directory, self.manifest.vocabulary.file)
 
   def check_run(self, *, task: str, length: int, pair_layout: str, both_directions: bool,
-                pack: bool = True, languages: Sequence[str] | None = None) -> None:
-    """Refuses, in one line, a cache made for another task, row length, pair layout or language set."""
+                pack: bool = True, languages: Sequence[str] | None = None, links: bool = False) -> None:
+    """Refuses, in one line, a cache made for another task, row length, pair layout or language set.
+
+    `links`: the run reads `link_groups`, which the rows must carry.
+    """
     m = self.manifest
+    self.check_links(links)
     wanted = [("task", m.task, task, "MIXTURE_OR_TASK_NAME"),
               ("row length", m.length, int(length), "TASK_FEATURE_LENGTHS"),
               ("pair layout", m.pair_layout, pair_layout, "train.pair_layout"),
@@ -208,6 +230,14 @@ class PackedSplit:
         raise UserError(f"the packed cache {self.directory} was built with {what} {cached!r}, this run uses "
                         f"{run!r} ({setting}); rebuild it with `xalign cache` for this run's "
                         "settings, or set them to the cache's.")
+
+  def check_links(self, links: bool) -> None:
+    """Refuses, in one line, a split without `link_groups` for a run whose objectives read them."""
+    m = self.manifest
+    if links and not m.links:
+      raise UserError(f"this run's objectives learn from given word links (link_groups), and the packed cache "
+                      f"{self.directory} was written without them; rebuild it with `xalign cache --links "
+                      f"--task={m.task} --split={m.split} ...`, or train from seqio (train.data='seqio').")
 
   def check_batch(self, batch_size: int) -> None:
     if self.manifest.examples < batch_size:

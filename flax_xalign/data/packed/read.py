@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import grain
@@ -64,8 +65,8 @@ class PackedBatches:
   """
 
   def __init__(self, packed: format_lib.PackedSplit, *, batch_size: int, seed: int | None, shuffle: bool = True,
-               num_epochs: int | None = None, rows: tuple[int, int] | None = None, num_threads: int = 2,
-               prefetch: int = 4):
+               num_epochs: int | None = None, rows: tuple[int, int] | None = None,
+               features: Sequence[str] | None = None, num_threads: int = 2, prefetch: int = 4):
     """Reads `packed`.
 
     Args:
@@ -75,6 +76,8 @@ class PackedBatches:
       shuffle: False reads the rows in their written order (evaluation).
       num_epochs: passes over the rows; None repeats forever (training).
       rows: [lo, hi) of each global batch this process reads; default all.
+      features: the features a batch holds (default every one the rows
+        carry); UserError for one they do not carry.
       num_threads: Grain's reader threads.
       prefetch: batches read ahead (their state is not part of ours).
     """
@@ -91,8 +94,12 @@ class PackedBatches:
     if num_epochs != 1:
       records = records.repeat(num_epochs)
     dtype = format_lib.record_dtype(m.features, m.length)
+    missing = sorted(set(features or ()) - set(dtype.names))
+    if missing:
+      raise UserError(f"the packed cache {packed.directory} holds no feature {', '.join(missing)} (its rows "
+                      f"carry {', '.join(dtype.names)}); rebuild it with `xalign cache`.")
     batches = _HostRows(records, batch_size=batch_size, lo=lo, hi=hi).map(
-        functools.partial(format_lib.decode, dtype=dtype))
+        functools.partial(format_lib.decode, dtype=dtype, names=None if features is None else tuple(features)))
     self._dataset = batches.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                               prefetch_buffer_size=prefetch))
     self._iterator = iter(self._dataset)

@@ -37,14 +37,19 @@ SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per proces
 def split_info(*, task: str, split: str, length: int, pack: bool, pair_layout: str, both_directions: bool,
                languages: Sequence[str], language_pairs: Sequence[Sequence[str]], vocabulary: Any,
                task_definitions: Sequence[Mapping[str, Any]] | None, seed: int | None,
-               order: Mapping[str, Any]) -> format_lib.Manifest:
-  """What a split's rows are: its manifest before the rows are written (no features, rows or shards yet)."""
+               order: Mapping[str, Any], links: bool = False) -> format_lib.Manifest:
+  """What a split's rows are: its manifest before the rows are written (features, no rows or shards yet).
+
+  `links`: the rows carry the tasks' word links (`link_groups`) as a sixth feature.
+  """
+  bounds = format_lib.feature_bounds(vocab_size=vocabulary.size, num_languages=len(languages), length=int(length))
+  features = tuple((name, format_lib.dtype_for(bounds[name])) for name in format_lib.feature_names(links))
   return format_lib.Manifest(
       task=task, split=split, length=int(length), pack=bool(pack), pair_layout=pair_layout,
       both_directions=bool(both_directions), languages=tuple(languages),
       language_pairs=tuple(tuple(p) for p in language_pairs), vocabulary=vocabulary,
-      task_definitions=None if task_definitions is None else tuple(task_definitions), features=(), examples=0,
-      shards=(), seed=seed, order=dict(order))
+      task_definitions=None if task_definitions is None else tuple(task_definitions), features=features,
+      examples=0, shards=(), seed=seed, order=dict(order))
 
 
 def check_output(root: str, split: str, *, overwrite: bool) -> str:
@@ -69,7 +74,7 @@ def layout_of(info: format_lib.Manifest) -> tuple[tuple[tuple[str, str], ...], d
   """(features with their dtypes, each feature's value bound) of the rows `info` describes."""
   bounds = format_lib.feature_bounds(vocab_size=info.vocabulary.size, num_languages=len(info.languages),
                                      length=info.length)
-  return tuple((name, format_lib.dtype_for(bounds[name])) for name in format_lib.FEATURES), bounds
+  return info.features, bounds
 
 
 def stage(output: str, split: str) -> str:
@@ -135,7 +140,7 @@ def commit(tmp: str, info: format_lib.Manifest, parts: Sequence[tuple[str, int]]
   if hashlib.sha256(vocabulary_bytes).hexdigest() != info.vocabulary.sha256:
     raise ValueError("the vocabulary bytes do not match the vocabulary record's sha256")
   write_atomically(os.path.join(tmp, info.vocabulary.file), vocabulary_bytes)
-  manifest = dataclasses.replace(info, features=layout_of(info)[0], examples=count, shards=tuple(shards),
+  manifest = dataclasses.replace(info, examples=count, shards=tuple(shards),
                                  writer=flax_xalign.__version__)
   write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
   _move_into_place(tmp, target)
@@ -179,8 +184,8 @@ def write_split(rows: Iterable[Mapping[str, Any]], info: format_lib.Manifest, *,
                 log: TextIO | None = None, report_every_s: float = 10.0) -> format_lib.Manifest:
   """Writes `rows` (dicts of int arrays `[length]`) as the split `info.split` of the cache at `output`.
 
-  `info` says what the rows are (`split_info`); its features, row count and
-  shards are filled in here. Stops after `max_rows` rows (None: when `rows`
+  `info` says what the rows are and which features they carry (`split_info`);
+  its row count and shards are filled in here. Stops after `max_rows` rows (None: when `rows`
   ends). Prints a progress line every `report_every_s` seconds. Returns the
   manifest written.
   """

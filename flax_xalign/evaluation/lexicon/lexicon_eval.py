@@ -84,8 +84,14 @@ class LexiconOptions:
     return self
 
 
-def evaluate_lexicon(run, options: LexiconOptions, *, log: Log = print) -> dict:
-  """The results of `options` on `run` (a `runs.Run`): the JSON object `xalign bli` prints last."""
+def evaluate_lexicon(run, options: LexiconOptions, *, log: Log = print, text=None) -> dict:
+  """The results of `options` on `run` (a `runs.Run`): the JSON object `xalign bli` prints last.
+
+  `text` is where the words and sentences come from: by default (None) the task registry and the run's
+  vocabulary (`TaskText`); an object with the same members (`normalizer`, `language_vocabularies`, `sentences`,
+  `encode`, and `vocabulary` for `output`) feeds the same scoring from files (`evaluation.offline.suite_files`),
+  without seqio.
+  """
   opts = options.check()
   model, params, spec, step = run.model, run.params(), run.spec, run.step
   missing = [code for code in (opts.src, opts.tgt) if code not in spec.languages]
@@ -93,15 +99,14 @@ def evaluate_lexicon(run, options: LexiconOptions, *, log: Log = print) -> dict:
     raise UserError(f"language(s) {missing} not in {run.path}'s run (languages "
                     f"{list(spec.languages)}); pick --src and --tgt from those.")
   layers = _layers(opts, model.encoder.config.num_layers)
-  task, normalizer = _resolve_task(opts, run)
-  ids, mask, origin = _language_vocabularies(run.path, spec.replace(task=task), opts,
-                                             use_file=task == spec.task)
+  text = text if text is not None else TaskText(run, opts)
+  normalizer = text.normalizer
+  ids, mask, origin = text.language_vocabularies(opts)
   log(f"language-specific vocabularies ({origin}): {opts.src} {int(mask[0].sum()):,}, "
       f"{opts.tgt} {int(mask[1].sum()):,} tokens; {run.path} step {step}, layers {layers}")
-  vocabulary = run.vocabulary()
-  pair_pieces = _pair_pieces(opts, run, vocabulary, normalizer, ids, mask) if opts.isomorphism else None
+  pair_pieces = _pair_pieces(opts, run, text.encode, normalizer, ids, mask) if opts.isomorphism else None
   reps, mask, piece_tables = _representations(
-      model, params, spec, task, opts, ids, mask, layers, log,
+      model, params, spec, text.sentences, opts, ids, mask, layers, log,
       extra_ids=None if pair_pieces is None else [pair_pieces.piece_ids(side) for side in (0, 1)])
   src, tgt = reps[0][opts.layer], reps[1][opts.layer]
   start = time.perf_counter()
@@ -110,12 +115,12 @@ def evaluate_lexicon(run, options: LexiconOptions, *, log: Log = print) -> dict:
   result = {"src": opts.src, "tgt": opts.tgt, "layer": opts.layer, "method": opts.method, "knn": opts.knn,
             "vocab_sizes": [int(mask[0].sum()), int(mask[1].sum())]}
   if opts.output:
-    n = _write_dictionary(opts.output, top, ids, mask, _piece_function(vocabulary, spec))
+    n = _write_dictionary(opts.output, top, ids, mask, _piece_function(text.vocabulary(), spec))
     log(f"wrote {opts.output}: {n:,} entries (src<TAB>tgt<TAB>{opts.method} score)")
     result["dictionary_entries"] = n
   gold = None
   if opts.gold:
-    gold = _gold(opts, run, vocabulary, normalizer, ids, mask)
+    gold = _gold(opts, run, text.encode, normalizer, ids, mask)
     scores = bli.score(src, tgt, gold, src_mask=mask[0], tgt_mask=mask[1], knn=opts.knn)
     ooc = ", ".join(f"{k} {v}" for k, v in gold.out_of_coverage.items() if v) or "none"
     log(f"gold {opts.gold}: {gold.entries:,} source entries, {gold.covered:,} in coverage "
@@ -160,6 +165,34 @@ def _resolve_task(opts: LexiconOptions, run) -> tuple[str, str]:
   return task, opts.normalize if opts.normalize is not None else bli.task_normalizer(task, opts.src)
 
 
+class TaskText:
+  """The words and sentences of a lexicon evaluation from the task registry (seqio) and the run's vocabulary."""
+
+  def __init__(self, run, opts: LexiconOptions):
+    self.run = run
+    self.task, self.normalizer = _resolve_task(opts, run)
+    self._vocabulary = None
+
+  def vocabulary(self):
+    if self._vocabulary is None:
+      self._vocabulary = self.run.vocabulary()
+    return self._vocabulary
+
+  def encode(self, text: str):
+    """Piece ids of a (normalised) word or phrase."""
+    return self.vocabulary().encode(text)
+
+  def language_vocabularies(self, opts: LexiconOptions):
+    """(ids [2, C], mask [2, C], where they came from) of opts.src and opts.tgt (`_language_vocabularies`)."""
+    spec = self.run.spec
+    return _language_vocabularies(self.run.path, spec.replace(task=self.task), opts,
+                                  use_file=self.task == spec.task)
+
+  def sentences(self, code: str, opts: LexiconOptions):
+    """Token ids (no specials) of at most opts.max_sentences monolingual `code` sentences of opts.split."""
+    return bli.monolingual_sentences(self.task, code, split=opts.split, max_sentences=opts.max_sentences)
+
+
 def _language_vocabularies(model_dir: str, spec, opts: LexiconOptions, *, use_file: bool):
   """(ids [2, C], mask [2, C], where they came from), side 0 = src; MODEL_DIR's lang_vocab.tsv when `use_file`."""
   from flax_xalign.assets import lang_vocab
@@ -199,8 +232,8 @@ def _layers(opts: LexiconOptions, num_layers: int) -> list[int]:
   return sorted(set(wanted) | {opts.layer})
 
 
-def _representations(model, params, spec, task: str, opts: LexiconOptions, ids, mask, layers: list[int], log: Log,
-                     extra_ids=None):
+def _representations(model, params, spec, sentences_of: Callable, opts: LexiconOptions, ids, mask, layers: list[int],
+                     log: Log, extra_ids=None):
   """({layer: [C, e]} per side, mask [2, C] of rows every layer has, contextual piece tables per side).
 
   `extra_ids` (per side, int [n] token ids; e.g. the gold words' pieces) are averaged in the same encoder
@@ -221,7 +254,7 @@ def _representations(model, params, spec, task: str, opts: LexiconOptions, ids, 
     if not contextual:
       continue
     start = time.perf_counter()
-    sentences = bli.monolingual_sentences(task, code, split=opts.split, max_sentences=opts.max_sentences)
+    sentences = sentences_of(code, opts)
     length = min(limit, max(len(s) for s in sentences) + 2)
     rows = bli.sentence_rows(sentences, bos=specials.bos, eos=specials.eos, pad=specials.pad,
                              lang_id=spec.language_id(code), length=length)
@@ -250,14 +283,14 @@ def _read_gold_lexicon(opts: LexiconOptions):
   return lexicon.read_lexicon(opts.gold)
 
 
-def _gold(opts: LexiconOptions, run, vocabulary, normalizer: str, ids, mask) -> bli.Gold:
+def _gold(opts: LexiconOptions, run, encode: Callable, normalizer: str, ids, mask) -> bli.Gold:
   from flax_xalign.data.vocab import normalize
 
   sides = {"src_ids": ids[0], "src_mask": mask[0], "tgt_ids": ids[1], "tgt_mask": mask[1]}
   if opts.gold == TOKEN_MAP_GOLD:
     gold = bli.gold_from_token_pairs(_token_map_pairs(run, opts.src, opts.tgt), **sides)
   else:
-    gold = bli.gold_from_lexicon(_read_gold_lexicon(opts), encode=lambda text: vocabulary.encode(text),
+    gold = bli.gold_from_lexicon(_read_gold_lexicon(opts), encode=encode,
                                  normalize=lambda word: normalize.normalize_text(word, normalizer), **sides)
   if not gold.queries:
     reasons = ", ".join(f"{k} {v}" for k, v in gold.out_of_coverage.items() if v)
@@ -311,7 +344,7 @@ def _write_dictionary(path: str, top, ids, mask, piece) -> int:
   return len(rows)
 
 
-def _pair_pieces(opts: LexiconOptions, run, vocabulary, normalizer: str, ids, mask) -> iso.PairPieces:
+def _pair_pieces(opts: LexiconOptions, run, encode: Callable, normalizer: str, ids, mask) -> iso.PairPieces:
   """The gold's translation pairs as piece ids; UserError when fewer than two are usable."""
   from flax_xalign.data.vocab import normalize
 
@@ -322,7 +355,7 @@ def _pair_pieces(opts: LexiconOptions, run, vocabulary, normalizer: str, ids, ma
     from flax_xalign.data.sources import lexicon
 
     pieces = iso.pieces_from_lexicon(
-        lexicon.read_lexicon(opts.gold), encode=lambda text: vocabulary.encode(text),
+        lexicon.read_lexicon(opts.gold), encode=encode,
         unknown_id=run.spec.vocabulary.specials.unk,
         normalize=lambda word: normalize.normalize_text(word, normalizer))
   if pieces.pairs < 2:

@@ -406,7 +406,7 @@ def checkpoint_language_pair(run: RunSpec) -> tuple[str, str] | None:
 def load_aligner(run: Any, *, src_lang: str | None = None, tgt_lang: str | None = None,
                  vocabulary_path: str | None = None, pair_layout: str | None = None,
                  options: ops.AlignmentSolver | None = None, similarity: str | None = None,
-                 normalize: str | None = None, encoding: str | None = None,
+                 normalize: str | None = None, encoding: str | None = None, vocabulary: Any = None,
                  **kwargs: Any) -> tuple[WordAligner, RunSpec, int]:
   """(WordAligner, run manifest, step) of `run` (a `runs.Run`) at the step it was opened at.
 
@@ -416,7 +416,8 @@ def load_aligner(run: Any, *, src_lang: str | None = None, tgt_lang: str | None 
   and `normalize` left as None follow the model (`model_defaults.resolve`:
   what it was trained for, its vocabulary's normaliser); `similarity`
   replaces `options.similarity`. The aligner's `settings` records what was
-  chosen and why. `kwargs` go to WordAligner (max_length, batch_size).
+  chosen and why. `vocabulary` (anything with `encode(text) -> ids`) replaces the run's, e.g. the words
+  tokenised beforehand (`evaluation.offline`). `kwargs` go to WordAligner (max_length, batch_size).
   """
   from flax_xalign.evaluation.word_alignment import model_defaults
 
@@ -437,7 +438,8 @@ def load_aligner(run: Any, *, src_lang: str | None = None, tgt_lang: str | None 
         raise UserError(f"cannot tell the source and target language of {run.path} (languages "
                         f"{languages}); pass --src_lang and --tgt_lang.")
       src_lang, tgt_lang = pair
-  vocabulary = run.vocabulary(path=vocabulary_path)
+  if vocabulary is None:
+    vocabulary = run.vocabulary(path=vocabulary_path)
   aligner = WordAligner(run.model, run.params(), vocabulary, languages=languages, src_lang=src_lang,
                         tgt_lang=tgt_lang, specials=spec.vocabulary.specials,
                         pair_layout=pair_layout, options=options,
