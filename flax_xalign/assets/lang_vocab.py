@@ -314,8 +314,10 @@ def piece_function(run: "RunSpec") -> Callable[[int], str] | None:
 
   None when the run's task is not registered here; the tokenizer is read on first use.
   """
-  from flax_xalign import tasks
-
+  try:
+    from flax_xalign import tasks  # The task registry needs seqio: a host without it registers no task.
+  except ImportError:
+    return None
   try:
     vocabulary = tasks.get_vocabulary(run.task)
   except UserError:

@@ -198,8 +198,10 @@ def _save_e5_trimmed(path: str, *, debian_data: str, languages: Sequence[str], l
   if "gpu_trim" not in seqio.MixtureRegistry.names():
     seqio.MixtureRegistry.add("gpu_trim", ["gpu_trim_debian_mlm", "gpu_trim_bible"], default_rate=1.0)
   print(f"e5-small trimmed to the Debian help ({', '.join(languages)}, en) and the Bible -> {path}", flush=True)
+  # The run's languages are the Debian mixture's (evaluation reads that task and checks they match; e5 has no
+  # language embeddings, so the Bible runs' grc needs no id of its own).
   code = e5_cli.main(["--trim_vocab_to=gpu_trim", "--trim_normalize=nfd_strip_marks", f"--save_trimmed_source={path}",
-                      f"--languages={','.join(['grc', 'en', *languages])}"])
+                      f"--languages={','.join(sorted({'en', *languages}))}"])
   if code:
     raise UserError(f"writing e5-small's trimmed source {path} failed (exit {code})")
 
@@ -241,7 +243,8 @@ def write_assets(grid: Any, bundle: Mapping[str, Any], out: str, work: str, task
     if key not in built:
       model_dir = os.path.join(work, "assets", key)
       shutil.rmtree(model_dir, ignore_errors=True)
-      argv = gpu_run.train_argv(out, bundle, experiment, model_dir=model_dir, init_dir=host_start, steps=1)
+      argv = gpu_run.train_argv(out, bundle, experiment, model_dir=model_dir, init_dir=host_start,
+                                start_dir=host_start, steps=1)
       argv = [a for a in argv if not a.startswith("--gin.train.data=")] + [f"--gin_file={tasks_file}"]
       print(f"assets of {key}", flush=True)
       if assets_cli.main(argv):
@@ -286,18 +289,20 @@ def download_wheels(out: str) -> None:
 RUN_SH = """#!/usr/bin/env bash
 # Written by xalign gpu_bundle (grid {grid}): trains and scores the grid on this host, TF-free.
 #   bash {rel}/run.sh           (from the repository root; results in $OUT, default ./gpu_out)
-# BUDGET_S (default {budget:.0f}): seconds for training + scoring; PARALLEL (default 3): runs at once.
+# BUDGET_S (default {budget:.0f}): seconds for training + scoring; PARALLEL (default 3): runs at once;
+# PYTHON (default python3): the interpreter with jax, flax, optax, orbax, numpy, scipy, sentencepiece.
 set -euo pipefail
+py="${{PYTHON:-python3}}"
 here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 site="${{TMPDIR:-/tmp}}/xalign_gpu_site"
 if compgen -G "$here/wheels/*.whl" >/dev/null; then
-  python3 -m pip install --quiet --no-deps --no-index --target="$site" "$here"/wheels/*.whl
+  "$py" -m pip install --quiet --no-deps --no-index --target="$site" "$here"/wheels/*.whl
 fi
 export PYTHONPATH="$root:$site${{PYTHONPATH:+:$PYTHONPATH}}"
 export OUT="${{OUT:-$root/gpu_out}}" JAX_COMPILATION_CACHE_DIR="${{JAX_COMPILATION_CACHE_DIR:-{work}/jax_cache}}"
 cd "$root"
-exec python3 -m flax_xalign.cli.gpu_run "$here" --out="$OUT" --work="${{WORK:-{work}}}" "$@"
+exec "$py" -m flax_xalign.cli.gpu_run "$here" --out="$OUT" --work="${{WORK:-{work}}}" "$@"
 """
 
 

@@ -50,6 +50,7 @@ class Clock:
   def __init__(self, budget_s: float):
     self.start = time.monotonic()
     self.budget_s = budget_s
+    self._lock = threading.Lock()
 
   def elapsed(self) -> float:
     return time.monotonic() - self.start
@@ -59,7 +60,9 @@ class Clock:
     if done is not None and total:
       rate = done / max(self.elapsed(), 1e-9)
       eta = f", ETA {max(0.0, (total - done) / rate):.0f} s" if rate > 0 else ""
-    print(f"[{self.elapsed():6.0f} s / {self.budget_s:.0f} s budget{eta}] {text}", flush=True)
+    with self._lock:  # Workers print from threads: one whole line at a time.
+      sys.stdout.write(f"[{self.elapsed():6.0f} s / {self.budget_s:.0f} s budget{eta}] {text}\n")
+      sys.stdout.flush()
 
 
 # ---------------------------------------------------------------------------- the bundle
@@ -93,16 +96,18 @@ def _env(bundle_dir: str) -> dict[str, str]:
 
 
 def train_argv(bundle_dir: str, bundle: Mapping[str, Any], experiment: Mapping[str, Any], *, model_dir: str,
-               init_dir: str, steps: int) -> list[str]:
-  """The `python -m flax_xalign.train` flags of one experiment (its family's shape, cache and schedule)."""
+               init_dir: str, start_dir: str, steps: int) -> list[str]:
+  """The `python -m flax_xalign.train` flags of one experiment (its family's shape, cache and schedule):
+  the architecture is the start weights' (START/model.gin), the parameters `init_dir`'s latest step."""
   family = bundle["families"][experiment["family"]]
   cache = bundle["caches"][family["cache"]]
-  flags = ["--gin_file=runs/pretrain.gin", f"--gin_file={os.path.join(init_dir, 'model.gin')}"]
+  flags = ["--gin_file=runs/pretrain.gin", f"--gin_file={os.path.join(start_dir, 'model.gin')}"]
   flags += [f"--gin_file={f}" for f in experiment["gin_files"]]
   bindings = [
       f"MODEL_DIR = '{model_dir}'", f"MIXTURE_OR_TASK_NAME = '{cache['task']}'",
       f"train.data = 'cache:{os.path.join(bundle_dir, cache['path'])}'",
-      f"train.init_from_checkpoint = '{init_dir}'", f"INIT_FROM_CHECKPOINT = '{init_dir}'",
+      # Through the macro objectives/xlm_align.gin reads (and requires).
+      f"INIT_FROM_CHECKPOINT = '{init_dir}'", "train.init_from_checkpoint = %INIT_FROM_CHECKPOINT",
       f"TASK_FEATURE_LENGTHS = {{'tokens': {cache['length']}}}", f"BATCH_SIZE = {family['batch_size']}",
       f"TRAIN_STEPS = {steps}", f"CHECKPOINT_EVERY = {steps}", f"LOG_EVERY = {max(1, min(50, steps // 10))}",
       f"EVAL_EVERY = {steps if cache.get('eval_rows') else 0}", "train.eval_batches = 4",
@@ -151,6 +156,16 @@ def measured_rates(model_dir: str) -> dict[str, float]:
   steps_per_s = sorted(r["steps_per_sec"] for r in timed)[len(timed) // 2]
   tokens_per_step = sum(r["tokens_per_sec"] / r["steps_per_sec"] for r in timed) / len(timed)
   return {"steps_per_s": steps_per_s, "tokens_per_step": tokens_per_step}
+
+
+def _tail(path: str) -> str:
+  """The last non-empty line of a log (what a failed child said last)."""
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      lines = [line.strip() for line in f if line.strip()]
+  except OSError:
+    return "no log"
+  return lines[-1][:300] if lines else "empty log"
 
 
 def _last_step(model_dir: str) -> int:
@@ -272,10 +287,11 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   warm_steps = grid.warmup_steps
   copy_assets(bundle_dir, warm_spec, warm.model_dir)
   code = warm.train(train_argv(bundle_dir, bundle, {**warm_spec, "family": grid.families[0].name},
-                               model_dir=warm.model_dir, init_dir=start_dir, steps=warm_steps),
+                               model_dir=warm.model_dir, init_dir=start_dir, start_dir=start_dir,
+                               steps=warm_steps),
                     deadline=clock.start + 0.2 * budget, log=log("warmup"), env=env)
   if code != 0 or not _last_step(warm.model_dir):
-    raise UserError(f"the warm-up failed (exit {code}); its log: {log('warmup')}")
+    raise UserError(f"the warm-up failed (exit {code}: {_tail(log('warmup'))}); its log: {log('warmup')}")
   rates = measured_rates(warm.model_dir)
   warm.row.update(steps_planned=warm_steps, steps_done=_last_step(warm.model_dir),
                   tokens_seen=round(rates.get("tokens_per_step", 0) * _last_step(warm.model_dir)),
@@ -312,7 +328,8 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
       init = start_dir if spec["start"] == "start" else os.path.join(work, "runs", spec["start"])
       copy_assets(bundle_dir, spec, row.model_dir)
       clock.line(f"{row.name}: training {steps} steps", done=done_work[0], total=total_work)
-      code = row.train(train_argv(bundle_dir, bundle, spec, model_dir=row.model_dir, init_dir=init, steps=steps),
+      code = row.train(train_argv(bundle_dir, bundle, spec, model_dir=row.model_dir, init_dir=init,
+                                  start_dir=start_dir, steps=steps),
                        deadline=family_deadline[spec["family"]], log=log(row.name), env=env)
       reached = _last_step(row.model_dir)
       rate = measured_rates(row.model_dir)
@@ -322,7 +339,7 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
       with lock:
         done_work[0] += steps * spec.get("cost", 1.0)
       if not reached:
-        row.row.update(score_s=0.0, scores={"error": f"training failed (exit {code}), see {log(row.name)}"})
+        row.row.update(score_s=0.0, scores={"error": f"training failed (exit {code}: {_tail(log(row.name))})"})
         clock.line(f"{row.name}: training FAILED (exit {code}); log {log(row.name)}")
         continue
       clock.line(f"{row.name}: {reached}/{steps} steps in {row.row['train_s']} s"
@@ -368,10 +385,10 @@ def _plot(results: Mapping[str, Any], path: str) -> str | None:
     return None
   curves = {}
   for row in results["rows"]:
-    debian = (row.get("scores") or {}).get("debian") or {}
-    per_layer = debian.get("rsim_per_layer")
-    if per_layer:
-      curves.setdefault(row["objective"], []).append(per_layer)
+    bli = (row.get("scores") or {}).get("bli") or {}
+    per_language = [splits["test"]["per_layer"]["rsim"] for splits in bli.values() if "test" in splits]
+    if per_language:  # RSIM per layer, averaged over the languages (X -> en test gold).
+      curves.setdefault(row["objective"], []).append([sum(v) / len(v) for v in zip(*per_language)])
   if "mlm" not in curves:
     return None
   import numpy as np
@@ -383,7 +400,7 @@ def _plot(results: Mapping[str, Any], path: str) -> str | None:
       ax.plot(np.mean(np.asarray(rows, float), axis=0) - base, marker="o", label=objective)
   ax.axhline(0.0, color="grey", lw=0.8)
   ax.set_xlabel("layer")
-  ax.set_ylabel("ΔRSIM vs MLM")
+  ax.set_ylabel("ΔRSIM vs MLM (mean over languages and seeds)")
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=100)

@@ -28,8 +28,8 @@ class OptimizerConfig:
   eps: float = 1e-6
   clip_norm: float = 1.0
   # Parameter-path prefixes that train ('mlm_head' = every parameter under mlm_head/); () = all of them. The
-  # others get no update, no weight decay and no optimizer state: e.g. a warm-up of a fresh MLM head on an
-  # imported encoder that never had one (e5-small), with the encoder frozen.
+  # others get no update and no weight decay, and their Adam moments stay 0: e.g. a warm-up of a fresh MLM
+  # head on an imported encoder that never had one (e5-small), with the encoder frozen.
   trainable: tuple[str, ...] = ()
 
   def __post_init__(self):
@@ -88,6 +88,21 @@ def trainable_labels(params: Any, prefixes: tuple[str, ...]) -> Any:
       lambda path, _: "train" if any(under(_path_name(path), p) for p in prefixes) else "frozen", params)
 
 
+def _zero_frozen(prefixes: tuple[str, ...]) -> optax.GradientTransformation:
+  """Zeroes the updates of every parameter outside `prefixes` (`trainable_labels`); checks them at init."""
+
+  def init(params: Any) -> optax.EmptyState:
+    trainable_labels(params, prefixes)  # A prefix naming no parameter is an error before the first step.
+    return optax.EmptyState()
+
+  def update(updates: Any, state: optax.EmptyState, params: Any = None) -> tuple[Any, optax.EmptyState]:
+    del params
+    labels = trainable_labels(updates, prefixes)
+    return jax.tree.map(lambda u, label: u if label == "train" else jax.numpy.zeros_like(u), updates, labels), state
+
+  return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(config: OptimizerConfig, total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
   schedule = learning_rate_schedule(config, total_steps)
   tx = optax.chain(
@@ -98,8 +113,10 @@ def make_optimizer(config: OptimizerConfig, total_steps: int) -> tuple[optax.Gra
       ),
   )
   if config.trainable:
-    # The clip's global norm is then over the trained parameters only, as if the others were constants.
-    prefixes = tuple(config.trainable)
-    tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
-                               lambda params: trainable_labels(params, prefixes))
+    # Frozen gradients are zeroed first (so the clip's global norm counts only the trained parameters and
+    # their Adam moments stay 0) and frozen updates last (AdamW's weight decay would move them). The state
+    # keeps the full tree's structure: a masked state's placeholders would need shardings and checkpoints
+    # of their own.
+    freeze = _zero_frozen(tuple(config.trainable))
+    tx = optax.chain(freeze, tx, freeze)
   return tx, schedule

@@ -118,13 +118,14 @@ def test_train_argv_gives_each_experiment_its_familys_shape_and_the_bundles_cach
             "common_bindings": ["EncoderConfig.dropout_rate = 0.0"]}
   experiment = {"name": "x", "family": "fa", "gin_files": ["experiments/code_switch/tcs.gin"],
                 "bindings": ["SEED = 1"]}
-  argv = gpu_run.train_argv("/b", bundle, experiment, model_dir="/w/runs/x", init_dir="/w/start", steps=40)
+  argv = gpu_run.train_argv("/b", bundle, experiment, model_dir="/w/runs/x", init_dir="/w/runs/warmup",
+                            start_dir="/w/start", steps=40)
   assert argv[:3] == ["--gin_file=runs/pretrain.gin", "--gin_file=/w/start/model.gin",
                       "--gin_file=experiments/code_switch/tcs.gin"]
   for flag in ("--gin.MODEL_DIR='/w/runs/x'", "--gin.MIXTURE_OR_TASK_NAME='t_a'", "--gin.train.data='cache:/b/caches/a'",
                "--gin.TASK_FEATURE_LENGTHS={'tokens': 100}", "--gin.BATCH_SIZE=8", "--gin.TRAIN_STEPS=40",
                "--gin.EVAL_EVERY=0", "--gin.SEED=1", "--gin.OptimizerConfig.learning_rate=5e-5",
-               "--gin.train.init_from_checkpoint='/w/start'"):
+               "--gin.INIT_FROM_CHECKPOINT='/w/runs/warmup'", "--gin.train.init_from_checkpoint=%INIT_FROM_CHECKPOINT"):
     assert flag in argv, (flag, argv)
   # The experiment's own bindings come last, so they win over the family's.
   assert argv.index("--gin.SEED=1") > argv.index("--gin.OptimizerConfig.learning_rate=5e-5")

@@ -243,7 +243,7 @@ TINY = Grid(
     start="tiny",
     caches={"debian": CacheSpec(task="gpu_debian_mlm", length=24, rows=48, eval_rows=8),
             "bible": CacheSpec(task="gpu_bible_linked", length=32, rows=24, eval_rows=0, links=True)},
-    suite_sizes={"eval_sentences": 8, "retrieval_pairs": 10, "mlm_batches": 2, "mlm_batch_size": 4,
+    suite_sizes={"eval_sentences": 8, "retrieval_pairs": 10, "mlm_batches": 2, "mlm_batch_size": 2,
                  "baseline_batches": 2, "bible_pairs": 12},
     warmup=_warmup("debian", lr=1e-3),
     warmup_steps=3,
