@@ -177,7 +177,9 @@ def _debian_rows(seeds: Sequence[int], objectives: Sequence[str], *, costs: Mapp
   rows = []
   for seed in seeds:
     for objective in objectives:
-      bindings = (f"LANG_VOCAB_MIN_COUNT = {min_count}", *extra.get(objective, ()), f"SEED = {seed}")
+      bindings = (*extra.get(objective, ()), f"SEED = {seed}")
+      if objective != "gc":  # The code-switching files read it (mlm.gin for the language-specific metrics).
+        bindings = (f"LANG_VOCAB_MIN_COUNT = {min_count}", *bindings)
       rows.append(Experiment(name=f"debian_{objective}_s{seed}", family="debian", objective=objective,
                              gin_files=files[objective], bindings=bindings, start="warmup", seed=seed,
                              cost=costs[objective], metrics=DEBIAN_METRICS))
