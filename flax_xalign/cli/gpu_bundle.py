@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import lzma
 import os
 import shutil
 import sys
@@ -56,7 +57,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--languages", default="", help="Debian languages besides English (default: the grid's "
                       "that the build has)")
   parser.add_argument("--bible_links", default="", help="`xalign eflomal --bible` output (default: made in --work)")
-  parser.add_argument("--start_dir", default="", help="--grid=tiny: the MODEL_DIR the grid starts from")
+  parser.add_argument("--start_dir", default="", help="--grid=tiny: the MODEL_DIR the grid starts from (default: "
+                      "a 4-layer model initialised here, with a vocabulary of the grid's text)")
   parser.add_argument("--work", default="", help="intermediate files (default OUTPUT.work)")
   parser.add_argument("--host_work", default="/tmp/xalign_gpu",
                       help="where run.sh keeps runs on the host (the induced dictionaries name their source there)")
@@ -161,9 +163,12 @@ def start_weights(args: argparse.Namespace, grid: Any, out: str, host_start: str
   make from them (made here the same way, from the carried form: the assets and suite are built against it)."""
   target = os.path.join(out, "start")
   if grid.start == "tiny":
-    if not args.start_dir or not os.path.isdir(os.path.join(args.start_dir, "checkpoints")):
-      raise UserError(f"--grid=tiny starts from a small MODEL_DIR: pass --start_dir=DIR (got {args.start_dir!r})")
-    shutil.copytree(args.start_dir, os.path.join(target, "model"),
+    start_dir = args.start_dir or tiny_start(os.path.join(os.path.dirname(host_start), "tiny_start"),
+                                             debian_data=debian_data, languages=languages, links=links)
+    if not os.path.isdir(os.path.join(start_dir, "checkpoints")):
+      raise UserError(f"--start_dir {start_dir} is not a MODEL_DIR (no checkpoints/); pass a run, or leave "
+                      "--start_dir out for a 4-layer model initialised here")
+    shutil.copytree(start_dir, os.path.join(target, "model"),
                     ignore=shutil.ignore_patterns("*.lock", "events.out.*"))
     start = {"kind": "model_dir", "path": "start/model"}
   else:
@@ -178,6 +183,48 @@ def start_weights(args: argparse.Namespace, grid: Any, out: str, host_start: str
 
 
 E5_SOURCE = "e5_small_trimmed.zip"
+# The tiny grid's model: 4 layers, small enough that a CPU runs the grid in a minute or two.
+TINY_MODEL = dict(num_layers=4, embed_dim=32, num_heads=4, head_dim=8, mlp_dim=64, max_positions=64,
+                  num_languages=0, dropout_rate=0.0, attention_dropout_rate=0.0)
+TINY_VOCAB_SIZE = 300
+
+
+def tiny_start(output: str, *, debian_data: str, languages: Sequence[str], links: str) -> str:
+  """A 4-layer model initialised from seed 0, with a SentencePiece vocabulary of the help text and the Bible
+  verses the grid reads (the tiny grid's start when --start_dir is not given)."""
+  import itertools
+  import random
+
+  import flax.linen as nn
+  import jax
+
+  from flax_xalign.data.vocab import normalize
+  from flax_xalign.data.vocab import sentencepiece as vocab_lib
+  from flax_xalign.interop.model_dir import write_model_dir
+  from flax_xalign.models.config import EncoderConfig
+  from flax_xalign.models.encoder import Encoder
+  from flax_xalign.objectives.model import PretrainingModel
+
+  if os.path.isdir(os.path.join(output, "checkpoints")):
+    return output
+  lines = []
+  for lang in ("en", *languages):
+    with open(os.path.join(debian_data, "help", f"{lang}.train.txt"), encoding="utf-8") as f:
+      lines += [line.strip() for line in f if line.strip()]
+  with open(os.path.join(links, "train.tsv"), encoding="utf-8") as f:  # As many verses as help lines: the
+    for line in itertools.islice(f, len(lines)):                       # help words stay whole pieces.
+      lines += [normalize.normalize_text(side, "nfd_strip_marks") for side in line.rstrip("\n").split("\t")]
+  random.Random(0).shuffle(lines)
+  os.makedirs(os.path.dirname(output), exist_ok=True)
+  path = vocab_lib.train_sentencepiece(lines, vocab_size=TINY_VOCAB_SIZE, model_path=output + ".spm.model")
+  vocabulary = vocab_lib.load_vocabulary(path)
+  config = EncoderConfig(vocab_size=vocabulary.vocab_size, **TINY_MODEL)
+  model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
+  params = nn.meta.unbox(model.init(jax.random.key(0), batch=1, length=8))
+  write_model_dir(output, config=config, params=params, vocabulary=vocabulary, languages=sorted({"en", *languages}),
+                  task_feature_lengths={"tokens": 32})
+  print(f"tiny start: a 4-layer model, {vocabulary.vocab_size} pieces -> {output}", flush=True)
+  return output
 
 
 def _save_e5_trimmed(path: str, *, debian_data: str, languages: Sequence[str], links: str) -> None:
@@ -250,9 +297,11 @@ def write_assets(grid: Any, bundle: Mapping[str, Any], out: str, work: str, task
       if assets_cli.main(argv):
         raise UserError(f"xalign assets for {key} failed; see above")
       kept = [f for f in sorted(os.listdir(model_dir)) if f in CARRIED_ASSET_FILES]
-      for f in kept:
+      for f in kept:  # xz: the co-occurrence table's 17 MB carry as 4 (the host unpacks them, byte for byte).
         os.makedirs(os.path.join(out, "assets", key), exist_ok=True)
-        shutil.copy2(os.path.join(model_dir, f), os.path.join(out, "assets", key, f))
+        with open(os.path.join(model_dir, f), "rb") as src, lzma.open(os.path.join(out, "assets", key, f + ".xz"),
+                                                                      "wb", preset=6) as dst:
+          shutil.copyfileobj(src, dst, 1 << 20)
       built[key] = bool(kept)
     if built[key]:
       keys[experiment["name"]] = key
@@ -300,9 +349,9 @@ if compgen -G "$here/wheels/*.whl" >/dev/null; then
   "$py" -m pip install --quiet --no-deps --no-index --target="$site" "$here"/wheels/*.whl
 fi
 export PYTHONPATH="$root:$site${{PYTHONPATH:+:$PYTHONPATH}}"
-export OUT="${{OUT:-$root/gpu_out}}" JAX_COMPILATION_CACHE_DIR="${{JAX_COMPILATION_CACHE_DIR:-{work}/jax_cache}}"
+export OUT="${{OUT:-$root/gpu_out}}" JAX_COMPILATION_CACHE_DIR="${{JAX_COMPILATION_CACHE_DIR:-${{WORK:-{work}}}/jax_cache}}"
 cd "$root"
-exec "$py" -m flax_xalign.cli.gpu_run "$here" --out="$OUT" --work="${{WORK:-{work}}}" "$@"
+exec "$py" -m flax_xalign.cli.gpu_run "$here" --out="$OUT" "$@"
 """
 
 

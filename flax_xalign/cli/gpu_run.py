@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import shutil
 import signal
@@ -123,9 +124,16 @@ def copy_assets(bundle_dir: str, experiment: Mapping[str, Any], model_dir: str) 
   os.makedirs(model_dir, exist_ok=True)
   copied = []
   for name in sorted(os.listdir(source)):
-    if not os.path.exists(os.path.join(model_dir, name)):
-      shutil.copy2(os.path.join(source, name), os.path.join(model_dir, name))
-      copied.append(name)
+    target = os.path.join(model_dir, name[:-3] if name.endswith(".xz") else name)
+    if os.path.exists(target):
+      continue
+    if name.endswith(".xz"):  # Carried xz-compressed (gpu_bundle.write_assets); the run reads the file itself.
+      with lzma.open(os.path.join(source, name), "rb") as src, open(target + ".partial", "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+      os.replace(target + ".partial", target)
+    else:
+      shutil.copy2(os.path.join(source, name), target)
+    copied.append(os.path.basename(target))
   return copied
 
 
@@ -256,11 +264,12 @@ def start_weights(bundle_dir: str, bundle: Mapping[str, Any], work: str) -> str:
   return target
 
 
-def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int, work: str) -> dict[str, Any]:
+def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int, work: str | None) -> dict[str, Any]:
   from flax_xalign.cli.experiments import gpu_grids
 
   bundle = read_bundle(bundle_dir)
   grid = gpu_grids.grid_named(bundle["grid"])
+  work = os.path.abspath(work or bundle["work"])
   budget = float(budget_s if budget_s is not None else bundle["budget_s"])
   clock = Clock(budget)
   os.makedirs(out, exist_ok=True)
@@ -429,7 +438,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       else None, help="seconds for training + scoring (default $BUDGET_S, else the grid's)")
   parser.add_argument("--parallel", type=int, default=int(os.environ.get("PARALLEL", "3")),
                       help="experiments training at once on the card (default $PARALLEL, else 3)")
-  parser.add_argument("--work", default=os.environ.get("WORK", "/tmp/xalign_gpu"), help="runs and logs")
+  parser.add_argument("--work", default=os.environ.get("WORK"),
+                      help="runs and logs (default $WORK, else the folder the bundle was built for, bundle.json's "
+                      "'work': its induced dictionaries name their source there)")
   parser.add_argument("--score", metavar="MODEL_DIR", help="(internal) score one run and exit")
   parser.add_argument("--metrics", default="", help="(with --score) comma-separated metric families")
   return parser.parse_args(argv)

@@ -129,3 +129,19 @@ def test_train_argv_gives_each_experiment_its_familys_shape_and_the_bundles_cach
     assert flag in argv, (flag, argv)
   # The experiment's own bindings come last, so they win over the family's.
   assert argv.index("--gin.SEED=1") > argv.index("--gin.OptimizerConfig.learning_rate=5e-5")
+
+
+def test_assets_carried_xz_compressed_arrive_byte_for_byte(tmp_path):
+  import lzma
+
+  table = os.urandom(1000) + bytes(5000)
+  (tmp_path / "bundle" / "assets" / "gc").mkdir(parents=True)
+  (tmp_path / "bundle" / "assets" / "gc" / "cooc.npz.xz").write_bytes(lzma.compress(table))
+  (tmp_path / "bundle" / "assets" / "gc" / "cooc.json").write_text("{}")
+  run_dir = tmp_path / "run"
+  copied = gpu_run.copy_assets(str(tmp_path / "bundle"), {"assets": "gc"}, str(run_dir))
+  assert copied == ["cooc.json", "cooc.npz"]
+  assert (run_dir / "cooc.npz").read_bytes() == table and sorted(os.listdir(run_dir)) == ["cooc.json", "cooc.npz"]
+  (run_dir / "cooc.json").write_text('{"edited": 1}')  # A file already in MODEL_DIR is never replaced.
+  assert gpu_run.copy_assets(str(tmp_path / "bundle"), {"assets": "gc"}, str(run_dir)) == []
+  assert (run_dir / "cooc.json").read_text() == '{"edited": 1}'

@@ -3,15 +3,13 @@ run.sh, from a copy of the bundle only, in Pythons where TensorFlow, tensorflow_
 (tests/no_tf_site), and writes a results JSON with every field of every row filled."""
 
 import json
-import os
-import random
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests import no_tf_site, testlib
+from tests import no_tf_site
 from tests.experiments.test_e5_debian_experiment import _tiny_build
 
 ROOT = no_tf_site.ROOT
@@ -31,44 +29,21 @@ def _bible_links(folder, *, verses: int = 24):
   return folder
 
 
-def _tiny_start(folder, build, links):
-  """A 4-layer MODEL_DIR with a vocabulary of the tiny help text and the Bible verses (the grid's start)."""
-  import flax.linen as nn
-  import jax
-  import seqio
+def _params(model_dir):
+  from flax_xalign.runs import Run
 
-  from flax_xalign.data.vocab import normalize
-  from flax_xalign.data.vocab import sentencepiece as vocab
-  from flax_xalign.interop.model_dir import write_model_dir
-  from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.model import PretrainingModel
-
-  lines = [line for f in sorted((build / "help").iterdir()) for line in f.read_text(encoding="utf-8").splitlines()]
-  for f in sorted(links.glob("*.tsv")):
-    for line in f.read_text(encoding="utf-8").splitlines():
-      lines += [normalize.normalize_text(side, "nfd_strip_marks") for side in line.split("\t")]
-  random.Random(0).shuffle(lines)
-  path = vocab.train_sentencepiece(lines, vocab_size=300, model_path=folder / "spm.model", model_type="unigram")
-  vocabulary = seqio.SentencePieceVocabulary(str(path), extra_ids=0)
-  config = testlib.tiny_encoder_config(vocab_size=vocabulary.vocab_size, num_languages=0, num_layers=4,
-                                       dropout_rate=0.0, attention_dropout_rate=0.0)
-  model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
-  params = nn.meta.unbox(model.init(jax.random.key(4), batch=1, length=8))
-  write_model_dir(str(folder / "start"), config=config, params=params, vocabulary=vocabulary,
-                  task_feature_lengths={"tokens": 24}, languages=["de", "en"])  # The Debian mixture's, as the e5 start's
-  return folder / "start"
+  return Run.open(str(model_dir)).params()
 
 
 @pytest.mark.subprocess  # Builds the tiny bundle, then runs it in TF-free children (about 3 min on 2 cores).
 def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, bible_data_dir):
   build = _tiny_build(tmp_path / "debian")
   links = _bible_links(tmp_path / "bible_links")
-  start = _tiny_start(tmp_path, build, links)
   host_work = tmp_path / "host_work"
-  made = subprocess.run(
+  made = subprocess.run(  # The start: a 4-layer model the builder initialises (gpu_bundle.tiny_start).
       [sys.executable, "-m", "flax_xalign.cli", "gpu_bundle", "--grid=tiny", f"--output={tmp_path / 'bundle'}",
-       f"--debian_data={build}", f"--bible_links={links}", f"--start_dir={start}", f"--host_work={host_work}",
-       "--wheels=none"], capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+       f"--debian_data={build}", f"--bible_links={links}", f"--host_work={host_work}", "--wheels=none"],
+      capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
   assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
   bundle = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
   assert set(bundle["parts"]) == {"start", "caches", "assets", "suite", "wheels", "run.sh"}
@@ -76,7 +51,8 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   # The host has the checkout and the bundle, nothing else: not the sources, not the builder's runs.
   host = tmp_path / "host"
   shutil.copytree(tmp_path / "bundle", host / ".gpu")
-  for gone in (build, links, start, host_work, tmp_path / "bundle", tmp_path / "bundle.work"):
+  start_params = _params(host_work / "start")
+  for gone in (build, links, host_work, tmp_path / "bundle", tmp_path / "bundle.work"):
     shutil.rmtree(gone, ignore_errors=True)
   out = tmp_path / "out"
   env = no_tf_site.env(OUT=str(out), BUDGET_S="600", PARALLEL="2", JAX_PLATFORMS="cpu", PYTHON=sys.executable)
@@ -105,10 +81,7 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   import jax
   import numpy as np
 
-  from flax_xalign.runs import Run
-
-  start_params = Run.open(str(host_work / "start")).params()
-  warm_params = Run.open(str(host_work / "runs" / "warmup")).params()
+  warm_params = _params(host_work / "runs" / "warmup")
   moved = {k for k in warm_params if not all(np.array_equal(a, b) for a, b in
                                                 zip(jax.tree.leaves(warm_params[k]), jax.tree.leaves(start_params[k])))}
   assert moved == {"mlm_head"}, moved
