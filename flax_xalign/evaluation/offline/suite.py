@@ -69,7 +69,7 @@ class SuiteSizes:
 
 
 def write_suite(output_dir: str, run: Any, *, debian_data: str | None = None, task: str | None = None,
-                languages: Sequence[str] | None = None, pivot: str = PIVOT, gold: str | None = None,
+                languages: Sequence[str] | None = None, pivot: str = PIVOT, gold: str | dict | None = None,
                 retrieval: str | None = None, min_count: int = 5, mlm_split: str = "validation",
                 mlm_feature_lengths: dict[str, int] | None = None,
                 bible_languages: tuple[str, str] = ("grc", "en"), sizes: SuiteSizes = SuiteSizes(),
@@ -87,7 +87,8 @@ def write_suite(output_dir: str, run: Any, *, debian_data: str | None = None, ta
     task: a registered task or mixture with the monolingual text of every language (BLI's vocabularies
       and sentences, the MLM rows).
     languages: the languages paired with `pivot` (BLI lang -> pivot, retrieval pivot-lang).
-    gold: BLI gold, a template with {lang} and {split} (dev, test); a missing file leaves that split out.
+    gold: BLI gold, a template with {lang} and {split} (dev, test), or {(lang, split): (path, kind)}; a missing
+      file leaves that split out.
     retrieval: held-out pairs, a template with {lang} of pivot<TAB>lang lines.
     min_count: language-specific vocabularies keep tokens counted more than this.
     mlm_split: the held-out split of `task` whose rows the MLM accuracy scores.
