@@ -220,7 +220,7 @@ SCIENCE = Grid(
     start="e5",
     caches={"debian": CacheSpec(task="gpu_debian_mlm", length=128, rows=24_000, eval_rows=512),
             "bible": CacheSpec(task="gpu_bible_linked", length=128, rows=16_000, eval_rows=256, links=True)},
-    suite_sizes={"eval_sentences": 200, "retrieval_pairs": 100, "mlm_batches": 8, "mlm_batch_size": 32,
+    suite_sizes={"eval_sentences": 100, "retrieval_pairs": 100, "mlm_batches": 8, "mlm_batch_size": 32,
                  "baseline_batches": 100, "bible_pairs": None},
     warmup=_warmup("debian", lr=1e-3),
     warmup_steps=400,
