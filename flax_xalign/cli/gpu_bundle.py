@@ -131,6 +131,25 @@ def bible_links(args: argparse.Namespace, work: str) -> str:
   return target
 
 
+def alignment_peers(links: str, *, verses: int | None = None) -> dict[str, Any]:
+  """What the Bible rows are compared with, scored here on the same test verses the host scores them on:
+  eflomal's links (the statistical aligner users run; `xalign eflomal --bible`, grow-diag-final-and) and the
+  diagonal (word i -> round(i·m/n)). `verses`: the first N test verses, as the suite keeps (None: all)."""
+  from flax_xalign.evaluation.word_alignment import aer, word_align
+
+  pairs, sure = word_align.bible_gold("test", max_pairs=verses)
+  tsv = aer.read_pairs(os.path.join(links, "test.tsv"))[:len(pairs)]
+  if [(list(a), list(b)) for a, b in pairs] != [(list(a), list(b)) for a, b in tsv]:
+    raise UserError(f"{links}/test.tsv does not start with the Bible's test verses; rebuild it with "
+                    "`xalign eflomal --bible`")
+  eflomal = [g.sure for g in aer.read_pharaoh(os.path.join(links, "test.links"))][:len(pairs)]
+  diagonal = [{(i, min(len(b) - 1, round(i * len(b) / len(a)))) for i in range(len(a))} if a and b else set()
+              for a, b in pairs]
+  return {"verses": len(pairs), "eflomal": aer.score(eflomal, sure).as_dict(),
+          "diagonal": aer.score(diagonal, sure).as_dict(),
+          "eflomal_links": "xalign eflomal --bible (every verse pair at once, grow-diag-final-and)"}
+
+
 def tasks_gin(path: str, *, debian_data: str, languages: Sequence[str], links: str, vocabulary: str,
               prefix: str = "gpu") -> str:
   """The gin file that registers the grid's tasks with `vocabulary` (for `xalign cache` / `xalign assets`)."""
@@ -384,6 +403,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
       "format": "flax_xalign.gpu_bundle", "version": 1, "grid": grid.name, "budget_s": grid.budget_s,
       "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "start": start, "caches": caches, "work": host_work, "languages": list(languages),
+      "alignment_peers": alignment_peers(links, verses=grid.suite_sizes.get("bible_pairs")),
       "common_bindings": list(gpu_grids.COMMON_BINDINGS),
       "families": {f.name: {"cache": f.cache, "batch_size": f.batch_size, "share": f.share,
                             "bindings": list(f.bindings)} for f in grid.families},

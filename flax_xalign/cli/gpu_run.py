@@ -276,7 +276,8 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   os.makedirs(os.path.join(work, "logs"), exist_ok=True)
   env = _env(bundle_dir)
   results: dict[str, Any] = {"grid": grid.name, "bundle": {k: bundle[k] for k in ("created", "bytes", "parts")},
-                             "card": _card(), "budget_s": budget, "parallel": parallel, "rows": []}
+                             "card": _card(), "budget_s": budget, "parallel": parallel,
+                             "alignment_peers": bundle.get("alignment_peers"), "rows": []}
   experiments = {e["name"]: e for e in bundle["experiments"]}
   log = lambda name: os.path.join(work, "logs", f"{name}.log")  # noqa: E731
 

@@ -16,15 +16,19 @@ ROOT = no_tf_site.ROOT
 
 
 def _bible_links(folder, *, verses: int = 24):
-  """A `xalign eflomal --bible`-shaped folder: the gold's first verses as train, the next as validation."""
+  """A `xalign eflomal --bible`-shaped folder holding gold links in place of eflomal's: the validation gold's
+  first verses as train, the next as validation, the test gold's first verses as test."""
   from flax_xalign.evaluation.word_alignment import aer, word_align
 
-  pairs, sure = word_align.bible_gold("validation", max_pairs=2 * verses)
   folder.mkdir(parents=True)
-  for split, part in (("train", slice(0, verses)), ("validation", slice(verses, 2 * verses))):
-    (folder / f"{split}.tsv").write_text("".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in pairs[part]),
+  pairs, sure = word_align.bible_gold("validation", max_pairs=2 * verses)
+  test_pairs, test_sure = word_align.bible_gold("test", max_pairs=verses)
+  for split, part_pairs, part_sure in (("train", pairs[:verses], sure[:verses]),
+                                       ("validation", pairs[verses:], sure[verses:]),
+                                       ("test", test_pairs, test_sure)):
+    (folder / f"{split}.tsv").write_text("".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in part_pairs),
                                          encoding="utf-8")
-    (folder / f"{split}.links").write_text("".join(aer.format_links(s) + "\n" for s in sure[part]),
+    (folder / f"{split}.links").write_text("".join(aer.format_links(s) + "\n" for s in part_sure),
                                            encoding="utf-8")
   return folder
 
@@ -47,6 +51,9 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
   bundle = json.loads((tmp_path / "bundle" / "bundle.json").read_text())
   assert set(bundle["parts"]) == {"start", "caches", "assets", "suite", "wheels", "run.sh"}
+  # The peers on the suite's test verses: gold links stand in for eflomal's here, so their AER is 0.
+  peers = bundle["alignment_peers"]
+  assert peers["verses"] == 12 and peers["eflomal"]["aer"] == 0.0 and 0.3 < peers["diagonal"]["aer"] < 1.0
 
   # The host has the checkout and the bundle, nothing else: not the sources, not the builder's runs.
   host = tmp_path / "host"
@@ -67,6 +74,7 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   from flax_xalign.cli import gpu_run
 
   assert gpu_run.check_results(results) == []
+  assert results["alignment_peers"] == peers
   rows = {r["name"]: r for r in results["rows"]}
   assert set(rows) == {"start", "warmup", "debian_tcs_s0", "xlm_align_union"}
   for name in ("debian_tcs_s0", "xlm_align_union"):
