@@ -63,3 +63,18 @@ def test_what_counts_as_starting_python(args, expected):
   from tests import tiers
 
   assert tiers._starts_python(args) is expected  # pylint: disable=protected-access
+
+
+def test_every_aot_test_is_in_the_files_make_test_aot_collects():
+  """`make test-aot` collects only its AOT_TESTS files (the whole suite would cost each worker ~19 s of CPU):
+  an `aot` mark anywhere else would never run."""
+  import pathlib
+  import re
+
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  found = re.search(r"^AOT_TESTS \?= (.+)$", (repo / "Makefile").read_text(), re.M)
+  assert found, "the Makefile no longer sets AOT_TESTS"
+  collected = set(found.group(1).split())
+  marked = {str(p.relative_to(repo)) for p in (repo / "tests").rglob("*.py")
+            if p.name != "test_tiers.py" and re.search(r"\bmark\.aot\b", p.read_text(encoding="utf-8"))}
+  assert marked and marked <= collected, f"aot tests outside AOT_TESTS ({sorted(collected)}): {sorted(marked - collected)}"
