@@ -105,11 +105,12 @@ test-slow: $(STAMP_TEST)
 	$(call run_pytest,$(PY),$(XDIST) -m '$(MARK_SLOW)')
 
 # The AOT compile checks of XLM-R base/large for TPU v4 slices (README "Scale"):
-# three compiles of 4-7 min each, one per xdist worker. Only AOT_TESTS is collected:
+# three compiles of 4-8 min each and a tiny one, one per xdist worker; all but the large
+# compile run niced, so that it keeps a core (tests/training/test_aot.py). Only AOT_TESTS is collected:
 # collecting every test file costs each worker ~19 s of CPU more (measured), and the aot
 # mark is used nowhere else (tests/test_tiers.py checks that).
 AOT_TESTS ?= tests/training/test_aot.py
-AOT_XDIST ?= -n 3 --dist load
+AOT_XDIST ?= -n 4 --dist load
 test-aot: $(STAMP_TEST)
 	$(call run_pytest,$(PY),-m aot $(AOT_TESTS) $(AOT_XDIST))
 
