@@ -63,3 +63,43 @@ def test_what_counts_as_starting_python(args, expected):
   from tests import tiers
 
   assert tiers._starts_python(args) is expected  # pylint: disable=protected-access
+
+
+def test_every_aot_test_is_in_the_files_make_test_aot_collects():
+  """`make test-aot` collects only its AOT_TESTS files (the whole suite would cost each worker ~19 s of CPU):
+  an `aot` mark anywhere else would never run."""
+  import pathlib
+  import re
+
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  found = re.search(r"^AOT_TESTS \?= (.+)$", (repo / "Makefile").read_text(), re.M)
+  assert found, "the Makefile no longer sets AOT_TESTS"
+  collected = set(found.group(1).split())
+  marked = {str(p.relative_to(repo)) for p in (repo / "tests").rglob("*.py")
+            if p.name != "test_tiers.py" and re.search(r"\bmark\.aot\b", p.read_text(encoding="utf-8"))}
+  assert marked and marked <= collected, f"aot tests outside AOT_TESTS ({sorted(collected)}): {sorted(marked - collected)}"
+
+
+@pytest.mark.parametrize("markexpr, tier", [
+    ("contract and not slow and not subprocess and not aot and not t5x", "contract"),
+    ("subprocess and not slow and not aot and not t5x", "subprocess"), ("slow and not aot and not t5x", "slow"),
+    ("aot", "aot"), ("not slow and not aot and not contract and not subprocess and not t5x", None), ("", None),
+    ("slow or subprocess", None), ("fast", None)])
+def test_selected_tier(markexpr, tier):
+  from tests import tiers
+
+  assert tiers.selected_tier(markexpr) == tier
+
+
+def test_a_tier_run_never_imports_a_file_that_does_not_name_the_tier(pytester):
+  pytester.makepyfile(test_other="raise AssertionError('imported')\n")
+  result = _run(pytester, "import pytest\n\n@pytest.mark.slow\ndef test_s():\n  pass\n", "-m", "slow and not aot")
+  result.assert_outcomes(passed=1)
+  assert "imported" not in result.stdout.str()
+
+
+def test_a_tier_mark_its_file_never_names_is_refused_where_everything_is_collected(pytester):
+  source = "import pytest\n\nhidden = getattr(pytest.mark, 'sl' + 'ow')\n\n@hidden\ndef test_h():\n  pass\n"
+  result = _run(pytester, source)
+  assert result.ret == pytest.ExitCode.USAGE_ERROR
+  assert "in the slow tier, but its file never says 'slow or fast'" in result.stderr.str()

@@ -21,7 +21,10 @@ Two rules are enforced here rather than left to review:
   start again.
 """
 
+import functools
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -29,6 +32,47 @@ import pytest
 
 # Tiers that may start a Python; `contract` is in-process by definition, and so is the default tier.
 PYTHON_TIERS = ("subprocess", "slow", "aot", "t5x")
+
+# A tier's own run (`-m "<tier> and not <tier> ..."`, as the Makefile selects them) imports only the test
+# files whose text holds one of these words: collecting the whole suite cost each xdist worker ~21 s of CPU.
+# `fast` moves parametrizations to `slow`. A run that collects everything (the unit tier's) checks that
+# every test of a tier lives in a file its words find (`_check_tier_words`), so no test is left out unseen.
+TIER_WORDS = {"contract": ("contract",), "subprocess": ("subprocess",), "slow": ("slow", "fast"), "aot": ("aot",),
+              "t5x": ("t5x",)}
+_ONE_TIER = re.compile(r"\s*(\w+)(?:\s+and\s+not\s+\w+)*\s*")
+
+
+def selected_tier(markexpr: str | None) -> str | None:
+  """The tier a `-m` expression of the form `<tier> [and not <name>]...` requires; None for any other."""
+  match = _ONE_TIER.fullmatch(markexpr or "")
+  return match.group(1) if match and match.group(1) in TIER_WORDS else None
+
+
+@functools.lru_cache(maxsize=None)
+def file_names_tier(path: str, tier: str) -> bool:
+  text = pathlib.Path(path).read_text(encoding="utf-8", errors="replace")
+  return any(word in text for word in TIER_WORDS[tier])
+
+
+def pytest_ignore_collect(collection_path, config):
+  """In a tier's own run, skips the test files that cannot hold a test of that tier (never imported)."""
+  tier = selected_tier(config.getoption("markexpr", None))
+  if tier is None or not collection_path.is_file() or not collection_path.name.startswith("test_"):
+    return None
+  if collection_path.suffix == ".py" and not file_names_tier(str(collection_path), tier):
+    return True
+  return None
+
+
+def _check_tier_words(config, items) -> None:
+  if selected_tier(config.getoption("markexpr", None)) is not None:
+    return  # Skipped files are not here to check; the runs that collect everything check.
+  for item in items:
+    for tier in TIER_WORDS:
+      if item.get_closest_marker(tier) is not None and not file_names_tier(str(item.path), tier):
+        raise pytest.UsageError(
+            f"{item.nodeid} is in the {tier} tier, but its file never says {' or '.join(TIER_WORDS[tier])!r}: "
+            f"the {tier} tier's own run would not collect it (tests/tiers.py TIER_WORDS); mark it in its file")
 
 
 def _fast_matches(marker, item) -> bool:
@@ -49,11 +93,11 @@ def _fast_matches(marker, item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
   """Moves the parametrizations a `fast` marker does not keep into the `slow` tier (before -m runs)."""
-  del config
   for item in items:
     marker = item.get_closest_marker("fast")
     if marker is not None and not _fast_matches(marker, item):
       item.add_marker(pytest.mark.slow)
+  _check_tier_words(config, items)
 
 
 def _starts_python(args) -> bool:

@@ -84,8 +84,12 @@ def _events(directory):
 
 
 @pytest.fixture(scope="module")
-def t5x_run(bible_data_dir, tmp_path_factory):
-  """A `python -m t5x.train` run of pretrain.gin at tiny sizes: (MODEL_DIR, completed process)."""
+def t5x_train_child(bible_data_dir, tmp_path_factory):
+  """`python -m t5x.train` of pretrain.gin at tiny sizes, started and left running: {proc, model_dir, out, err}.
+
+  `t5x_step` asks for it first, so the child trains (~30 s, one core) while t5x_step and the in-process
+  tests run on the other core; `t5x_run` waits for it. Killed at the end if no test waited for it.
+  """
   del bible_data_dir  # Sets $FLAX_XALIGN_DATA_DIR (the corpus and its vocabulary), inherited below.
   root = tmp_path_factory.mktemp("t5x_train")
   tiny = root / "tiny.gin"  # The tests' tiny encoder, the same as t5x_step's.
@@ -98,27 +102,32 @@ def t5x_run(bible_data_dir, tmp_path_factory):
       f"--gin.MODEL_DIR='{model_dir}'", f"--gin.VOCAB_SIZE={vocab_size}", f"--gin.TRAIN_STEPS={TRAIN_STEPS}",
       f"--gin.BATCH_SIZE={B}", f"--gin.TASK_FEATURE_LENGTHS={{'tokens': {L}}}", "--gin.RANDOM_SEED=0",
   ]
-  proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600,
-                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  out, err = root / "train.out", root / "train.err"
+  with open(out, "w") as stdout, open(err, "w") as stderr:  # Files, not pipes: nothing reads them meanwhile.
+    proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, cwd=REPO,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  yield {"proc": proc, "model_dir": model_dir, "out": out, "err": err}
+  if proc.poll() is None:
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def t5x_run(t5x_train_child):
+  """The `python -m t5x.train` run of pretrain.gin at tiny sizes, finished: (MODEL_DIR, completed process)."""
+  child = t5x_train_child["proc"]
+  try:
+    child.wait(timeout=600)
+  except subprocess.TimeoutExpired:
+    child.kill()
+    child.wait()
+  proc = subprocess.CompletedProcess(child.args, child.returncode, t5x_train_child["out"].read_text(),
+                                     t5x_train_child["err"].read_text())
   assert proc.returncode == 0, proc.stderr[-5000:]
-  return model_dir, proc
+  return t5x_train_child["model_dir"], proc
 
 
-def test_t5x_train_runs_pretrain_gin(t5x_run):
-  model_dir, _ = t5x_run
-  train = _events(model_dir / "train")
-  losses = [value for _, value in train["loss"]]
-  assert train["loss"][-1][0] == TRAIN_STEPS and np.isfinite(losses).all() and losses[-1] > 0, train["loss"]
-  # Our metrics, as t5x averaged them over the steps (clu.metrics.Average).
-  assert {"mlm", "tlm", "tokens", "mlm_accuracy", "learning_rate"} <= set(train)
-  # t5x's training evaluation ran eval_fn on each task of the mixture.
-  for task in ("bible_en_mlm", "bible_grc_mlm", "bible_grc_en_tlm", TASK):
-    evals = _events(model_dir / "training_eval" / task)
-    assert np.isfinite(evals["loss"][-1][1]), (task, evals)
-  # Orbax checkpoints before the loop and at the end, finished.
-  for step in (0, TRAIN_STEPS):
-    assert (model_dir / f"checkpoint_{step}" / "commit_success.txt").is_file(), sorted(os.listdir(model_dir))
-  assert "flax_xalign.interop.t5x.XAlignT5xModel" in (model_dir / "config.gin").read_text()
+# test_t5x_train_runs_pretrain_gin (t5x_run's) comes after the in-process tests, which run while it trains.
 
 
 # ---------------------------------------------------------------- t5x's pieces, in-process
@@ -140,9 +149,9 @@ def _reference(vocab_size):
 
 
 @pytest.fixture(scope="module")
-def t5x_step(bible_data_dir, tmp_path_factory):
+def t5x_step(t5x_train_child, bible_data_dir, tmp_path_factory):
   """One train step of t5x's Trainer on a batch from t5x's get_dataset, with everything around it."""
-  del bible_data_dir
+  del t5x_train_child, bible_data_dir  # (the t5x.train child started first: it trains meanwhile)
   tasks = _tasks()
   vocab_size = tasks.get_vocabulary(TASK).vocab_size
   tx, schedule = optimizer_lib.make_optimizer(optimizer_lib.OptimizerConfig(learning_rate=1e-2, warmup_steps=0),
@@ -281,6 +290,23 @@ def test_t5x_checkpoint_loads_into_our_encoder(t5x_step):
   np.testing.assert_array_equal(hidden, _encode(vocab_size, in_memory, batch))
   # The trained step, not the initial parameters, came back.
   assert not np.allclose(hidden, _encode(vocab_size, t5x_step["initial_params"], batch))
+
+
+def test_t5x_train_runs_pretrain_gin(t5x_run):
+  model_dir, _ = t5x_run
+  train = _events(model_dir / "train")
+  losses = [value for _, value in train["loss"]]
+  assert train["loss"][-1][0] == TRAIN_STEPS and np.isfinite(losses).all() and losses[-1] > 0, train["loss"]
+  # Our metrics, as t5x averaged them over the steps (clu.metrics.Average).
+  assert {"mlm", "tlm", "tokens", "mlm_accuracy", "learning_rate"} <= set(train)
+  # t5x's training evaluation ran eval_fn on each task of the mixture.
+  for task in ("bible_en_mlm", "bible_grc_mlm", "bible_grc_en_tlm", TASK):
+    evals = _events(model_dir / "training_eval" / task)
+    assert np.isfinite(evals["loss"][-1][1]), (task, evals)
+  # Orbax checkpoints before the loop and at the end, finished.
+  for step in (0, TRAIN_STEPS):
+    assert (model_dir / f"checkpoint_{step}" / "commit_success.txt").is_file(), sorted(os.listdir(model_dir))
+  assert "flax_xalign.interop.t5x.XAlignT5xModel" in (model_dir / "config.gin").read_text()
 
 
 def test_t5x_train_checkpoints_load_into_our_encoder(t5x_run, t5x_step):

@@ -167,25 +167,43 @@ def run_gin(tmp_path_factory):
   tsv = {s: str(root / f"de_en.{s}.tsv") for s in files}
   user_tasks = testlib.user_mixture_gin(scope="mp", en_name="mp_en", pair_name="mp_de_en", mixture_name="mp_mix",
                                         en_files=en, tsv_files=tsv, vocab=model)
-  gin = textwrap.dedent("""
-      import mp_hooks
-      include 'runs/pretrain.gin'
-      """) + user_tasks + textwrap.dedent("""
-      TASK_FEATURE_LENGTHS = {'tokens': 19}
-      BATCH_SIZE = 8
-      TRAIN_STEPS = 6
-      LOG_EVERY = 1
-      CHECKPOINT_EVERY = 3
-      EVAL_EVERY = 0
-      OptimizerConfig.warmup_steps = 2
-      OptimizerConfig.learning_rate = 3e-3
-      """) + testlib.tiny_encoder_gin()
-  (root / "run.gin").write_text(gin)
+  (root / "run.gin").write_text(_RUN_GIN.format(data=user_tasks) + testlib.tiny_encoder_gin())
   return root
 
 
-def _train_argv(run_gin, model_dir, *extra):
-  return ["-m", "flax_xalign.train", f"--gin_file={run_gin / 'run.gin'}", f"--gin.MODEL_DIR='{model_dir}'", *extra]
+_RUN_GIN = textwrap.dedent("""
+    import mp_hooks
+    include 'runs/pretrain.gin'
+    {data}
+    TASK_FEATURE_LENGTHS = {{'tokens': 19}}
+    BATCH_SIZE = 8
+    TRAIN_STEPS = 6
+    LOG_EVERY = 1
+    CHECKPOINT_EVERY = 3
+    EVAL_EVERY = 0
+    OptimizerConfig.warmup_steps = 2
+    OptimizerConfig.learning_rate = 3e-3
+    """)
+
+
+@pytest.fixture(scope="module")
+def cache_run_gin(tmp_path_factory, run_gin):
+  """`run_gin`'s folder with a packed cache of its mixture (`xalign cache`, 96 rows) and `cache.gin`, the same
+  run reading it: its processes never import seqio or TensorFlow (~12 s of CPU less each, measured), for the
+  tests whose subject is not the input pipeline."""
+  from flax_xalign.cli import cache as cache_cli
+
+  root = tmp_path_factory.mktemp("mp_cache")
+  source = root / "source.gin"  # The run's tasks and lengths, without its step hooks module.
+  source.write_text((run_gin / "run.gin").read_text().replace("import mp_hooks\n", ""))
+  assert cache_cli.main([f"--gin_file={source}", f"--output={root / 'cache'}", "--examples=96"]) == 0
+  data = f"MIXTURE_OR_TASK_NAME = 'mp_mix'\ntrain.data = 'cache:{root / 'cache'}'"
+  (run_gin / "cache.gin").write_text(_RUN_GIN.format(data=data) + testlib.tiny_encoder_gin())
+  return run_gin
+
+
+def _train_argv(run_gin, model_dir, *extra, gin_name="run.gin"):
+  return ["-m", "flax_xalign.train", f"--gin_file={run_gin / gin_name}", f"--gin.MODEL_DIR='{model_dir}'", *extra]
 
 
 def _rows(model_dir):
@@ -272,7 +290,7 @@ def test_two_processes_read_their_rows_of_a_packed_cache_and_match_one_process(t
 
 
 @pytest.mark.slow  # Minutes: two-process jobs of the real entry point.
-def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, run_gin, cross_process_collectives):
+def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, cache_run_gin, cross_process_collectives):
   """A preemption notice reaches one host only: every process must still stop after the same step.
 
   The trainer leaves SIGTERM to jax's preemption service when several
@@ -283,8 +301,8 @@ def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, run_gin, cross_
   model_dir = tmp_path / "one_signalled"
   stop = ["--gin.train.step_callback=@sigterm_at_step()", "--gin.sigterm_at_step.step=2",
           "--gin.sigterm_at_step.processes=[1]", "--gin.sigterm_at_step.delay_s=0.1", "--gin.TRAIN_STEPS=40"]
-  results = _launch(tmp_path, _train_argv(run_gin, model_dir, *stop), num_processes=2, devices=2, name="one",
-                    import_dir=run_gin, timeout_s=90)
+  results = _launch(tmp_path, _train_argv(cache_run_gin, model_dir, *stop, gin_name="cache.gin"), num_processes=2,
+                    devices=2, name="one", import_dir=cache_run_gin, timeout_s=90)
   assert [rc for rc, _, _ in results] == [128 + signal.SIGTERM] * 2, _tails(results)
   stopped = {out.split("stopped at step ")[1].split(";")[0] for _, out, _ in results}
   assert len(stopped) == 1 and stopped.pop() in os.listdir(model_dir / "checkpoints"), _tails(results)
