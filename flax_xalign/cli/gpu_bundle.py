@@ -34,6 +34,7 @@ import lzma
 import os
 import shutil
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -382,15 +383,24 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
   debian_data = os.path.abspath(os.path.expanduser(args.debian_data))
   if not os.path.isfile(os.path.join(debian_data, "manifest.json")):
     raise UserError(f"--debian_data {args.debian_data} is not an `xalign debian_data` output (no manifest.json)")
+  languages = _languages(args, debian_data)
+  print(f"GPU bundle, grid {grid.name}: {grid.description}", flush=True)
+  if grid.measured is not None:  # Refused before any work (or any removal) when even the estimate does not fit.
+    parts = gpu_grids.estimate_bytes(grid)
+    print(f"  estimated {sum(parts.values()) / MIB:.1f} MiB (from the bundle measured {grid.measured.when})",
+          flush=True)
+    if sum(parts.values()) > args.max_mib * MIB:
+      biggest = max(parts, key=parts.get)
+      raise UserError(f"the bundle would be about {sum(parts.values()) / MIB:.1f} MiB, over --max_mib="
+                      f"{args.max_mib:g}; its biggest part is {biggest} ({parts[biggest] / MIB:.1f} MiB)")
   out = prepare_output(args.output, overwrite=args.overwrite)
   work = os.path.abspath(args.work or out.rstrip("/") + ".work")
   host_work = os.path.abspath(args.host_work)
   host_start = os.path.join(host_work, "start")
   os.makedirs(work, exist_ok=True)
   os.makedirs(host_work, exist_ok=True)
-  languages = _languages(args, debian_data)
   budget = Budget(out, args.max_mib)
-  print(f"GPU bundle, grid {grid.name}: {grid.description}", flush=True)
+  started = time.monotonic()
 
   links = bible_links(args, work)
   start = start_weights(args, grid, out, host_start, debian_data=debian_data, languages=languages, links=links)
@@ -430,7 +440,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
   from flax_xalign.fileio import write_atomically
 
   write_atomically(os.path.join(out, "bundle.json"), json.dumps(bundle, indent=1, sort_keys=True))
-  print(f"bundle {out}: {bundle['bytes'] / MIB:.1f} MiB in {len(bundle['files'])} files "
+  print(f"bundle {out}: {bundle['bytes'] / MIB:.1f} MiB in {len(bundle['files'])} files, built in "
+        f"{time.monotonic() - started:.0f} s "
         f"({', '.join(f'{k} {v / MIB:.1f}' for k, v in budget.parts.items())} MiB). On the host: bash {rel}/run.sh",
         flush=True)
   return bundle

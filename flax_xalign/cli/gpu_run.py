@@ -97,7 +97,7 @@ def _env(bundle_dir: str) -> dict[str, str]:
 
 
 def train_argv(bundle_dir: str, bundle: Mapping[str, Any], experiment: Mapping[str, Any], *, model_dir: str,
-               init_dir: str, start_dir: str, steps: int) -> list[str]:
+               init_dir: str, start_dir: str, steps: int, extra: Sequence[str] = ()) -> list[str]:
   """The `python -m flax_xalign.train` flags of one experiment (its family's shape, cache and schedule):
   the architecture is the start weights' (START/model.gin), the parameters `init_dir`'s latest step."""
   family = bundle["families"][experiment["family"]]
@@ -112,7 +112,7 @@ def train_argv(bundle_dir: str, bundle: Mapping[str, Any], experiment: Mapping[s
       f"TASK_FEATURE_LENGTHS = {{'tokens': {cache['length']}}}", f"BATCH_SIZE = {family['batch_size']}",
       f"TRAIN_STEPS = {steps}", f"CHECKPOINT_EVERY = {steps}", f"LOG_EVERY = {max(1, min(50, steps // 10))}",
       f"EVAL_EVERY = {steps if cache.get('eval_rows') else 0}", "train.eval_batches = 4",
-      *bundle["common_bindings"], *family["bindings"], *experiment["bindings"]]
+      *bundle["common_bindings"], *family["bindings"], *experiment["bindings"], *extra]
   return flags + [f"--gin.{b.replace(' = ', '=', 1)}" for b in bindings]
 
 
@@ -264,7 +264,13 @@ def start_weights(bundle_dir: str, bundle: Mapping[str, Any], work: str) -> str:
   return target
 
 
-def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int, work: str | None) -> dict[str, Any]:
+SMOKE_BINDINGS = ("BATCH_SIZE = 2",)
+
+
+def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int, work: str | None,
+             smoke: bool = False) -> dict[str, Any]:
+  """The grid (module docstring). `smoke`: every row trains 1 step of 2 rows and nothing is scored: a check,
+  on any machine, that every row's data, assets and settings load and compile where TensorFlow is absent."""
   from flax_xalign.cli.experiments import gpu_grids
 
   bundle = read_bundle(bundle_dir)
@@ -290,16 +296,20 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   start_row.model_dir = start_dir
   start_thread = threading.Thread(target=start_row.score, args=(bundle_dir, grid.metrics()),
                                   kwargs={"log": log("start"), "env": env})
-  start_thread.start()
+  if smoke:
+    start_row.row.update(score_s=0.0, scores={"smoke": "not scored"})
+  else:
+    start_thread.start()
+  extra = SMOKE_BINDINGS if smoke else ()
 
   warm = Experiment(experiments["warmup"], work=work)
   warm_spec = experiments["warmup"]
-  warm_steps = grid.warmup_steps
+  warm_steps = 1 if smoke else grid.warmup_steps
   copy_assets(bundle_dir, warm_spec, warm.model_dir)
   code = warm.train(train_argv(bundle_dir, bundle, {**warm_spec, "family": grid.families[0].name},
                                model_dir=warm.model_dir, init_dir=start_dir, start_dir=start_dir,
-                               steps=warm_steps),
-                    deadline=clock.start + 0.2 * budget, log=log("warmup"), env=env)
+                               steps=warm_steps, extra=extra),
+                    deadline=clock.start + (budget if smoke else 0.2 * budget), log=log("warmup"), env=env)
   if code != 0 or not _last_step(warm.model_dir):
     raise UserError(f"the warm-up failed (exit {code}: {_tail(log('warmup'))}); its log: {log('warmup')}")
   rates = measured_rates(warm.model_dir)
@@ -308,7 +318,8 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
                   score_s=0.0, scores={"note": "not scored: the encoder is e5's (frozen), the start row scores it"})
   clock.line(f"warm-up: {warm.row['steps_done']} steps in {warm.row['train_s']} s, "
              f"{rates.get('steps_per_s', 0):.2f} steps/s")
-  start_thread.join()
+  if not smoke:
+    start_thread.join()
 
   remaining = budget - clock.elapsed()
   score_reserve = max(0.15 * budget, 2.0 * start_row.row.get("score_s", 0.0) * len(grid.experiments) / parallel)
@@ -316,12 +327,15 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
                               train_budget_s=max(remaining - score_reserve, 1.0) * parallel, safety=0.8)
   results["calibration"] = {"warmup_steps_per_s": rates.get("steps_per_s"), "score_reserve_s": score_reserve,
                             "start_score_s": start_row.row.get("score_s")}
+  if smoke:
+    plan = {name: {**p, "steps": 1, "capped": "smoke"} for name, p in plan.items()}
   results["plan"] = plan
   clock.line("plan: " + ", ".join(f"{f} {p['steps']} steps" + (f" ({p['capped']})" if p["capped"] else "")
                                   for f, p in plan.items()))
 
   rows = [Experiment(experiments[e.name], work=work) for e in grid.experiments]
-  family_deadline = {f.name: clock.start + budget - score_reserve for f in grid.families}
+  # (A smoke run has no deadline: it is slow on a CPU and checks that every row starts, not the budget.)
+  family_deadline = {f.name: float("inf") if smoke else clock.start + budget - score_reserve for f in grid.families}
   total_work = sum(plan[r.spec["family"]]["steps"] * r.spec.get("cost", 1.0) for r in rows)
   done_work = [0.0]
   queue = list(rows)
@@ -339,7 +353,7 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
       copy_assets(bundle_dir, spec, row.model_dir)
       clock.line(f"{row.name}: training {steps} steps", done=done_work[0], total=total_work)
       code = row.train(train_argv(bundle_dir, bundle, spec, model_dir=row.model_dir, init_dir=init,
-                                  start_dir=start_dir, steps=steps),
+                                  start_dir=start_dir, steps=steps, extra=extra),
                        deadline=family_deadline[spec["family"]], log=log(row.name), env=env)
       reached = _last_step(row.model_dir)
       rate = measured_rates(row.model_dir)
@@ -355,6 +369,9 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
       clock.line(f"{row.name}: {reached}/{steps} steps in {row.row['train_s']} s"
                  + (" (stopped at its deadline)" if row.row["stopped_early"] else "") + "; scoring",
                  done=done_work[0], total=total_work)
+      if smoke:
+        row.row.update(score_s=0.0, scores={"smoke": "not scored"})
+        continue
       code = row.score(bundle_dir, spec.get("metrics", ()), log=log(row.name), env=env)
       clock.line(f"{row.name}: scored in {row.row['score_s']} s" + ("" if code == 0 else f" FAILED (exit {code})"))
 
@@ -442,6 +459,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--work", default=os.environ.get("WORK"),
                       help="runs and logs (default $WORK, else the folder the bundle was built for, bundle.json's "
                       "'work': its induced dictionaries name their source there)")
+  parser.add_argument("--smoke", action="store_true", help="every row trains 1 step of 2 rows, nothing is scored: "
+                      "checks here that the bundle's rows load and compile (minutes on a CPU) before a GPU call")
   parser.add_argument("--score", metavar="MODEL_DIR", help="(internal) score one run and exit")
   parser.add_argument("--metrics", default="", help="(with --score) comma-separated metric families")
   return parser.parse_args(argv)
@@ -451,7 +470,8 @@ def _work(args: argparse.Namespace) -> None:
   if args.score:
     score_main(args.bundle, args.score, [m for m in args.metrics.split(",") if m])
     return
-  results = run_grid(args.bundle, out=args.out, budget_s=args.budget_s, parallel=args.parallel, work=args.work)
+  results = run_grid(args.bundle, out=args.out, budget_s=args.budget_s, parallel=args.parallel, work=args.work,
+                     smoke=args.smoke)
   problems = check_results(results)
   if problems:
     raise UserError(f"{len(problems)} results are missing ({'; '.join(problems[:6])}); {args.out}/{RESULTS_FILE} "

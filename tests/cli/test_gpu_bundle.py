@@ -1,6 +1,7 @@
 """The GPU bundle's pieces that need no training: grids, step planning, the size limit, the folder's safety,
 the host's checks of a bundle and of its results (the end-to-end proof: tests/cli/test_gpu_bundle_run.py)."""
 
+import dataclasses
 import json
 import os
 
@@ -145,3 +146,20 @@ def test_assets_carried_xz_compressed_arrive_byte_for_byte(tmp_path):
   (run_dir / "cooc.json").write_text('{"edited": 1}')  # A file already in MODEL_DIR is never replaced.
   assert gpu_run.copy_assets(str(tmp_path / "bundle"), {"assets": "gc"}, str(run_dir)) == []
   assert (run_dir / "cooc.json").read_text() == '{"edited": 1}'
+
+
+def test_the_science_bundle_fits_what_a_device_call_carries():
+  # Its caches scaled from the measured bundle (ArrayRecord compresses rows, so their bytes are measured);
+  # the start, assets, suite and wheels as measured. Grow a cache or the suite and this fails before a build.
+  grid = gpu_grids.SCIENCE
+  parts = gpu_grids.estimate_bytes(grid)
+  assert sum(parts.values()) <= 56 * gpu_bundle.MIB, {k: round(v / gpu_bundle.MIB, 1) for k, v in parts.items()}
+  # The estimate reproduces the measured bundle from the rows it was measured with (within 1%).
+  measured_caches = {name: dataclasses.replace(spec, rows=grid.measured.rows[name][0],
+                                               eval_rows=grid.measured.rows[name][1])
+                     for name, spec in grid.caches.items()}
+  again = sum(gpu_grids.estimate_bytes(grid, measured_caches).values())
+  assert abs(again - grid.measured.total) <= 0.01 * grid.measured.total, (again, grid.measured.total)
+  # Twice the Debian cache would not fit.
+  bigger = {**grid.caches, "debian": dataclasses.replace(grid.caches["debian"], rows=48_000)}
+  assert sum(gpu_grids.estimate_bytes(grid, bigger).values()) > 56 * gpu_bundle.MIB

@@ -95,6 +95,7 @@ class Grid:
   families: tuple[Family, ...]
   experiments: tuple[Experiment, ...]
   budget_s: float                 # default BUDGET_S: training + scoring, the host's start not included
+  measured: "MeasuredBundle | None" = None  # what a built bundle of this grid took (`estimate_bytes`)
 
   def family(self, name: str) -> Family:
     return next(f for f in self.families if f.name == name)
@@ -119,6 +120,31 @@ class Grid:
     if abs(sum(f.share for f in self.families) - 1.0) > 1e-6:
       raise ValueError(f"grid {self.name}: family shares sum to {sum(f.share for f in self.families)}")
     return self
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredBundle:
+  """Bytes a built bundle of a grid took, per part, and per cached row (ArrayRecord compresses, so a row's
+  bytes are measured, not computed): what `estimate_bytes` scales to another number of rows."""
+
+  when: str
+  fixed: Mapping[str, int]            # start, assets, suite, wheels
+  row_bytes: Mapping[str, float]      # per cache: shard bytes / rows
+  split_bytes: int                    # per cached split besides its rows: vocabulary.model + manifest
+  total: int                          # the measured bundle's bytes
+  rows: Mapping[str, tuple[int, int]]  # per cache: the (train, validation) rows it was measured with
+
+
+def estimate_bytes(grid: Grid, caches: Mapping[str, CacheSpec] | None = None) -> dict[str, int]:
+  """The bundle's bytes per part for `caches` (default the grid's own), from `grid.measured`."""
+  m = grid.measured
+  if m is None:
+    raise ValueError(f"grid {grid.name} has no measured bundle to estimate from")
+  caches = grid.caches if caches is None else caches
+  parts = dict(m.fixed)
+  parts["caches"] = sum(int((c.rows + c.eval_rows) * m.row_bytes[name]) + (2 if c.eval_rows else 1) * m.split_bytes
+                        for name, c in caches.items())
+  return parts
 
 
 def plan_steps(grid: Grid, *, warmup_steps_per_s: float, train_budget_s: float,
@@ -237,6 +263,13 @@ SCIENCE = Grid(
                  *_bible_rows(xlm_align_cost=2.5, so_cost=1.5, label_sources=("self", "links", "union"),
                               so_layer=7)),
     budget_s=450.0,
+    # `xalign gpu_bundle --grid=science` on 2026-11-27: 50,820,882 bytes (48.5 MiB), the suite then at 200
+    # sentences a language (2.87 MB; at today's 100 it is smaller).
+    measured=MeasuredBundle(
+        when="2026-11-27", total=50_820_882,
+        fixed={"start": 19_290_484, "assets": 4_739_820, "suite": 2_868_950, "wheels": 4_555_700, "run.sh": 996},
+        row_bytes={"debian": (9_043_968 + 262_144) / (24_000 + 512), "bible": (7_077_888 + 196_608) / (16_000 + 256)},
+        split_bytes=694_430 + 1_800, rows={"debian": (24_000, 512), "bible": (16_000, 256)}),
 )
 
 TINY = Grid(
