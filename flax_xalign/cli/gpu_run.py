@@ -367,7 +367,8 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
         clock.line(f"{row.name}: training FAILED (exit {code}); log {log(row.name)}")
         continue
       clock.line(f"{row.name}: {reached}/{steps} steps in {row.row['train_s']} s"
-                 + (" (stopped at its deadline)" if row.row["stopped_early"] else "") + "; scoring",
+                 + (" (stopped at its deadline)" if row.row["stopped_early"] else "")
+                 + ("" if smoke else "; scoring"),
                  done=done_work[0], total=total_work)
       if smoke:
         row.row.update(score_s=0.0, scores={"smoke": "not scored"})
