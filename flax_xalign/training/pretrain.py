@@ -130,7 +130,7 @@ def assemble(config: TrainConfig) -> Assembly:
       objective_options={k: objectives_lib.describe_options(v) for k, v in (c.objective_options or {}).items()},
       monitors=monitors, asset_options=asset_options, seed=c.seed, init_from_checkpoint=c.init_from_checkpoint,
       pair_layout=c.pair_layout, bitext_both_directions=c.bitext_both_directions,
-      optimizer=dataclasses.asdict(c.optimizer))
+      optimizer=optimizer_record(c.optimizer))
   _check_row_length(int(c.task_feature_lengths["tokens"]), encoder)
   for obj in built.values():
     getattr(obj, "check", lambda run: None)(run)
@@ -353,6 +353,11 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
           f"{saved_loop['train_steps']}; the learning-rate schedule depends on it, so the steps after {step} "
           "follow another schedule than the first run's", file=sys.stderr, flush=True)
   return saved, dict(meta.get(checkpoints_lib.ASSETS, {}))
+
+
+def optimizer_record(optimizer: Any) -> dict[str, Any]:
+  """The optimiser settings as the manifest keeps them (JSON: tuples as lists, so a record reads back equal)."""
+  return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(optimizer).items()}
 
 
 def _check_row_length(length: int, encoder: EncoderConfig) -> None:

@@ -24,6 +24,8 @@ CONTRACT_FILES = {
     "demo": "tests/cli/test_demo_cli.py",
     "e5_small": "tests/interop/test_e5_small.py",
     "eval": "tests/cli/test_eval_cli.py",
+    "gpu_bundle": "tests/cli/test_gpu_bundle_cli.py",
+    "gpu_run": "tests/cli/test_gpu_bundle_cli.py",
     "export_hf": "tests/interop/test_hf_cli.py",
     "import_hf": "tests/interop/test_hf_cli.py",
     "lexicon": "tests/cli/test_lexicon_cli.py",

@@ -53,6 +53,8 @@ ENTRY_POINTS = {
     "e5_small": "flax_xalign.cli.e5_small",
     "compile_check": "flax_xalign.cli.compile_check",
     "xalign": "flax_xalign.cli.xalign",
+    "gpu_bundle": "flax_xalign.cli.gpu_bundle",
+    "gpu_run": "flax_xalign.cli.gpu_run",
     # `train` where TensorFlow, tensorflow_text and seqio cannot be imported (tests/training/no_tf_train.py).
     "train_without_tf": "tests.training.no_tf_train",
 }

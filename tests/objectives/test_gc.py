@@ -26,6 +26,7 @@ from flax_xalign.objectives.masking import MaskedTokens
 from flax_xalign.ops.cooc_lookup import csr_from_pairs
 from flax_xalign.training import checkpoints
 from flax_xalign.training.optimizer import OptimizerConfig
+from flax_xalign.training.pretrain import optimizer_record
 
 from tests.testlib import tiny_encoder_config
 
@@ -313,7 +314,7 @@ def _run(objectives=None, gc_options=None, warmup=10000, cooc_window=None):
       model=tiny_encoder_config(vocab_size=V), objectives=objectives or {"mlm": 1.0, "gc": 1.0},
       objective_options={"gc": dict(gc_options or {})},
       asset_options={} if cooc_window is None else {"cooc": {"window": cooc_window}},
-      optimizer=dataclasses.asdict(OptimizerConfig(warmup_steps=warmup)))
+      optimizer=optimizer_record(OptimizerConfig(warmup_steps=warmup)))
 
 
 def test_guard_refuses_what_collapses_unless_accepted(capsys):
