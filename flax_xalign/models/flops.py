@@ -1,35 +1,46 @@
 """FLOP and parameter counts of the encoder, for tokens/s and MFU logging.
 
-Derivation (matmul FLOPs only; LayerNorm, GELU, softmax, biases and embedding
-gathers are a few percent at these sizes and are left out, as is customary).
+Two counts live here; only the first is MFU.
 
-Notation: B batch, T length, p masked predictions per example, e embed_dim,
-a = heads * head_dim, m mlp_dim, V vocab_size, L num_layers.
+**Model FLOPs on real tokens** (`model_train_flops`, what `mfu` is logged
+from): the standard convention of PaLM's appendix B and maxtext's
+`calculate_tflops_training_per_device`, applied to the tokens a batch really
+holds. Matmul FLOPs only (LayerNorm, GELU, softmax, biases and embedding
+gathers are a few percent and are left out, as is customary); forward +
+backward = 3 x forward, i.e. 6 FLOPs per weight per token that goes through
+it. Notation: e embed_dim, a = heads · head_dim, m mlp_dim, V vocab_size,
+L num_layers; for a batch, n its real (non-padding) tokens, A the sum over
+real tokens of the number of keys each attends over, p its MLM-predicted
+slots:
 
-A matmul with an [n, k] x [k, f] product costs 2·n·k·f FLOPs forward. Its
-backward needs two products of the same size (gradient w.r.t. the input and
-w.r.t. the weight), so forward + backward = 3 x forward, i.e. 6 FLOPs per
-weight per token (the "6·N" rule).
+    weights:    6 · N · n          N = L · (4·e·a + 2·e·m)   (q, k, v, out, MLP)
+    attention:  12 · L · a · A     (QK^T and probs·V, 2·a FLOPs per key each, x3)
+    MLM head:   6 · (e² + e·V) · p (transform dense, tied vocabulary projection)
 
-Per layer, the weights are q, k, v, out (4·e·a) and the MLP (2·e·m):
-    weights:    6 · B·T · (4·e·a + 2·e·m)
-Attention is bidirectional over all T keys of a row (packing does not skip any
-work): QK^T and probs·V are each 2·T·a FLOPs per query token forward:
-    attention:  3 · 2 · (2·T·a) · B·T = 12 · B · T² · a
-The MLM head runs only on the B·p gathered positions: the transform dense (e·e)
-and the tied vocabulary projection (e·V, whose gradient lands on the shared
-embedding table):
-    head:       6 · B·p · (e² + e·V)
-Total per step = L · (weights + attention) + head.
+A packed row attends within its segments (`segment_ids`, 0 = padding), so a
+token of a segment of length s attends over S = s keys and A = Σ_segments s²;
+padding slots count zero everywhere. p is the expected number of predictions,
+mask_rate x the eligible (regular, non-padding) tokens: the masking draws
+floor(rate·n + u) per row, whose mean is rate·n. The embedding tables are
+gathers, not matmuls; the vocabulary projection is counted only where a loss
+reads it (the predicted slots), so a model that computes logits at every
+position does the same model FLOPs and more hardware FLOPs.
 
-The embedding tables (tokens, positions, languages, BERT's token types) are
-gathers, not matmuls, so they add no FLOPs here; their rows do count in
-`count_params`, which sums the leaves of the actual tree.
+**All-slot FLOPs** (`forward_flops_per_step`, `train_flops_per_step`): what
+the compiled program's matmuls do on a [B, T] batch with `num_predictions`
+gathered slots per row: every slot including padding, attention over the
+whole T x T square (masking skips no work), the head on all p slots. This is
+the count to compare with XLA's cost analysis (cli/compile_check) and the
+count `mfu` was logged from before; it is not MFU:
+
+    L · (6·B·T·(4·e·a + 2·e·m) + 12·B·T²·a) + 6·B·p·(e² + e·V)
+
+`count_params` sums the leaves of the actual tree (embedding rows included).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -46,15 +57,76 @@ def _vocab_size(config: EncoderConfig) -> int:
   return config.vocab_size
 
 
+class TokenCounts(NamedTuple):
+  """What the model-FLOP count needs of a batch, summed over it.
+
+  Attributes:
+    tokens: real (non-padding) tokens, n.
+    attended: Σ over real tokens of the keys each attends over, A
+      (= Σ over segments of length²).
+    predictions: MLM-predicted slots, p (an expectation: may be fractional).
+  """
+
+  tokens: float
+  attended: float
+  predictions: float
+
+
+def count_tokens(segment_ids: Any, *, mask_rate: float, eligible: Any = None) -> TokenCounts:
+  """The `TokenCounts` of a host batch, with numpy (cheap: one bincount).
+
+  Args:
+    segment_ids: [batch, length] int, the packed example of each slot, 0 on
+      padding; a query attends to the keys of its row with its segment id.
+    mask_rate: the MLM masking rate (`MaskingConfig.mask_rate`).
+    eligible: [batch, length] bool, the tokens masking may choose (regular
+      ids); default every real token. Padding is never eligible.
+  """
+  segment_ids = np.asarray(segment_ids)
+  if segment_ids.ndim != 2:
+    raise ValueError(f"segment_ids must be [batch, length], got shape {segment_ids.shape}.")
+  real = segment_ids > 0
+  eligible = real if eligible is None else np.asarray(eligible, bool) & real
+  ids = segment_ids.astype(np.int64)
+  rows = np.arange(ids.shape[0], dtype=np.int64)[:, None] * (int(ids.max(initial=0)) + 1)
+  lengths = np.bincount((rows + ids)[real])  # Slots per (row, segment); padding left out.
+  return TokenCounts(tokens=float(real.sum()), attended=float(np.sum(lengths.astype(np.float64) ** 2)),
+                     predictions=float(mask_rate * eligible.sum()))
+
+
+def encoder_matmul_params(config: EncoderConfig) -> int:
+  """N: the weights every token goes through, L · (4·e·a + 2·e·m) (no embeddings, biases or norms)."""
+  e, a, m = config.embed_dim, config.attention_dim, config.mlp_dim
+  return config.num_layers * (4 * e * a + 2 * e * m)
+
+
+def mlm_head_matmul_params(config: EncoderConfig) -> int:
+  """The weights a predicted slot goes through in the MLM head: e² + e·V."""
+  e = config.embed_dim
+  return e * e + e * _vocab_size(config)
+
+
+def model_train_flops(config: EncoderConfig, counts: TokenCounts) -> float:
+  """Model FLOPs of one training step on a batch (forward + backward), see the module doc.
+
+  6·N·n + 12·L·a·A + 6·(e² + e·V)·p for `counts` = (n, A, p).
+  Rematerialisation, padding and masked-out attention are work this count
+  leaves out on purpose: MFU measures useful FLOPs.
+  """
+  return float(6 * encoder_matmul_params(config) * counts.tokens
+               + 12 * config.num_layers * config.attention_dim * counts.attended
+               + 6 * mlm_head_matmul_params(config) * counts.predictions)
+
+
 def forward_flops_per_step(config: EncoderConfig, *, batch: int, length: int,
                            num_predictions: int) -> float:
-  """Matmul FLOPs of one forward pass (encoder + MLM head), see module doc.
+  """All-slot matmul FLOPs of one forward pass (encoder + MLM head); not MFU's count.
 
   Args:
     config: the encoder config (vocab_size set).
     batch: examples (rows) per step, over all devices.
-    length: tokens per row.
-    num_predictions: MLM predictions per row (the `p` of `[batch, p]`).
+    length: slots per row.
+    num_predictions: MLM prediction slots per row (the `p` of `[batch, p]`).
   """
   e, a, m = config.embed_dim, config.attention_dim, config.mlp_dim
   tokens = batch * length
@@ -65,11 +137,9 @@ def forward_flops_per_step(config: EncoderConfig, *, batch: int, length: int,
 
 def train_flops_per_step(config: EncoderConfig, *, batch: int, length: int,
                          num_predictions: int) -> float:
-  """Matmul FLOPs of one training step (forward + backward = 3 x forward).
+  """All-slot matmul FLOPs of one training step (3 x forward); compare with XLA's count, not a peak.
 
   Equals L·(6·B·T·(4·e·a + 2·e·m) + 12·B·T²·a) + 6·B·p·(e² + e·V).
-  Rematerialisation re-runs forward work that this count leaves out on
-  purpose: MFU measures useful FLOPs.
   """
   return 3.0 * forward_flops_per_step(
       config, batch=batch, length=length, num_predictions=num_predictions)

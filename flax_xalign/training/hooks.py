@@ -199,7 +199,7 @@ class Progress:
 
   def record(self, info: StepInfo) -> None:
     self._interval.append(info.metrics)
-    self.throughput.add(float((info.batch["segment_ids"] > 0).sum()) * jax.process_count())
+    self.throughput.add_batch(info.batch)  # Real tokens and model FLOPs, counted on the host batch.
     if info.first:
       jax.block_until_ready(info.metrics["loss"])
       print(f"  compiled and ran the first step in {time.perf_counter() - info.started:.1f} s", flush=True)

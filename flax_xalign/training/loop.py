@@ -65,7 +65,7 @@ def train(
     checkpointer: Checkpointer,
     logger: MetricsLogger | Callable[[int], MetricsLogger],
     run: RunSpec,
-    flops_per_step: float,
+    flops_per_step: float | Callable[[HostBatch], float],
     on_resume: Callable[[int], None] | None = None,
     step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None = None,
     init_params: Callable[[Any], Any] | None = None,
@@ -89,7 +89,9 @@ def train(
       run) that makes it once the checkpoint is restored.
     run: the run manifest, saved with every checkpoint with the assets'
       fingerprints at that step.
-    flops_per_step: model FLOPs of one train step (for MFU).
+    flops_per_step: the model FLOPs of a step, for MFU: a function of this
+      process's host batch (pretrain passes `batch_train_flops`: real
+      tokens by models/flops.py's standard count), or one number for every step.
     on_resume: called with the restored step before training continues.
     step_callback: called as `(step, metrics)` after every step (progress bars,
       notebooks, tests); metrics are device arrays, fetching them syncs.
@@ -150,14 +152,15 @@ def train(
 
 
 def _hooks(trainer: Trainer, stop: hooks_lib.StopSignals, eval_batches: Callable[[], Iterable[HostBatch]] | None,
-           checkpointer: Checkpointer, logger: MetricsLogger, run: RunSpec, flops_per_step: float,
+           checkpointer: Checkpointer, logger: MetricsLogger, run: RunSpec,
+           flops_per_step: float | Callable[[HostBatch], float],
            step_callback: Callable[[int, Mapping[str, jax.Array]], None] | None,
            loop_record: Mapping[str, Any] | None, train_iterator: Any, resumed: int | None,
            checkpoint_hooks: Sequence[hooks_lib.CheckpointHook] = (),
            ) -> tuple[hooks_lib.Hooks, hooks_lib.CheckpointSaver, hooks_lib.Progress]:
   """The loop's hooks in the order of the module docstring, on the schedules of `trainer.loop`."""
   loop, terms = trainer.loop, tuple(trainer.model.objectives)
-  clock = Throughput(flops_per_step=flops_per_step, peak_flops=loop.peak_flops_per_device,
+  clock = Throughput(step_flops=flops_per_step, peak_flops=loop.peak_flops_per_device,
                      num_devices=jax.device_count())
   progress = hooks_lib.Progress(logger, clock, terms)
   saver = hooks_lib.CheckpointSaver(

@@ -20,7 +20,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -174,10 +174,24 @@ class EventWriter:
 
 
 class Throughput:
-  """Tokens/s and model FLOP utilisation over a logging interval."""
+  """Tokens/s and model FLOP utilisation over a logging interval.
 
-  def __init__(self, *, flops_per_step: float, peak_flops: float | None, num_devices: int):
-    self.flops_per_step = flops_per_step
+  Each step adds its batch: its real (non-padding) tokens, and its model
+  FLOPs by `step_flops`. MFU is model FLOPs on real tokens by the standard
+  count (models/flops.py `model_train_flops`) / time / the devices' dense
+  bf16 peak; padding slots and masked-out attention add nothing to it.
+
+  Args:
+    step_flops: a function of this process's host batch that returns its
+      model FLOPs (pretrain passes the count of models/flops.py), or a
+      number taken as the model FLOPs of every step over all processes.
+    peak_flops: one device's peak FLOP/s (None: no MFU, e.g. on a CPU).
+    num_devices: the devices the step runs on.
+  """
+
+  def __init__(self, *, step_flops: Callable[[Mapping[str, Any]], float] | float, peak_flops: float | None,
+               num_devices: int):
+    self.step_flops = step_flops
     self.peak = peak_flops * num_devices if peak_flops else None
     self.reset()
 
@@ -185,17 +199,27 @@ class Throughput:
     self._start = time.perf_counter()
     self._steps = 0
     self._tokens = 0.0
+    self._flops = 0.0
 
-  def add(self, tokens: float) -> None:
+  def add(self, tokens: float, flops: float) -> None:
+    """One step of `tokens` real tokens and `flops` model FLOPs, over all processes."""
     self._steps += 1
     self._tokens += tokens
+    self._flops += flops
+
+  def add_batch(self, batch: Mapping[str, Any]) -> None:
+    """One step on `batch`, this process's rows (numpy; each process holds as many rows)."""
+    processes = jax.process_count()
+    tokens = float((np.asarray(batch["segment_ids"]) > 0).sum()) * processes
+    flops = self.step_flops(batch) * processes if callable(self.step_flops) else float(self.step_flops)
+    self.add(tokens, flops)
 
   def summary(self) -> dict[str, Any]:
     """Rates since the last reset; empty when no step was timed."""
     if not self._steps:
       return {}
     elapsed = max(time.perf_counter() - self._start, 1e-9)
-    flops = self.flops_per_step * self._steps / elapsed
+    flops = self._flops / elapsed
     out = {
         "tokens_per_sec": self._tokens / elapsed,
         "steps_per_sec": self._steps / elapsed,

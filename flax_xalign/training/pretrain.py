@@ -22,6 +22,7 @@ import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
+import numpy as np
 
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets import registry as asset_registry
@@ -157,10 +158,31 @@ def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
 
 
 def train_flops(assembly: Assembly, *, batch_size: int) -> float:
-  """Matmul FLOPs of one train step over all devices (models/flops.py)."""
+  """All-slot matmul FLOPs of one train step over all devices, padding included (models/flops.py).
+
+  What the compiled program computes, to compare with XLA's count; MFU is
+  `batch_train_flops`'s count of real tokens, not this.
+  """
   return flops_lib.train_flops_per_step(
       assembly.encoder, batch=batch_size, length=assembly.length,
       num_predictions=max_predictions_for(assembly.length, assembly.masking.mask_rate))
+
+
+def batch_train_flops(assembly: Assembly) -> Callable[[Mapping[str, Any]], float]:
+  """The model FLOPs of a train step on a host batch, for MFU (models/flops.py `model_train_flops`).
+
+  Real tokens, attention over each token's segment and the MLM head on the
+  expected predictions (mask rate x the regular tokens), from the batch's
+  `segment_ids` and `tokens` with numpy: padding counts zero.
+  """
+  encoder, specials, rate = assembly.encoder, assembly.model.specials, assembly.masking.mask_rate
+
+  def count(batch: Mapping[str, Any]) -> float:
+    counts = flops_lib.count_tokens(batch["segment_ids"], mask_rate=rate,
+                                    eligible=specials.is_regular(np.asarray(batch["tokens"])))
+    return flops_lib.model_train_flops(encoder, counts)
+
+  return count
 
 
 def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[CheckpointHook] = (),
@@ -288,7 +310,7 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
       return data.batches(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed,
                           split=c.eval_split, shuffle=False, num_epochs=1, **layout)
 
-    step_flops = train_flops(assembly, batch_size=c.batch_size)
+    step_flops = batch_train_flops(assembly)
     n_params = flops_lib.count_params(trainer.abstract_state.params)
     print(f"model: {n_params / 1e6:.2f}M parameters, {encoder.num_layers} layers, embed {encoder.embed_dim}; "
           f"mesh {dict(partitioner.mesh.shape)}; languages {list(data.languages)}; "
@@ -403,4 +425,4 @@ def _warm_starter(checkpoint_dir: str) -> Callable[[Any], Any]:
 
 
 __all__ = ["Assembly", "CheckpointHook", "TrainConfig", "assemble", "make_partitioner", "pretrain",
-           "resolve_encoder_config", "train_flops"]
+           "resolve_encoder_config", "train_flops", "batch_train_flops"]
