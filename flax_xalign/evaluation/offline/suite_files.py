@@ -9,7 +9,6 @@ without seqio reads it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -159,10 +158,3 @@ class Suite:
                       f"{self.folder} was tokenised with ({self.vocabulary['sha256'][:12]}..., from "
                       f"{self.vocabulary['run']}); write a suite with this run's vocabulary.")
 
-
-def file_sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
