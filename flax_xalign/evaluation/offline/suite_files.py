@@ -157,4 +157,3 @@ class Suite:
       raise UserError(f"{run.path} was trained with another vocabulary (sha256 {str(sha)[:12]}...) than the suite "
                       f"{self.folder} was tokenised with ({self.vocabulary['sha256'][:12]}..., from "
                       f"{self.vocabulary['run']}); write a suite with this run's vocabulary.")
-
