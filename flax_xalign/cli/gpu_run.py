@@ -14,7 +14,8 @@ the data are the bundle's packed caches and suite files, the start weights its o
    spent gets SIGTERM: it saves its step and is scored there, so a slower card still returns every row
    (the row says `stopped_early` and the steps it reached).
 4. OUT/results.json: the card, the budget, the plan, and per row the steps, tokens seen, seconds and scores;
-   OUT/rsim.png: ΔRSIM per layer against MLM (Lu et al. Fig. 7's shape), when matplotlib is there.
+   OUT/rsim.png: ΔRSIM per layer against MLM (Lu et al. Fig. 7's shape), when matplotlib is there;
+   OUT/failed_rows.log: the end of each failed row's log, when a row failed.
 
 Progress lines carry the elapsed time and an ETA.
 """
@@ -40,6 +41,8 @@ BUNDLE_FILE = "bundle.json"
 SCORE_FILE = "scores.json"
 SUITE_DIR = "suite"  # The bundle's evaluation suite (`evaluation.offline.suite.write_suite`).
 RESULTS_FILE = "results.json"
+FAILED_LOGS = "failed_rows.log"
+FAILED_LOG_LINES = 60
 # What a scored row must hold; `check_results` refuses a results file with one of these missing or empty.
 ROW_FIELDS = ("name", "family", "objective", "seed", "steps_planned", "steps_done", "tokens_seen", "train_s",
               "score_s", "stopped_early", "scores")
@@ -166,14 +169,16 @@ def measured_rates(model_dir: str) -> dict[str, float]:
   return {"steps_per_s": steps_per_s, "tokens_per_step": tokens_per_step}
 
 
-def _tail(path: str) -> str:
-  """The last non-empty line of a log (what a failed child said last)."""
+def _tail(path: str, lines: int = 1) -> str:
+  """The last non-empty line(s) of a log (what a failed child said last)."""
   try:
     with open(path, encoding="utf-8", errors="replace") as f:
-      lines = [line.strip() for line in f if line.strip()]
+      kept = [line.rstrip() for line in f if line.strip()]
   except OSError:
     return "no log"
-  return lines[-1][:300] if lines else "empty log"
+  if not kept:
+    return "empty log"
+  return kept[-1].strip()[:300] if lines == 1 else "\n".join(kept[-lines:])
 
 
 def _last_step(model_dir: str) -> int:
@@ -267,6 +272,16 @@ def start_weights(bundle_dir: str, bundle: Mapping[str, Any], work: str) -> str:
 SMOKE_BINDINGS = ("BATCH_SIZE = 2",)
 
 
+def run_order(specs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+  """The order rows start in: seed 0 of every family before any later seed, and within a seed the families
+  with fewer rows first (a stable sort, so the grid's order otherwise). When the card is slower than
+  planned, the deadline then cuts second seeds, not the only SO run."""
+  sizes: dict[str, int] = {}
+  for spec in specs:
+    sizes[spec["family"]] = sizes.get(spec["family"], 0) + 1
+  return sorted(specs, key=lambda spec: (spec.get("seed", 0), sizes[spec["family"]]))
+
+
 def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int, work: str | None,
              smoke: bool = False) -> dict[str, Any]:
   """The grid (module docstring). `smoke`: every row trains 1 step of 2 rows and nothing is scored: a check,
@@ -338,7 +353,8 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   family_deadline = {f.name: float("inf") if smoke else clock.start + budget - score_reserve for f in grid.families}
   total_work = sum(plan[r.spec["family"]]["steps"] * r.spec.get("cost", 1.0) for r in rows)
   done_work = [0.0]
-  queue = list(rows)
+  order = [spec["name"] for spec in run_order([r.spec for r in rows])]
+  queue = sorted(rows, key=lambda r: order.index(r.name))
   lock = threading.Lock()
 
   def worker() -> None:
@@ -374,6 +390,8 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
         row.row.update(score_s=0.0, scores={"smoke": "not scored"})
         continue
       code = row.score(bundle_dir, spec.get("metrics", ()), log=log(row.name), env=env)
+      if code != 0 or "scores" not in row.row:
+        row.row["scores"] = {"error": f"scoring failed (exit {code}: {_tail(log(row.name))})"}
       clock.line(f"{row.name}: scored in {row.row['score_s']} s" + ("" if code == 0 else f" FAILED (exit {code})"))
 
   threads = [threading.Thread(target=worker) for _ in range(max(1, parallel))]
@@ -388,9 +406,11 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   path = os.path.join(out, RESULTS_FILE)
   with open(path, "w", encoding="utf-8") as f:
     json.dump(results, f, indent=1, sort_keys=True)
-  for name in os.listdir(os.path.join(work, "logs")):  # The logs of failed rows travel back too.
-    if any(r.get("scores", {}).get("error") for r in results["rows"] if r["name"] == name[:-4]):
-      shutil.copy2(os.path.join(work, "logs", name), os.path.join(out, name))
+  failed = [r["name"] for r in results["rows"] if (r.get("scores") or {}).get("error")]
+  if failed:  # One file (a device call brings back few): the end of each failed row's log.
+    with open(os.path.join(out, FAILED_LOGS), "w", encoding="utf-8") as f:
+      for name in failed:
+        f.write(f"==== {name} ({log(name)}), last {FAILED_LOG_LINES} lines\n{_tail(log(name), FAILED_LOG_LINES)}\n")
   _plot(results, os.path.join(out, "rsim.png"))
   clock.line(f"results: {path} ({len(results['rows'])} rows, {results['wall_s']} s)")
   return results

@@ -163,3 +163,11 @@ def test_the_science_bundle_fits_what_a_device_call_carries():
   # Twice the Debian cache would not fit.
   bigger = {**grid.caches, "debian": dataclasses.replace(grid.caches["debian"], rows=48_000)}
   assert sum(gpu_grids.estimate_bytes(grid, bigger).values()) > 56 * gpu_bundle.MIB
+
+
+def test_rows_start_seed_zero_first_and_the_smallest_families_first():
+  specs = [{"name": e.name, "family": e.family, "seed": e.seed} for e in gpu_grids.SCIENCE.experiments]
+  order = [s["name"] for s in gpu_run.run_order(specs)]
+  assert order[0] == "so_links" and order[1:4] == ["xlm_align_self", "xlm_align_links", "xlm_align_union"]
+  assert order[4:9] == [f"debian_{o}_s0" for o in ("mlm", "tcs", "scs", "scs_vocab", "gc")]
+  assert order[9:] == [f"debian_{o}_s1" for o in ("mlm", "tcs", "scs", "scs_vocab", "gc")]
