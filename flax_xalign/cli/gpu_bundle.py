@@ -73,13 +73,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 # ---------------------------------------------------------------------------- the output folder
 
 
-def prepare_output(path: str, *, overwrite: bool) -> str:
-  """The bundle folder, new or (with --overwrite) emptied: only a folder holding MARKER is ever removed."""
+def check_output(path: str, *, overwrite: bool, inputs: Mapping[str, str]) -> str:
+  """The bundle folder's absolute path, checked before any work and changing nothing (UserError): not one of
+  the inputs nor holding one, writable, and new, empty, or (with --overwrite) a bundle this command wrote."""
   from flax_xalign.fileio import check_output_folder
 
-  folder = check_output_folder(path, owned=lambda f: os.path.exists(os.path.join(f, MARKER)) and overwrite,
-                               what="a GPU bundle written by xalign gpu_bundle (pass --overwrite to replace it)")
+  return check_output_folder(path, inputs={k: v for k, v in inputs.items() if v},
+                             owned=lambda f: os.path.exists(os.path.join(f, MARKER)) and overwrite,
+                             what="a GPU bundle written by xalign gpu_bundle (pass --overwrite to replace it)")
+
+
+def prepare_output(folder: str) -> str:
+  """The checked bundle folder (`check_output`), emptied and marked as this command's."""
   if os.path.isdir(folder) and os.listdir(folder):
+    if not os.path.exists(os.path.join(folder, MARKER)):  # check_output let it through: it must be ours.
+      raise UserError(f"--output {folder} is not a GPU bundle written by xalign gpu_bundle; choose another folder")
     shutil.rmtree(folder)
   os.makedirs(folder, exist_ok=True)
   with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
@@ -381,6 +389,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
   grid = gpu_grids.grid_named(args.grid)
   debian_data = os.path.abspath(os.path.expanduser(args.debian_data))
+  out = check_output(args.output, overwrite=args.overwrite,
+                     inputs={"--debian_data": debian_data, "--bible_links": args.bible_links,
+                             "--start_dir": args.start_dir})
   if not os.path.isfile(os.path.join(debian_data, "manifest.json")):
     raise UserError(f"--debian_data {args.debian_data} is not an `xalign debian_data` output (no manifest.json)")
   languages = _languages(args, debian_data)
@@ -393,7 +404,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
       biggest = max(parts, key=parts.get)
       raise UserError(f"the bundle would be about {sum(parts.values()) / MIB:.1f} MiB, over --max_mib="
                       f"{args.max_mib:g}; its biggest part is {biggest} ({parts[biggest] / MIB:.1f} MiB)")
-  out = prepare_output(args.output, overwrite=args.overwrite)
+  out = prepare_output(out)
   work = os.path.abspath(args.work or out.rstrip("/") + ".work")
   host_work = os.path.abspath(args.host_work)
   host_start = os.path.join(host_work, "start")

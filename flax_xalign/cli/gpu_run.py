@@ -287,7 +287,12 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   """The grid (module docstring). `smoke`: every row trains 1 step of 2 rows and nothing is scored: a check,
   on any machine, that every row's data, assets and settings load and compile where TensorFlow is absent."""
   from flax_xalign.cli.experiments import gpu_grids
+  from flax_xalign.fileio import check_output_folder
 
+  # --out: new, empty or an earlier results folder (results.json is replaced), never in the bundle it reads.
+  out = check_output_folder(out, setting="--out", inputs={"bundle": bundle_dir},
+                            owned=lambda f: set(os.listdir(f)) <= {RESULTS_FILE, FAILED_LOGS, "rsim.png"},
+                            what="a gpu_run results folder (results.json, rsim.png, failed_rows.log)")
   bundle = read_bundle(bundle_dir)
   grid = gpu_grids.grid_named(bundle["grid"])
   work = os.path.abspath(work or bundle["work"])

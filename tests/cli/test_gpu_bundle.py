@@ -82,14 +82,18 @@ def test_the_output_folder_is_replaced_only_when_this_command_wrote_it(tmp_path)
   mine.mkdir()
   (mine / "notes.txt").write_text("a user's file")
   with pytest.raises(UserError, match="GPU bundle written by xalign gpu_bundle"):
-    gpu_bundle.prepare_output(str(mine), overwrite=True)
+    gpu_bundle.check_output(str(mine), overwrite=True, inputs={})
+  with pytest.raises(UserError, match="not a GPU bundle written by xalign gpu_bundle"):
+    gpu_bundle.prepare_output(str(mine))
   assert (mine / "notes.txt").read_text() == "a user's file"
-  bundle = gpu_bundle.prepare_output(str(tmp_path / "b"), overwrite=False)
+  bundle = gpu_bundle.prepare_output(gpu_bundle.check_output(str(tmp_path / "b"), overwrite=False, inputs={}))
   (tmp_path / "b" / "old").write_text("old part")
   with pytest.raises(UserError):
-    gpu_bundle.prepare_output(bundle, overwrite=False)
-  gpu_bundle.prepare_output(bundle, overwrite=True)
+    gpu_bundle.check_output(bundle, overwrite=False, inputs={})
+  gpu_bundle.prepare_output(gpu_bundle.check_output(bundle, overwrite=True, inputs={}))
   assert os.listdir(bundle) == [gpu_bundle.MARKER]
+  with pytest.raises(UserError, match="--debian_data"):  # Never into (or around) what it reads.
+    gpu_bundle.check_output(str(tmp_path), overwrite=True, inputs={"--debian_data": str(tmp_path / "b")})
 
 
 def test_the_host_refuses_a_folder_that_is_no_bundle_and_a_damaged_file(tmp_path):

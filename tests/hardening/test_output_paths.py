@@ -85,6 +85,9 @@ WRITERS = {
     "cache": Writer("cache", lambda out, inp, ctx: ["--task=tiny_en", "--output", out], "folder"),
     "eflomal_bible": Writer("eflomal", lambda out, inp, ctx: ["--bible", "--output_dir", out], "folder"),
     "debian_data": Writer("debian_data", lambda out, inp, ctx: ["--output", out, f"--root={ctx['tmp']}"], "folder"),
+    "gpu_bundle": Writer("gpu_bundle", lambda out, inp, ctx: ["--grid=tiny", "--output", out, f"--debian_data={inp}",
+                                                              "--wheels=none"], "folder", "folder", "--debian_data"),
+    "gpu_run": Writer("gpu_run", lambda out, inp, ctx: [inp, "--out", out], "folder", "folder", "bundle"),
     "demo": Writer("demo", lambda out, inp, ctx: ["--model_dir", out, "--start=scratch", "--steps=1"], "folder"),
     "align_mlm_grid": Writer("align_mlm_grid", lambda out, inp, ctx: ["--model_dir", out], "folder"),
     "align_mlm_grid_fresh": Writer("align_mlm_grid", lambda out, inp, ctx: ["--model_dir", out, "--fresh"], "folder"),
@@ -108,7 +111,7 @@ MODULE_ROWS = {"align": ["align"], "bli": ["bli"], "retrieval": ["retrieval"], "
                "vocab": ["vocab"], "lexicon": ["lexicon"], "compile_check": ["compile_check"],
                "export_hf": ["export_hf"], "trim": ["trim"], "import_hf": ["import_hf"], "e5_small": ["e5_small"],
                "cooc": ["cooc"], "cache": ["cache"], "debian_data": ["debian_data"], "demo": ["demo"],
-               "train": ["train"], "assets": ["assets"],
+               "train": ["train"], "assets": ["assets"], "gpu_bundle": ["gpu_bundle"], "gpu_run": ["gpu_run"],
                "experiments/align_mlm_grid": ["align_mlm_grid", "align_mlm_grid_fresh"]}
 
 CASES = ("output_is_input", "output_in_foreign_folder", "output_in_read_only_folder", "output_under_file",
