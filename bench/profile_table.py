@@ -51,6 +51,7 @@ class HloOp:
 
 _ATTENTION_KERNEL = re.compile(r"fmha|flash|attention|sdpa|softmax_bmm", re.I)
 _MATMUL_KERNEL = re.compile(r"gemm|cublas|cutlass|matmul|\bdot\b|dot[._]|xmma|wgmma|hmma|sm\d+_xmma", re.I)
+_COLLECTIVE_KERNEL = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|collective", re.I)
 _HOST_KERNEL = re.compile(r"memcpy|memset|h2d|d2h|host", re.I)
 CONTAINER_OPCODES = ("while", "conditional", "call")
 _OTHER_OPCODES = {"copy", "copy-start", "copy-done", "transpose", "while", "conditional", "call", "tuple",
@@ -69,6 +70,8 @@ def classify(name: str, op: HloOp | None = None) -> str:
   movement and control flow.
   """
   if op is None:
+    if _COLLECTIVE_KERNEL.search(name):
+      return "other"
     if _ATTENTION_KERNEL.search(name):
       return "attention"
     if _MATMUL_KERNEL.search(name):
@@ -166,7 +169,7 @@ def parse_hlo(text: str) -> dict[str, HloOp]:
       results[name] = result
       if opcode == "dot" or (opcode == "custom-call" and re.search(r"gemm|matmul", op.target, re.I)):
         # The lhs's type: printed before its name in some dumps, else the type it was defined with.
-        first = re.match(r"\(\s*([^,)]*)", operands)
+        first = re.match(r"\(\s*((?:[^,()\[\]{}]|\[[^\]]*\]|\{[^}]*\})*)", operands)
         lhs_text = first.group(1) if first else ""
         lhs_type = lhs_text if _SHAPE.search(lhs_text) else results.get(lhs_text.strip().lstrip("%"), "")
         op.flops, op.batched_dot = _dot_flops(result, lhs_type, attrs)
