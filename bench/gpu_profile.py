@@ -50,6 +50,7 @@ def parse_args(argv=None):
   parser.add_argument("--warmup", type=int, default=3, help="unprofiled steps first (the first compiles)")
   parser.add_argument("--attention", default="einsum", choices=("einsum", "xla", "cudnn"))
   parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout rates")
+  parser.add_argument("--no_scan", action="store_true", help="EncoderConfig.scan_layers=False (layers unrolled)")
   parser.add_argument("--big_matmul", type=int, default=8192, help="side of the square peak matmul")
   parser.add_argument("--matmul_reps", type=int, default=10)
   parser.add_argument("--peak_tflops", type=float, default=None,
@@ -244,6 +245,8 @@ def main(argv=None):
   overrides = {} if args.dropout is None else {"dropout_rate": args.dropout, "attention_dropout_rate": args.dropout}
   if args.attention != "einsum":
     overrides["attention_implementation"] = args.attention
+  if args.no_scan:
+    overrides["scan_layers"] = False
   config = config_lib.preset(args.model, vocab_size=args.vocab, dtype=args.dtype, **overrides)
   device = jax.devices()[0]
   peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops_per_device(device)
