@@ -33,6 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_train_step  # pylint: disable=wrong-import-position
 import profile_table  # pylint: disable=wrong-import-position
 from train_throughput import make_batches  # pylint: disable=wrong-import-position
 
@@ -65,33 +66,12 @@ def parse_args(argv=None):
 
 
 def build_step(config, host_batch):
-  """The jitted train step, its state and device batch (gpu_train_step.py's step, optimizer scoped)."""
+  """gpu_train_step.py's jitted train step (the update under its optimizer scope), its state, the device
+  batch and the base RNG."""
   import jax
-  import optax
 
-  from flax_xalign.models.encoder import Encoder
-  from flax_xalign.objectives.model import PretrainingModel
-  from flax_xalign.training.optimizer import OptimizerConfig, make_optimizer
-
-  model = PretrainingModel(encoder=Encoder(config), objectives={"mlm": 1.0})
-  tx, schedule = make_optimizer(OptimizerConfig(), 10**6)
-  length = host_batch["tokens"].shape[1]
-  unbox = lambda tree: jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x, tree,
-                                    is_leaf=lambda x: hasattr(x, "unbox"))
-  params = jax.jit(lambda key: unbox(model.init(key, batch=1, length=length)))(jax.random.key(0))
-  opt_state = jax.jit(tx.init)(params)
-
-  def train_step(params, opt_state, step, batch, base_rng):  # training/trainer.py's _train_step
-    rng = jax.random.fold_in(base_rng, step)
-    (_, metrics), grads = jax.value_and_grad(model.loss_fn, has_aux=True)(params, batch, rng, {}, train=True)
-    with jax.named_scope(profile_table.OPTIMIZER_SCOPE):
-      updates, opt_state = tx.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
-    return params, opt_state, step + 1, dict(metrics, learning_rate=schedule(step),
-                                             grad_norm=optax.tree.norm(grads))
-
-  state = (params, opt_state, jax.numpy.zeros((), jax.numpy.int32))
-  return jax.jit(train_step, donate_argnums=(0, 1)), state, jax.device_put(host_batch), jax.random.key(1)
+  step_fn, state, base_rng = gpu_train_step.build_step(config, host_batch["tokens"].shape[1])
+  return step_fn, state, jax.device_put(host_batch), base_rng
 
 
 def device_events(profile, module_prefix: str):
