@@ -252,6 +252,8 @@ def describe_peer(settings) -> str:
 
 def main(argv=None):
   args = parse_args(argv)
+  if args.skip_ours:  # The peer alone: jax only names the device here, so it must not take the card's memory.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
   import jax
   import numpy as np
 
