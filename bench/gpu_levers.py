@@ -61,6 +61,8 @@ LEVERS = (
     Lever("peer_best", "HF at its best, logits at every position (as HF ships it)", ("--peer=best",), side="peer"),
     Lever("len256_batch128", "length 256, batch 128 (the same tokens per step)", ("--length=256", "--batches=128")),
     Lever("baseline_again", "the baseline again (drift over the call)"),
+    Lever("peer_plain", "HF eager, logits at every position (the peer of the 2026-11-26 results, dropout 0 here)",
+          side="peer"),
 )
 BY_NAME = {lever.name: lever for lever in LEVERS}
 

@@ -91,7 +91,8 @@ def test_table_ratios_timeout_and_time_limit_with_a_fake_runner():
 def test_a_failed_child_keeps_its_error():
   (row,) = gpu_levers.lever_rows(gpu_levers.BY_NAME["xla_lhs"], 1, "", "F0000 Unknown flag --xla_gpu_x\n", 3.0, 60)
   assert row["status"] == "exit 1: F0000 Unknown flag --xla_gpu_x" and "tokens_per_s" not in row
-  oom = json.dumps({"device": "gpu", "rows": [{"batch": 128, "length": 512, "ours": {"error": "XlaRuntimeError: OOM"}}]})
+  oom = json.dumps({"device": "gpu",
+                    "rows": [{"batch": 128, "length": 512, "ours": {"error": "XlaRuntimeError: OOM"}}]})
   (row,) = gpu_levers.lever_rows(gpu_levers.BY_NAME["batch128"], 0, oom, "", 9.0, 60)
   assert row["status"] == "XlaRuntimeError: OOM" and row["batch"] == 128
 
