@@ -142,7 +142,7 @@ def lever_rows(lever: Lever, code, out, err, wall_s, timeout) -> list[dict]:
     result = None
   if code is None:
     status = f"timeout after {timeout:.0f} s"
-  elif code != 0 or not isinstance(result, dict):
+  elif code != 0 or not isinstance(result, dict) or not result.get("rows"):
     status = f"exit {code}: {(err or '').strip()[-300:]}"
   else:
     rows = []

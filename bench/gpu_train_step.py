@@ -6,16 +6,18 @@ activations in `--dtype`), jitted with donated state, on random full rows; the l
 checkpoints are left out, so this runs where TensorFlow, seqio, gin and clu are not installed (a GPU
 host with jax + flax + optax + torch + transformers; run it from the source tree:
 `PYTHONPATH=. python bench/gpu_train_step.py`). The peer is `transformers.XLMRobertaForMaskedLM` of the
-same size on the same batches, bf16 autocast, fused torch AdamW and clip_grad_norm_, masking on device.
+same size on the same batches, bf16 autocast, fused torch AdamW and clip_grad_norm_, masking on device;
+`--peer=best` adds torch.compile and sdpa attention (its settings are printed and in the JSON).
 
 MFU = model FLOPs per step on the batch's real tokens by the standard count (models/flops.py
 `model_train_flops`, what `train` logs as `mfu`: 6·N per token, attention over the row's one 512-token
 segment, the MLM head on the expected predicted slots) / step time / `--peak_tflops` (989 = the H100/H200
 SXM dense bf16 peak). The rows here are full (no padding), so it is within 0.2% of the all-slot count
 earlier results were given in (`flops_per_step_all_slots` in the JSON, for comparing with them). The peer
-gets the same model-FLOP count, but it computes logits at every position: 1.72 GFLOP of matmuls per
-token for XLM-R base against our 0.74, so its hardware does 2.3x the work per token. The last line is
-one JSON object.
+gets the same model-FLOP count, but by default it computes logits at every position: 1.72 GFLOP of
+matmuls per token for XLM-R base against our 0.74, so its hardware does 2.3x the work per token
+(`--peer_logits=masked` runs its LM head on the masked slots only, as ours). The last line is one JSON
+object.
 """
 
 from __future__ import annotations
