@@ -31,8 +31,14 @@ class OptimizerConfig:
   # others get no update and no weight decay, and their Adam moments stay 0: e.g. a warm-up of a fresh MLM
   # head on an imported encoder that never had one (e5-small), with the encoder frozen.
   trainable: tuple[str, ...] = ()
+  # AdamW's first moment stored in this dtype ('bfloat16' halves its memory and traffic); None: the
+  # parameters' dtype. optax's `mu_dtype`; the second moment stays in the parameters' dtype.
+  mu_dtype: str | None = None
 
   def __post_init__(self):
+    if self.mu_dtype not in (None, "bfloat16", "float32"):
+      from flax_xalign.errors import UserError
+      raise UserError(f"OptimizerConfig.mu_dtype must be None, 'bfloat16' or 'float32', got {self.mu_dtype!r}")
     if isinstance(self.trainable, str):  # A bare string would be read as a tuple of letters.
       object.__setattr__(self, "trainable", (self.trainable,))
     object.__setattr__(self, "trainable", tuple(self.trainable))
@@ -109,7 +115,7 @@ def make_optimizer(config: OptimizerConfig, total_steps: int) -> tuple[optax.Gra
       optax.clip_by_global_norm(config.clip_norm),
       optax.adamw(
           schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-          weight_decay=config.weight_decay, mask=decay_mask,
+          weight_decay=config.weight_decay, mask=decay_mask, mu_dtype=config.mu_dtype,
       ),
   )
   if config.trainable:
