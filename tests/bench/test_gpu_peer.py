@@ -100,6 +100,7 @@ def test_best_peer_runs_compiled_and_reports_its_settings():
   _run_best_peer("aot_eager")
 
 
-@pytest.mark.slow  # inductor builds C++ kernels: 266 s cold on 2 busy cores, ~60 s with its cache in /tmp.
-def test_best_peer_compiles_with_inductor_on_cpu():
-  _run_best_peer("inductor")
+# torch.compile with inductor (the GPU call's default) builds C++ kernels: 266 s cold on 2 busy cores, more
+# than CI affords for a torch feature; the test above checks our side of the wiring (the traced module, the
+# settings reported), and `python bench/gpu_train_step.py --skip_ours --peer=best --size=tiny ...` runs inductor
+# on CPU by hand (bench/README.md).
