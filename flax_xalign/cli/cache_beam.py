@@ -65,13 +65,14 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                       "the rows are those of `xalign cache --workers=NUM_SHARDS`")
   parser.add_argument("--runner", default="DirectRunner", help=f"the Beam runner ({', '.join(RUNNERS[:4])}, ...)")
   ours, rest = parser.parse_known_args(argv)
+  if ours.num_shards < 1:
+    raise UserError(f"--num_shards={ours.num_shards} must be at least 1.")
   cache_beam_pipeline.require_beam()  # Beam's own flags are told apart by Beam.
   beam_flags, cache_flags = _beam_flags(rest)
   args = cache_cli.parse_args(cache_flags)
   if args.workers != 1:
-    parser.error(f"--workers={args.workers} is `xalign cache`'s; here --num_shards=N sets the shards Beam writes")
-  if ours.num_shards < 1:
-    parser.error(f"--num_shards={ours.num_shards} must be at least 1")
+    raise UserError(f"--workers={args.workers} is `xalign cache`'s flag; here --num_shards=N sets the shards Beam's "
+                    "workers write.")
   args.num_shards = ours.num_shards
   return args, [f"--runner={ours.runner}", *beam_flags]
 
