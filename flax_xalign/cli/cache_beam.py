@@ -31,6 +31,7 @@ from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser, UserError
 
 DEFAULT_SHARDS = 8
+HARNESS_LOG_LEVEL = "--default_sdk_harness_log_level"
 RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PortableRunner", "PrismRunner")
 
 
@@ -74,15 +75,26 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     raise UserError(f"--workers={args.workers} is `xalign cache`'s flag; here --num_shards=N sets the shards Beam's "
                     "workers write.")
   args.num_shards = ours.num_shards
+  if not any(flag.startswith(HARNESS_LOG_LEVEL) for flag in beam_flags):
+    beam_flags.append(f"{HARNESS_LOG_LEVEL}=WARNING")  # Worker processes would log every gRPC channel at INFO.
   return args, [f"--runner={ours.runner}", *beam_flags]
 
 
-def _check_output(output: str) -> None:
-  if "://" in output and not output.startswith("file://"):
-    raise UserError(f"--output={output}: cache_beam writes a folder every worker sees on its file system (one "
-                    "machine's disk with the DirectRunner, a shared mount such as NFS or gcsfuse on a cluster), "
-                    "not gs:// or another object store; write it to such a folder and copy it (gsutil -m cp -r), "
-                    "docs/BEAM.md.")
+def _remote_staging(args: argparse.Namespace) -> tuple[str, str]:
+  """(staging prefix, target) of a split on a remote Beam file system; UserError when it is there already."""
+  import uuid
+
+  from apache_beam.io.filesystems import FileSystems
+
+  from flax_xalign.data.packed import format as format_lib
+
+  target = FileSystems.join(args.output, args.split)
+  if args.overwrite:
+    raise UserError(f"--overwrite of a split on {FileSystems.get_scheme(args.output)}:// is not supported (there "
+                    f"is no folder rename there); delete {target} yourself, or write to a new --output.")
+  if FileSystems.exists(FileSystems.join(target, format_lib.MANIFEST)):
+    raise UserError(f"{target} already exists; choose another --output or delete it.")
+  return FileSystems.join(args.output, f".{args.split}.tmp-{uuid.uuid4().hex[:12]}"), target
 
 
 def plan(args: argparse.Namespace) -> tuple[dict[str, Any], bytes]:
@@ -129,22 +141,41 @@ def run(parsed: tuple[argparse.Namespace, list[str]]) -> Any:
   """Builds and runs the pipeline; returns the finished `PipelineResult`."""
   args, beam_flags = parsed
   from flax_xalign.data.packed import format as format_lib
+  from flax_xalign.cli import cache_beam_pipeline
   from flax_xalign.data.packed import write
 
-  _check_output(args.output)
-  write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
+  is_remote = cache_beam_pipeline.remote(args.output)
+  if is_remote:
+    tmp, target = _remote_staging(args)  # Before TF and the task load.
+  else:
+    write.check_output(args.output, args.split, overwrite=args.overwrite)
   spec, vocabulary_bytes = plan(args)
   from apache_beam.options.pipeline_options import PipelineOptions
 
-  from flax_xalign.cli import cache_beam_pipeline
+  def run_pipeline(tmp: str, target: str) -> Any:
+    pipeline = cache_beam_pipeline.beam.Pipeline(options=PipelineOptions(beam_flags))
+    cache_beam_pipeline.build(pipeline, spec={**spec, "tmp": tmp}, target=target, vocabulary_bytes=vocabulary_bytes)
+    try:
+      result = pipeline.run()
+      result.wait_until_finish()
+    except Exception as e:  # noqa: BLE001 -- a worker's UserError becomes one line; anything else stays.
+      error = cache_beam_pipeline.worker_error(e)
+      if error is None:
+        raise
+      raise error from None
+    return result
 
   start = time.monotonic()
+  if is_remote:
+    try:
+      result = run_pipeline(tmp, target)
+    except BaseException:
+      cache_beam_pipeline.remove_quietly(tmp)
+      raise
+    print(f"wrote {target} ({time.monotonic() - start:.0f} s)", flush=True)
+    return result
   with write.staged(args.output, args.split, overwrite=args.overwrite) as (tmp, target):
-    pipeline = cache_beam_pipeline.beam.Pipeline(options=PipelineOptions(beam_flags))
-    cache_beam_pipeline.build(pipeline, spec={**spec, "tmp": os.path.abspath(tmp)}, target=os.path.abspath(target),
-                              vocabulary_bytes=vocabulary_bytes)
-    result = pipeline.run()
-    result.wait_until_finish()
+    result = run_pipeline(os.path.abspath(tmp), os.path.abspath(target))
   with open(os.path.join(target, format_lib.MANIFEST), encoding="utf-8") as f:
     manifest = format_lib.Manifest.from_json(json.load(f), where=target)
   write.report(manifest, target, time.monotonic() - start)

@@ -106,10 +106,92 @@ def test_an_existing_split_is_refused_and_overwrite_replaces_it(beam, tiny_corpu
   assert _manifest(tmp_path)["order"]["workers"] == 3 and sorted(os.listdir(tmp_path)) == ["train"]
 
 
+def test_a_workers_error_is_one_line_and_leaves_no_staging_folder(beam, tiny_corpus, tmp_path, monkeypatch,
+                                                                    capsys):
+  del beam, tiny_corpus
+  from flax_xalign.cli import cache_workers
+  from flax_xalign.errors import UserError
+
+  def fail(data, spec, index):
+    raise UserError(f"shard {index} cannot be read")
+
+  monkeypatch.setattr(cache_workers, "shard_rows", fail)  # The DirectRunner's default mode runs it in-process.
+  assert cache_beam.main(["--task=tiny_mix", f"--length={LENGTH}", "--examples=4", f"--output={tmp_path}",
+                          "--num_shards=2"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: shard ") and err[0].endswith("cannot be read"), err
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_remote_workers_error_relayed_as_text_is_one_line():
+  relayed = RuntimeError("Pipeline failed: Traceback (most recent call last):\n  File ...\n"
+                         "flax_xalign.errors.UserError: worker of shard 3: bad vocabulary [while running 'WriteShard']\n")
+  assert str(cache_beam_pipeline.worker_error(relayed)) == "worker of shard 3: bad vocabulary"
+  assert cache_beam_pipeline.worker_error(RuntimeError("killed")) is None
+
+
+@pytest.fixture
+def remote_root(beam, tmp_path, monkeypatch):
+  """A Beam file system of scheme `cachebeamfake://` over a local folder: the code path of gs:// (renames,
+  creates, deletes through `FileSystems`), run here without a cloud."""
+  from apache_beam.io import localfilesystem
+
+  root = tmp_path / "bucket"
+  root.mkdir()
+
+  class FakeRemote(localfilesystem.LocalFileSystem):
+    @classmethod
+    def scheme(cls):
+      return "cachebeamfake"
+
+    @staticmethod
+    def _local(path):
+      return os.path.join(str(root), path.split("://", 1)[1])
+
+    def join(self, basepath, *paths):
+      return "/".join([basepath.rstrip("/"), *paths])
+
+    def create(self, path, *args, **kwargs):
+      os.makedirs(os.path.dirname(self._local(path)), exist_ok=True)
+      return super().create(self._local(path), *args, **kwargs)
+
+    def exists(self, path):
+      return super().exists(self._local(path))
+
+    def rename(self, sources, destinations):
+      for d in destinations:
+        os.makedirs(os.path.dirname(self._local(d)), exist_ok=True)
+      super().rename([self._local(p) for p in sources], [self._local(p) for p in destinations])
+
+    def delete(self, paths):
+      super().delete([self._local(p) for p in paths])
+
+  yield root
+  monkeypatch.setattr(FakeRemote, "scheme", classmethod(lambda cls: "cachebeamfake-retired"))  # Unregistered.
+
+
+def test_a_remote_output_commits_the_one_process_writers_split(remote_root, tiny_corpus, tmp_path, capsys):
+  del tiny_corpus
+  from flax_xalign.cli import cache as cache_cli
+
+  flags = ["--task=tiny_mix", f"--length={LENGTH}", "--examples=45", f"--seed={SEED}", "--shard_mb=1"]
+  assert cache_cli.main([*flags, f"--output={tmp_path / 'local'}"]) == 0
+  assert cache_beam.main([*flags, "--output=cachebeamfake://cache", "--num_shards=1"]) == 0
+  got = remote_root / "cache"
+  assert sorted(os.listdir(got)) == ["train"]  # The staging prefix is gone.
+  assert _manifest(got) == _manifest(tmp_path / "local")
+  for name in os.listdir(tmp_path / "local" / "train"):
+    assert (got / "train" / name).read_bytes() == (tmp_path / "local" / "train" / name).read_bytes(), name
+  capsys.readouterr()
+  assert cache_beam.main([*flags, "--output=cachebeamfake://cache", "--num_shards=1"]) == 2
+  assert "already exists" in capsys.readouterr().err
+  assert cache_beam.main([*flags, "--output=cachebeamfake://cache", "--overwrite"]) == 2
+  assert "--overwrite of a split on cachebeamfake://" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--task=t", "--output=x", "--workers=2"], "--num_shards=N"),
     (["--task=t", "--output=x", "--num_shards=0"], "--num_shards=0 must be"),
-    (["--task=t", "--output=gs://bucket/cache"], "not gs://"),
     (["--task=t", "--output=x", "--no_such_flag"], "unrecognized arguments: --no_such_flag"),
 ])
 def test_bad_command_line_is_one_user_error(beam, argv, match, capsys):
