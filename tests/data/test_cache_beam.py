@@ -192,6 +192,16 @@ def test_a_remote_output_commits_the_one_process_writers_split(remote_root, tiny
   assert "--overwrite of a split on cachebeamfake://" in capsys.readouterr().err
 
 
+def test_a_users_folder_is_refused_before_any_work(beam, tmp_path, capsys):
+  del beam
+  mine = tmp_path / "mine"
+  mine.mkdir()
+  (mine / "notes.txt").write_text("my notes\n")
+  assert cache_beam.main(["--task=no_such_task", f"--output={mine}"]) == 2  # Refused before the task is looked up.
+  assert "non-empty folder" in capsys.readouterr().err
+  assert sorted(os.listdir(mine)) == ["notes.txt"] and (mine / "notes.txt").read_text() == "my notes\n"
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--task=t", "--output=x", "--workers=2"], "--num_shards=N"),
     (["--task=t", "--output=x", "--num_shards=0"], "--num_shards=0 must be"),
