@@ -10,7 +10,7 @@
 #   make test-aot   the ahead-of-time TPU pod compile checks (pytest -m aot on AOT_TESTS; minutes)
 #   make test-t5x   the t5x adapter against real t5x (.venv-t5x over .venv, from ../shared/vendor)
 #   make install-t5x  only make .venv-t5x (test-t5x does it too; up to date = a no-op)
-#   make test-beam  create .venv-beam, install '.[beam]' + pytest, run tests/data/test_cooc_beam.py
+#   make test-beam  create .venv-beam, install '.[beam]' + pytest, run tests/data/test_cooc_beam.py + test_cache_beam.py
 #   make test-all   every tier above, one after the other
 #   make debian-data  download + unpack the Debian packages of the multilingual data (no root)
 #
@@ -154,8 +154,11 @@ $(STAMP_BEAM): | $(PY_BEAM)
 
 install-beam: $(STAMP_BEAM)
 
+# Its unit and subprocess tests (the cache writer's parallel run starts Beam workers); the contract tests
+# of both files need no Beam and run in the main environment's test-contract.
 test-beam: $(STAMP_BEAM)
-	$(call run_pytest,$(PY_BEAM),tests/data/test_cooc_beam.py)
+	$(call run_pytest,$(PY_BEAM),tests/data/test_cooc_beam.py tests/data/test_cache_beam.py \
+	  -m 'not contract and not slow and not aot and not t5x')
 
 # The Debian packages `xalign debian_data` reads (LibreOffice help and UI
 # catalogues, dictionaries), fetched with `apt-get download` and unpacked with

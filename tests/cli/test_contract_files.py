@@ -16,6 +16,7 @@ CONTRACT_FILES = {
     "assets": "tests/cli/test_assets_cli.py",
     "bli": "tests/test_bli_cli.py",
     "cache": "tests/cli/test_cache_cli.py",
+    "cache_beam": "tests/data/test_cache_beam.py",
     "eflomal": "tests/cli/test_eflomal_cli.py",
     "compile_check": "tests/test_compile_check.py",
     "cooc": "tests/test_cooc_cli.py",

@@ -48,6 +48,7 @@ COMMANDS = [
     ("flax_xalign.cli.compile_check", NO_TF_NO_JAX),
     ("flax_xalign.cli.vocab", NO_TF_NO_JAX),
     ("flax_xalign.cli.cooc_beam", NO_TF_NO_JAX),
+    ("flax_xalign.cli.cache_beam", NO_TF_NO_JAX),
     ("flax_xalign.cli.cooc", NO_TF_NO_JAX),
     ("flax_xalign.cli.lexicon", NO_TF_NO_JAX),
     ("flax_xalign.cli.import_hf", NO_TF_NO_JAX),

@@ -45,6 +45,7 @@ ENTRY_POINTS = {
     "code_switch": "flax_xalign.cli.experiments.code_switch",
     "mlm_gc": "flax_xalign.cli.experiments.mlm_gc",
     "cache": "flax_xalign.cli.cache",
+    "cache_beam": "flax_xalign.cli.cache_beam",
     "eflomal": "flax_xalign.cli.eflomal",
     "bli": "flax_xalign.cli.bli",
     "cooc": "flax_xalign.cli.cooc",

@@ -98,6 +98,8 @@ WRITERS = {
 # Commands with no output path of their own to check here, and why.
 NOT_WRITERS = {
     "eval": "writes eval.json into the run it evaluates (a run: refused unless it holds checkpoints)",
+    "cache_beam": "a Beam pipeline (.venv-beam); its local --output gets cache's checks (write.check_output, "
+                  "write.staged): tests/data/test_cache_beam.py",
     "cooc_beam": "a Beam pipeline (.venv-beam); its local --output gets cooc's checks: tests/data/test_cooc_beam.py",
     "experiments/bli_table": "driver; its --output checks in tests/cli/test_bli_table_cli.py",
     "experiments/code_switch": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
