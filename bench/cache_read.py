@@ -155,6 +155,7 @@ def measure(root: str, *, batch: int, batches: int, threads: int, seed: int) -> 
 
 def main(argv: list[str] | None = None) -> dict:
   args = parse_args(argv)
+  from flax_xalign import fileio
   from flax_xalign.models import flops
 
   peak = args.peak_tflops * 1e12 if args.peak_tflops else flops.peak_flops_per_device("NVIDIA H100")
@@ -185,10 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{name:<44}{value:>16}")
   print(f"\nan H100 at {args.mfu:.0%} MFU ({peak / 1e12:.0f} TFLOP/s) on XLM-R base consumes {needed:,.0f} rows of "
         f"{result['length']}/s ({per_row / 1e9:.0f} GFLOP per row); the cold read delivers {result['ratio']:.1f}x that")
-  os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-  with open(args.output, "w") as f:
-    json.dump(result, f, indent=1)
-  print(json.dumps(result))
+  fileio.write_atomically(args.output, json.dumps(result, indent=1))
+  print(json.dumps(result), flush=True)
   return result
 
 

@@ -23,7 +23,7 @@ edited), a manifest of another format version, a record whose byte size is
 not the manifest's record dtype's or whose values leave their feature's
 bounds. How much it reads is the verification mode (`train.cache_verify`):
 
-  full   sha256 of every shard + the record sample  (reads every byte: ~1 s per GB here)
+  full   sha256 of every shard + the record sample  (reads every byte: 1.2-1.6 s per GB here)
   size   sizes + record counts + the record sample  (reads ~`SAMPLE_RECORDS` records per shard)
   auto   full for a split below `FULL_BELOW_BYTES`, size above (the default)
 
@@ -64,10 +64,10 @@ LINK_FEATURE = "link_groups"
 LINK_BOUND = 1 << 16
 SCHEME = "cache:"
 # Verification modes (`train.cache_verify`); see the module docstring. Below `FULL_BELOW_BYTES` "auto"
-# hashes every shard: sha256_of reads ~0.95 GB/s here (bench/cache_read.py, docs/data.md), so 1 GiB costs
-# about a second, a small part of even the cheapest training start (~7 s of CPU for the tiny model from a
-# cache); above it the hash grows with the cache (100 GB: ~2 min at every start and resume), so "auto" checks
-# sizes, record counts and a sample instead.
+# hashes every shard: sha256_of ran at 0.76-1.32 GB/s on a 2-core host (bench/cache_read.py, docs/data.md), so
+# 1 GiB costs about a second, a small part of even the cheapest training start (~7 s of CPU for the tiny model
+# from a cache); above it the hash grows with the cache (100 GB: 1-3 min at every start and resume), so "auto"
+# checks sizes, record counts and a sample instead (under 0.1 s for 1 GB).
 VERIFY_MODES = ("auto", "full", "size")
 FULL_BELOW_BYTES = 1 << 30
 SAMPLE_RECORDS = 32
