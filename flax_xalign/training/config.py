@@ -90,6 +90,13 @@ class TrainConfig:
       `xalign cache --output=DIR` (no TensorFlow needed;
       README "Packed datasets"). The task, row length and pair layout must be
       the cache's; evaluation reads DIR/<eval_split> when it was built.
+    cache_verify: how a packed cache (`data="cache:DIR"`) is verified at
+      the start, before MODEL_DIR is created: "full" hashes every shard
+      (sha256), "size" checks shard sizes, record counts and a seeded sample
+      of records (size and value bounds), "auto" (the default) is "full"
+      below 1 GiB of shards per split and "size" above (docs/data.md has
+      the measurement behind the threshold). Either way every record read
+      is checked for its size.
     fresh_data_iterator: resume the model with a new data iterator (the data
       order starts over). Otherwise each checkpoint records the data loop
       (BATCH_SIZE, TASK_FEATURE_LENGTHS, task, data_shards, seed) and
@@ -132,6 +139,7 @@ class TrainConfig:
   assets_only: bool = False
   fresh_data_iterator: bool = False
   data: str = "seqio"
+  cache_verify: str = "auto"
 
   def replace(self, **changes: Any) -> "TrainConfig":
     """A copy with `changes` (unknown names raise TypeError, as the constructor does)."""

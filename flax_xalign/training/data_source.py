@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from flax_xalign.errors import UserError
@@ -67,6 +67,17 @@ class DataSource(abc.ABC):
     translation pairs fill a row; `links` adds the tasks' word links
     (`link_groups`).
     """
+
+  def check_splits(self, splits: Sequence[str], *, feature_lengths: Mapping[str, int], pack: bool = True,
+                   pair_layout: str = "restart", both_directions: bool = False, links: bool = False) -> None:
+    """Refuses (UserError, one line) data of `splits` that cannot feed this run; nothing is read yet.
+
+    Called once before MODEL_DIR is created, with every split the run will
+    read (train and the evaluation split). A source whose rows are made at
+    the run's settings (seqio) has nothing to check; a packed cache's rows
+    were made once, and each split must have been made for this run.
+    """
+    del splits, feature_lengths, pack, pair_layout, both_directions, links
 
   @property
   @abc.abstractmethod

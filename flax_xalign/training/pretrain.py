@@ -44,7 +44,7 @@ from flax_xalign.training import model_dir as model_dir_lib
 from flax_xalign.training import partitioning
 from flax_xalign.training import validate
 from flax_xalign.training.config import TrainConfig
-from flax_xalign.training.data import resolve_task
+from flax_xalign.training.data import resolve_task, task_vocabulary_files
 from flax_xalign.training.data_source import DataSource
 from flax_xalign.training.hooks import CheckpointHook
 from flax_xalign.training.loop import TrainResult, train as train_loop
@@ -118,7 +118,8 @@ def assemble(config: TrainConfig) -> Assembly:
   if c.dictionary_rate is not None:
     asset_options.setdefault("dictionary", {})["rate"] = c.dictionary_rate
   check_pair_layout(c.pair_layout, where="train.pair_layout")
-  data = resolve_task(c.mixture_or_task_name, languages=c.languages, data=c.data)
+  data = resolve_task(c.mixture_or_task_name, languages=c.languages, data=c.data, verify=c.cache_verify,
+                      vocabulary_files=task_vocabulary_files(c.user_tasks, c.mixture_or_task_name))
   monitors = tuple(n for n in c.monitors if n not in c.objectives)
   built = objectives_lib.build([*c.objectives, *monitors], c.objective_options)
   encoder = objectives_lib.adapt_encoder(
@@ -249,6 +250,11 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
           f"({data.how_to_add_split(c.eval_split)}, name another with train.eval_split, or set EVAL_EVERY=0)",
           file=sys.stderr, flush=True)
     eval_every = 0
+  # Every split the run reads is made for it (a cache's rows were made once): refused here, not at the first
+  # evaluation after MODEL_DIR was written.
+  data.check_splits(["train", *([c.eval_split] if eval_every else [])], feature_lengths=c.task_feature_lengths,
+                    pair_layout=c.pair_layout, both_directions=c.bitext_both_directions,
+                    links="link_groups" in assembly.batch_features)
   run, run_assets = asset_setup.prepare(run, assets, model_dir=model_dir, resume=resume)
   if c.assets_only:
     written = []

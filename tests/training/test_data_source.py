@@ -58,7 +58,8 @@ def test_the_train_data_string_picks_one_source_and_asks_only_it(monkeypatch):
   resolve_task("tiny_mix", languages=["en"], data="cache:~/caches/tiny", register_tasks=register)
   # The cache is never asked to register seqio tasks: a host without TF has none to register.
   assert calls == [("seqio", "tiny_mix", {"languages": ["en"], "register_tasks": register}),
-                   ("cache", os.path.expanduser("~/caches/tiny"), "tiny_mix", {"languages": ["en"]})]
+                   ("cache", os.path.expanduser("~/caches/tiny"), "tiny_mix",
+                    {"languages": ["en"], "verify": "auto", "vocabulary_files": ()})]
 
 
 @pytest.mark.parametrize("value, says", [

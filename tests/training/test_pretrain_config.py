@@ -26,6 +26,8 @@ OLD_KEYWORDS = (
     "masking", "mixture_or_task_name", "model_dir", "monitors", "num_partitions", "objective_options",
     "objectives", "optimizer", "pair_layout", "peak_flops_per_device", "replicate_limit_bytes", "seed",
     "step_callback", "task_feature_lengths", "train_steps", "user_tasks", "write_config")
+# Settings added since, each with a default (old gin files and keyword calls still run unchanged).
+ADDED = ("cache_verify",)
 REQUIRED = ("model_dir", "mixture_or_task_name", "task_feature_lengths", "batch_size", "train_steps", "encoder",
             "objectives")
 
@@ -37,15 +39,16 @@ def _config(encoder, **changes):
 
 
 def test_fields_are_the_old_keywords_with_their_defaults():
-  assert sorted(train_config.field_names()) == sorted(OLD_KEYWORDS)
+  assert sorted(train_config.field_names()) == sorted(OLD_KEYWORDS + ADDED)
   defaults = train_config.defaults()
-  assert sorted(set(OLD_KEYWORDS) - set(defaults)) == sorted(REQUIRED)
+  assert sorted(set(OLD_KEYWORDS + ADDED) - set(defaults)) == sorted(REQUIRED)
   # A few defaults written out by hand (the old signature's).
   assert defaults["log_every"] == 10 and defaults["eval_every"] == 0 and defaults["eval_batches"] == 20
   assert defaults["eval_split"] == "validation" and defaults["pair_layout"] == "restart"
   assert defaults["loss_normalization"] == "per_term" and defaults["replicate_limit_bytes"] == 64 * 2**20
   assert defaults["checkpoint"] == CheckpointConfig() and defaults["optimizer"] == OptimizerConfig()
   assert defaults["data"] == "seqio"  # Added with the packed cache; the old keywords keep their meaning.
+  assert defaults["cache_verify"] == "auto"  # Hash below 1 GiB, sample above (docs/data.md).
 
 
 def test_config_is_frozen_and_refuses_unknown_settings(tiny_encoder):
@@ -108,7 +111,7 @@ def test_gin_binds_train_fields_and_the_operative_config_lists_them(tmp_path):
     assert config.checkpoint.every_steps == 100 and config.optimizer.learning_rate == 5e-4  # runs/pretrain.gin
     operative = gin.operative_config_str()
     lines = {line.split(" = ")[0] for line in operative.splitlines() if line.startswith("train.")}
-    assert lines == {f"train.{name}" for name in OLD_KEYWORDS}
+    assert lines == {f"train.{name}" for name in OLD_KEYWORDS + ADDED}
   finally:
     gin.clear_config()
 

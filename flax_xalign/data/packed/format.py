@@ -17,10 +17,21 @@ records into a structured NumPy array in one `frombuffer`; `decode` widens
 it to the int32 arrays the loop takes.
 
 `open_split` refuses anything that does not read back as written, before a
-run touches its MODEL_DIR: a missing manifest or shard, a shard whose size or
-sha256 differs from the manifest (truncated, partial, edited), a manifest of
-another format version. Nothing here imports TensorFlow or seqio: a process
-that trains from a cache needs neither.
+run touches its MODEL_DIR: a missing manifest or shard, a shard whose size,
+record count or sha256 differs from the manifest (truncated, partial,
+edited), a manifest of another format version, a record whose byte size is
+not the manifest's record dtype's or whose values leave their feature's
+bounds. How much it reads is the verification mode (`train.cache_verify`):
+
+  full   sha256 of every shard + the record sample  (reads every byte: 1.2-1.6 s per GB here)
+  size   sizes + record counts + the record sample  (reads ~`SAMPLE_RECORDS` records per shard)
+  auto   full for a split below `FULL_BELOW_BYTES`, size above (the default)
+
+The sample is `SAMPLE_RECORDS` records per shard at indices drawn from a
+seed (`SAMPLE_SEED` and the shard's number), so two starts check the same
+records. `decode` checks every record's size again on the read path: a
+record of another size is refused, never decoded. Nothing here imports
+TensorFlow or seqio: a process that trains from a cache needs neither.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from array_record.python import array_record_module
 
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.data.vocab.specials import SpecialTokens
@@ -51,6 +63,15 @@ FEATURES = ("tokens", "lang_ids", "segment_ids", "positions", "pair_side")
 LINK_FEATURE = "link_groups"
 LINK_BOUND = 1 << 16
 SCHEME = "cache:"
+# Verification modes (`train.cache_verify`); see the module docstring. Below `FULL_BELOW_BYTES` "auto"
+# hashes every shard: sha256_of ran at 0.76-1.32 GB/s on a 2-core host (bench/cache_read.py, docs/data.md), so
+# 1 GiB costs about a second, a small part of even the cheapest training start (~7 s of CPU for the tiny model
+# from a cache); above it the hash grows with the cache (100 GB: 1-3 min at every start and resume), so "auto"
+# checks sizes, record counts and a sample instead (under 0.1 s for 1 GB).
+VERIFY_MODES = ("auto", "full", "size")
+FULL_BELOW_BYTES = 1 << 30
+SAMPLE_RECORDS = 32
+SAMPLE_SEED = 0x5EED
 
 
 def shard_name(index: int) -> str:
@@ -179,8 +200,23 @@ def encode(row: Mapping[str, np.ndarray], dtype: np.dtype, bounds: Mapping[str, 
   return record.tobytes()
 
 
-def decode(records: Sequence[bytes], dtype: np.dtype, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-  """Records -> {feature: int32 [len(records), length]} for the features `names` (default all)."""
+def check_record_sizes(records: Sequence[bytes], dtype: np.dtype, *, where: str) -> None:
+  """UserError (one line) when a record's byte size is not `dtype`'s: its bytes are never decoded."""
+  wrong = next((i for i, record in enumerate(records) if len(record) != dtype.itemsize), None)
+  if wrong is not None:
+    raise UserError(f"a record of {where} holds {len(records[wrong])} bytes, the manifest's layout "
+                    f"({', '.join(dtype.names)} of its row length) takes {dtype.itemsize}: the manifest or the "
+                    "shards were edited or mixed; rebuild the cache with `xalign cache`.")
+
+
+def decode(records: Sequence[bytes], dtype: np.dtype, names: Sequence[str] | None = None, *,
+           where: str = "the packed cache") -> dict[str, np.ndarray]:
+  """Records -> {feature: int32 [len(records), length]} for the features `names` (default all).
+
+  A record whose size is not `dtype.itemsize` is refused (`check_record_sizes`), never decoded: the
+  bytes of several records would otherwise be read as rows of shifted fields.
+  """
+  check_record_sizes(records, dtype, where=where)
   rows = np.frombuffer(b"".join(records), dtype=dtype)
   return {name: rows[name].astype(np.int32) for name in (dtype.names if names is None else names)}
 
@@ -193,6 +229,23 @@ def parse_source(value: str) -> str | None:
     raise UserError(f"train.data={value!r} is not a data source; use \"seqio\" (the task registry, the default) "
                     f"or \"cache:DIR\" (a folder written by `xalign cache --output=DIR`).")
   return os.path.expanduser(value[len(SCHEME):])
+
+
+def parse_verify(value: Any) -> str:
+  """The verification mode of `train.cache_verify` ("auto", "full" or "size"); UserError for another value."""
+  if value not in VERIFY_MODES:
+    raise UserError(f"train.cache_verify={value!r} is not a verification mode; use 'auto' (the default: sha256 "
+                    f"of every shard below {FULL_BELOW_BYTES >> 30} GiB, sizes and a sample of records above), "
+                    "'full' (sha256 of every shard) or 'size' (sizes and a sample of records).")
+  return value
+
+
+def verify_mode(verify: str, total_bytes: int) -> str:
+  """"full" or "size": what `verify` means for a split of `total_bytes` bytes of shards."""
+  verify = parse_verify(verify)
+  if verify == "auto":
+    return "full" if total_bytes < FULL_BELOW_BYTES else "size"
+  return verify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,12 +307,15 @@ def has_split(root: str, split: str) -> bool:
   return os.path.isfile(os.path.join(split_dir(root, split), MANIFEST))
 
 
-def open_split(root: str, split: str) -> PackedSplit:
+def open_split(root: str, split: str, *, verify: str = "full") -> PackedSplit:
   """The verified split `split` of the cache at `root` (UserError naming what is wrong and the fix).
 
-  Every shard's size and sha256 are checked against the manifest (a progress
-  line on stderr per GiB hashed, for large caches).
+  Every shard's size and record count are checked against the manifest,
+  and a seeded sample of its records for their size and value bounds; with
+  `verify` "full" (or "auto" below `FULL_BELOW_BYTES`) every shard's sha256
+  too (a progress line on stderr per GiB hashed, for large caches).
   """
+  verify = parse_verify(verify)
   directory = split_dir(root, split)
   path = os.path.join(directory, MANIFEST)
   if not os.path.isfile(path):
@@ -285,11 +341,13 @@ def open_split(root: str, split: str) -> PackedSplit:
   if sum(s.examples for s in manifest.shards) != manifest.examples:
     raise UserError(f"{path} lists shards of {sum(s.examples for s in manifest.shards)} rows but "
                     f"{manifest.examples} rows in all; the manifest was edited: rebuild the cache.")
-  _check_shards(packed)
+  mode = verify_mode(verify, sum(s.bytes for s in manifest.shards))
+  _check_shards(packed, hashed=mode == "full")
+  _check_records(packed)
   return packed
 
 
-def _check_shards(packed: PackedSplit) -> None:
+def _check_shards(packed: PackedSplit, *, hashed: bool) -> None:
   start, done, reported = time.monotonic(), 0, 0
   total = sum(s.bytes for s in packed.manifest.shards)
   for shard, path in zip(packed.manifest.shards, packed.paths):
@@ -299,6 +357,8 @@ def _check_shards(packed: PackedSplit) -> None:
     if size != shard.bytes:
       raise UserError(f"shard {path} has {size} bytes, the manifest says {shard.bytes} (a partial or damaged "
                       "copy); rebuild the cache (or restore the file).")
+    if not hashed:
+      continue
     if sha256_of(path) != shard.sha256:
       raise UserError(f"shard {path} does not match its sha256 in the manifest (damaged or edited); rebuild "
                       "the cache (or restore the file).")
@@ -307,6 +367,43 @@ def _check_shards(packed: PackedSplit) -> None:
       reported = done
       print(f"verifying {packed.directory}: {done / 2**30:.1f}/{total / 2**30:.1f} GiB "
             f"({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+
+
+def sample_indices(examples: int, shard_index: int, count: int = SAMPLE_RECORDS) -> list[int]:
+  """The sorted record indices of shard `shard_index` (of `examples` records) that opening a split checks."""
+  rng = np.random.default_rng([SAMPLE_SEED, shard_index])
+  if examples <= count:
+    return list(range(examples))
+  return sorted(int(i) for i in rng.choice(examples, size=count, replace=False))
+
+
+def _check_records(packed: PackedSplit) -> None:
+  """Each shard's record count, and a seeded sample of its records: byte size and each feature's bounds."""
+  m = packed.manifest
+  dtype = record_dtype(m.features, m.length)
+  bounds = feature_bounds(vocab_size=m.vocabulary.size, num_languages=len(m.languages), length=m.length)
+  for index, (shard, path) in enumerate(zip(m.shards, packed.paths)):
+    try:
+      reader = array_record_module.ArrayRecordReader(path, "readahead_buffer_size:0")
+      try:
+        count = reader.num_records()
+        records = reader.read(sample_indices(count, index)) if count == shard.examples else []
+      finally:
+        reader.close()
+    except (RuntimeError, ValueError, OSError) as e:
+      raise UserError(f"shard {path} of the packed cache does not read as an ArrayRecord file ("
+                      f"{str(e).splitlines()[0][:160]}); rebuild the cache (or restore the file).") from None
+    if count != shard.examples:
+      raise UserError(f"shard {path} holds {count} records, the manifest says {shard.examples}; rebuild the "
+                      "cache (or restore the file).")
+    check_record_sizes(records, dtype, where=f"shard {path}")
+    rows = np.frombuffer(b"".join(records), dtype=dtype)
+    for name in dtype.names:
+      values = rows[name]
+      if values.size and values.max() >= bounds[name]:
+        raise UserError(f"shard {path} holds {name} value {int(values.max())}, outside [0, {bounds[name]}) for "
+                        f"the manifest's vocabulary, languages and row length: the manifest and the shards "
+                        "disagree; rebuild the cache with `xalign cache`.")
 
 
 class FileVocabulary:

@@ -36,9 +36,9 @@ BACKEND = "cache"  # Written into each saved position, checked when one is resto
 class _HostRows(grain.MapDataset):
   """Batch b -> the records of rows [lo, hi) of global batch b of `parent`."""
 
-  def __init__(self, parent: grain.MapDataset, *, batch_size: int, lo: int, hi: int):
+  def __init__(self, parent: grain.MapDataset, *, batch_size: int, lo: int, hi: int, where: str):
     super().__init__(parent)
-    self._batch_size, self._lo, self._hi = batch_size, lo, hi
+    self._batch_size, self._lo, self._hi, self._where = batch_size, lo, hi, where
     n = len(parent)
     self._length = sys.maxsize if n >= sys.maxsize else n // batch_size
 
@@ -54,7 +54,11 @@ class _HostRows(grain.MapDataset):
     if index >= self._length:
       raise IndexError(f"batch {index} of {self._length}")
     start = index * self._batch_size
-    return self._parent._getitems(list(range(start + self._lo, start + self._hi)))  # pylint: disable=protected-access
+    try:
+      return self._parent._getitems(list(range(start + self._lo, start + self._hi)))  # pylint: disable=protected-access
+    except RuntimeError as e:  # Riegeli's message for a damaged chunk (e.g. a shard changed after it was opened).
+      raise UserError(f"{self._where} cannot be read ({str(e).splitlines()[0][:160]}); rebuild the cache "
+                      "(or restore its files).") from None
 
 
 class PackedBatches:
@@ -70,7 +74,8 @@ class PackedBatches:
     """Reads `packed`.
 
     Args:
-      packed: a split opened (and verified) by `format.open_split`.
+      packed: a split opened (and verified) by `format.open_split`; every
+        record read is checked for the manifest's record size (UserError).
       batch_size: rows of a global batch.
       seed: the shuffle's seed (all processes pass the same one).
       shuffle: False reads the rows in their written order (evaluation).
@@ -98,8 +103,12 @@ class PackedBatches:
     if missing:
       raise UserError(f"the packed cache {packed.directory} holds no feature {', '.join(missing)} (its rows "
                       f"carry {', '.join(dtype.names)}); rebuild it with `xalign cache`.")
-    batches = _HostRows(records, batch_size=batch_size, lo=lo, hi=hi).map(
-        functools.partial(format_lib.decode, dtype=dtype, names=None if features is None else tuple(features)))
+    where = f"the packed cache {packed.directory}"
+    # `decode` refuses a record of another size than `dtype`'s before reading its bytes (here, on every batch,
+    # not only in the sample `open_split` checked).
+    batches = _HostRows(records, batch_size=batch_size, lo=lo, hi=hi, where=where).map(
+        functools.partial(format_lib.decode, dtype=dtype, names=None if features is None else tuple(features),
+                          where=where))
     self._dataset = batches.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                                               prefetch_buffer_size=prefetch))
     self._iterator = iter(self._dataset)
