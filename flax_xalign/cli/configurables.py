@@ -58,7 +58,8 @@ def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, 
   config = gin.get_configurable("flax_xalign.train")(**given)
   hooks = []
   if evals and not config.assets_only:
-    hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every))
+    hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every,
+                                          num_layers=getattr(config.encoder, "num_layers", None)))
   return pretrain(config, hooks=hooks)
 
 

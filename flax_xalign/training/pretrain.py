@@ -140,9 +140,38 @@ def assemble(config: TrainConfig) -> Assembly:
                            specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
                            loss_normalization=c.loss_normalization)
   batch_features = tuple(sorted({f for obj in built.values() for f in getattr(obj, "batch_features", ())}))
+  if "link_groups" in batch_features:
+    _check_links_arrive(data, [f"{type(getattr(obj, 'config', obj)).__name__}.label_source"
+                               for obj in built.values() if "link_groups" in getattr(obj, "batch_features", ())])
   return Assembly(data=data, encoder=encoder, run=run, model=model,
                   task_feature_lengths=dict(c.task_feature_lengths), masking=c.masking,
                   batch_features=batch_features)
+
+
+def _check_links_arrive(data: DataSource, settings: Sequence[str]) -> None:
+  """UserError when objectives learn from given word links that no task of the run's data carries.
+
+  Such a run would train the objective at loss 0 (a task without links gives
+  zero link groups). Decided for our file tasks, whose loaders say which
+  splits have a links file; a task whose loader does not say (a plain seqio
+  task) is given the benefit of the doubt. A packed cache refuses itself when
+  its batches are built (`CacheSource.batches`), also before MODEL_DIR.
+  """
+  if data.kind != "seqio":
+    return
+  from flax_xalign.tasks import tables
+
+  members = tables.task_names(data.name)
+  loaders = [tables.text_loader(name) for name in members]
+  if any(loader is None or not hasattr(loader, "links") for loader in loaders):
+    return
+  if any("train" in dict(loader.links) for loader in loaders):
+    return
+  raise UserError(
+      f"{' and '.join(settings)} read(s) given word links (not 'self'), but no task of "
+      f"{data.name!r} ({', '.join(members)}) has a links file for its train split: the term would train at loss "
+      "0. Give the bitext task links (TsvBitextTask.links = {'train': 'FILE.pharaoh'}) or use label_source "
+      "'self'.")
 
 
 def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,

@@ -30,6 +30,8 @@ class Bli(OptionsEvaluator):
 
   function = staticmethod(_evaluate_lexicon)
   options_class = staticmethod(_lexicon_options)
+  files = ("gold",)
+  special_files = {"gold": ("token_map",)}
 
 
 class Rsim(Bli):
