@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flax_xalign.errors import UserError
+from flax_xalign.evaluation import eval_json
 from flax_xalign.evaluation.evaluators import checks, lexicon, mlm, sentences, word_alignment
 
 
@@ -199,6 +200,8 @@ def run_evaluators(*, model_dir: str, evals: Sequence[str], options: Mapping[str
   plan(evals, options)  # Before the run is opened: a typo costs nothing.
   run = Run.open(model_dir)
   plan(evals, options, num_layers=run.spec.model.num_layers)  # The layers, now that the size is known.
+  if output:
+    eval_json.check_layout(run.dir.file(output), eval_json.EVALUATORS, setting="evaluators.output")
   results = evaluate(run, evals, options)
   if output and jax.process_index() == 0:
     write_atomically(run.dir.file(output), json.dumps(results, indent=2, default=_json_default) + "\n")

@@ -39,13 +39,14 @@ def finished(model_dir: str, steps: int) -> bool:
 def check_exit(code: int, what: str) -> None:
   """Stops the driver after a command it ran in-process ended with `code` (0: nothing to do).
 
-  A command stopped by Ctrl-C or SIGTERM (130, 143) has said so in its own line, and train has saved:
-  the driver ends with the same status and adds nothing. Any other failure is a UserError naming `what`.
+  A command stopped by Ctrl-C or SIGTERM (130, 143) has said so in its own line, and train has saved;
+  one that refused its input (2) has printed its one error line: the driver ends with the same status and
+  adds nothing. Any other failure is a UserError naming `what`.
   """
   from flax_xalign.errors import UserError
 
-  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-    raise SystemExit(code)
+  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 2):
+    raise SystemExit(code)  # 2: the command printed its one `error:` line; a second one would only repeat it.
   if code != 0:
     raise UserError(f"{what} failed (exit {code}); see the output above.")
 
