@@ -49,7 +49,7 @@ def _no_checkpoint(run_dir: RunDir) -> str:
 
   path = run_dir.path
   names = sorted(os.listdir(path)) if os.path.isdir(path) else []
-  if names and not is_run_dir(path) and not os.path.isfile(run_dir.config):
+  if names and not is_run_dir(path) and not os.path.isfile(run_dir.config_gin):
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     return (f"{path} is not a flax_xalign run: it has no checkpoint and no checkpoints/ folder, and holds {shown}; "
             "pass the MODEL_DIR that python -m flax_xalign.train (or an import) wrote.")
