@@ -123,8 +123,10 @@ def check_requested_step(model_dir: str, step: int) -> None:
                     "ask for one of them, or leave the step out for the newest complete one.")
   try:
     read_checkpoint_meta(model_dir, step=step)
-    if not (directory / str(step) / checkpoints_lib.STATE).exists():
-      raise DamagedCheckpointError(directory / str(step), f"{checkpoints_lib.STATE}/ is missing")
+    state = directory / str(step) / checkpoints_lib.STATE
+    for part in ("", "_METADATA"):
+      if not (state / part).exists():
+        raise DamagedCheckpointError(directory / str(step), f"{checkpoints_lib.STATE}/{part} is missing")
   except DamagedCheckpointError as e:
     raise requested_step_damaged(model_dir, e) from None
 

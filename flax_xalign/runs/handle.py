@@ -32,14 +32,14 @@ from flax_xalign.run_spec import RunSpec
 from flax_xalign.runs import checkpoints as run_checkpoints
 
 
-_WARNED: set[str] = set()  # Warnings printed by this process: a run opened again says nothing new.
+_WARNED: set[str] = set()  # Damaged steps warned about by this process: a run opened again says nothing new.
 
 
-def _warn_once(line: str) -> None:
+def _warn_once(key: str, line: str) -> None:
   import sys
 
-  if line not in _WARNED:
-    _WARNED.add(line)
+  if key not in _WARNED:
+    _WARNED.add(key)
     print(line, file=sys.stderr, flush=True)
 
 
@@ -95,7 +95,9 @@ class Run:
     if step is None:
       step, damaged = run_checkpoints.newest_complete_step(run_dir.path)
       if damaged:
-        _warn_once(run_checkpoints.damaged_warning(run_dir.path, damaged, step))
+        # Keyed by the steps, not the text: which array fails first differs between reads.
+        _warn_once(f"{os.path.abspath(run_dir.path)}:{[e.step for e in damaged]}:{step}",
+                   run_checkpoints.damaged_warning(run_dir.path, damaged, step))
     else:
       run_checkpoints.check_requested_step(run_dir.path, int(step))
     step = int(step)
