@@ -33,7 +33,8 @@ def eval_job(job=None, evals=()):
   with `eval_job.evals = %EVALS` non-empty, the registered evaluators of that list instead
   (`evaluators`, `evaluation/registry.run_evaluators`: one eval.json keyed by evaluator)."""
   if evals:
-    return gin.get_configurable("flax_xalign.evaluators")(evals=list(evals))
+    # A string stays one (registry.plan names it as such) rather than becoming a list of its letters.
+    return gin.get_configurable("flax_xalign.evaluators")(evals=evals if isinstance(evals, str) else list(evals))
   if job is None:
     raise RuntimeError("Required bindings for `eval_job` not provided in config: ['job']")
   return job()
