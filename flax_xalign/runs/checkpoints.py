@@ -93,13 +93,41 @@ def check_params_readable(checkpoint_dir: str, step: int) -> None:
 _TENSORSTORE_READ = re.compile(r'^\s*([A-Z_]+):.*?Error reading "([^"]+)"', re.DOTALL)
 
 
+# Steps whose parameters read back in this process, by the (path, size, mtime) of every file under their
+# state/: a run opened again (a driver scoring two things) is not read twice to know it is complete, and a
+# file truncated or removed since is seen.
+_READ_BACK: set[int] = set()
+
+
+def _state_files_key(state_dir: str) -> int:
+  entries = []
+  for folder, _, names in os.walk(state_dir):
+    for name in names:
+      path = os.path.join(folder, name)
+      try:
+        stat = os.stat(path)
+      except OSError:
+        continue
+      entries.append((path, stat.st_size, stat.st_mtime_ns))
+  return hash((os.path.realpath(state_dir), tuple(sorted(entries))))
+
+
+def _check_once(checkpoint_dir: str, step: int) -> None:
+  state_dir = os.path.join(os.fspath(checkpoints_lib.checkpoints_dir(checkpoint_dir)), str(step),
+                           checkpoints_lib.STATE)
+  key = _state_files_key(state_dir)
+  if key not in _READ_BACK:
+    check_params_readable(checkpoint_dir, step)
+    _READ_BACK.add(key)
+
+
 def newest_complete_step(model_dir: str) -> tuple[int | None, list[DamagedCheckpointError]]:
   """(the newest step whose manifest and parameters read back, the damaged newer ones); moves nothing.
 
-  What every reader opens by default (`Run.open`, a warm start's source).
-  UserError when steps exist but none is complete.
+  What every reader opens by default (`Run.open`). UserError when steps
+  exist but none is complete.
   """
-  return checkpoints_lib.newest_readable_step(model_dir, check=check_params_readable)
+  return checkpoints_lib.newest_readable_step(model_dir, check=_check_once)
 
 
 def damaged_warning(model_dir: str, damaged: list[DamagedCheckpointError], step: int) -> str:

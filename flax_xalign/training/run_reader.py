@@ -11,10 +11,14 @@ is, with no model rebuilt (training names no objective).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.training import checkpoints as checkpoints_lib
+
+
+_WARNED: set[tuple[str, tuple[int, ...], int]] = set()  # (source, damaged steps, step read) warned about.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +48,9 @@ class SourceRun:
     model_dir = str(checkpoints_lib.checkpoints_dir(path).parent)  # `path` may be MODEL_DIR/checkpoints.
     step, damaged = checkpoints_lib.newest_readable_step(model_dir)
     step, meta = checkpoints_lib.read_checkpoint_meta(path, step=step)  # step None: its "no checkpoint" error.
-    if damaged:
+    key = (os.path.abspath(model_dir), tuple(e.step for e in damaged), step)
+    if damaged and key not in _WARNED:  # A warm start and an induced dictionary read the same source.
+      _WARNED.add(key)
       print(f"warning: checkpoint step(s) {', '.join(str(e.step) for e in damaged)} of {path} damaged ("
             + "; ".join(e.what for e in damaged) + f"); reading step {step}, the newest complete one",
             file=sys.stderr, flush=True)
