@@ -117,8 +117,11 @@ def evaluator_hook(model_dir: str, evals: Sequence[str], options: Mapping[str, M
     print(f"  evaluators at step {step}: {', '.join(evals)}", flush=True)
     return registry.evaluate(Run.open(model_dir, step=step), evals, options, log=None)
 
+  def check(data: Any) -> None:  # The run's data, once assembled: before MODEL_DIR exists.
+    registry.check_data(evals, options, data, setting="TRAIN_EVALS")
+
   return CheckpointHook(name="evaluators", fn=run_evaluators, every=every, prefix="eval_",
-                        setting="TRAIN_EVALS_EVERY")
+                        setting="TRAIN_EVALS_EVERY", check=check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

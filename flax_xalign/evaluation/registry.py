@@ -176,6 +176,24 @@ def plan(evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None =
   return entries
 
 
+def check_data(evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None, data: Any, *,
+               setting: str = "TRAIN_EVALS") -> None:
+  """UserError when an evaluator reads a split of the run's own task that `data` (a DataSource) lacks.
+
+  What training checks before MODEL_DIR is created, so a run does not train
+  for an hour and stop at its first evaluation (`mlm`'s default split is
+  'test', which a user's task often lacks). Evaluators say which split they
+  read of the run's task with `data_split(options)` (None: none).
+  """
+  options_setting = setting.removesuffix("S") + "_OPTIONS"
+  for entry, cls, spec in plan(evals, options, setting=setting):
+    split = cls.data_split(spec) if hasattr(cls, "data_split") else None
+    if split is not None and not data.has_split(split):
+      raise UserError(f"{setting} entry {entry!r} reads the {split!r} split of {data.where}, which has no such "
+                      f"split: set {options_setting}={{'{entry}': {{'split': 'validation'}}}} (a split it has), or "
+                      f"{data.how_to_add_split(split)}.")
+
+
 def evaluate(run: Any, evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None,
              *, log: Any = print) -> dict[str, dict[str, Any]]:
   """{entry: results} of the evaluators `evals` on `run`, in order (all checked before any runs)."""

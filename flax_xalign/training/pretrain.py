@@ -250,6 +250,9 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
   _check_hooks(hooks, c.checkpoint)
   assembly = assemble(c)
   data, run, model = assembly.data, assembly.run, assembly.model
+  for hook in hooks:  # E.g. the evaluators' splits, against the run's data: before MODEL_DIR exists.
+    if hook.check is not None:
+      hook.check(data)
   assets, notes = asset_registry.resolve(model.requires(), model.monitor_requires(), run)
   assets["vocabulary"] = vocabulary_asset.VocabularyAsset(data.vocabulary)
   for note in notes:

@@ -101,6 +101,9 @@ TRAIN_CASES = [
         f"--gin.TRAIN_EVAL_OPTIONS={{'word_align': {_wa(c, methods='itermax')!r}}}"], ("'methods'", "list")),
     ("train_evals_a_string", lambda c: ["--gin.TRAIN_EVALS='mlm'", "--gin.TRAIN_EVALS_EVERY=2"],
      ("TRAIN_EVALS", "['mlm']")),
+    # mlm's default split is 'test', which the shared run's tasks lack: it used to train, then stop at step 2.
+    ("train_evals_split_the_task_lacks", lambda c: ["--gin.TRAIN_EVALS=['mlm']", "--gin.TRAIN_EVALS_EVERY=2"],
+     ("'mlm'", "'test' split", "TRAIN_EVAL_OPTIONS")),
     ("dwa_links_on_a_task_without_links", lambda c: [
         "--gin.train.objectives={'mlm': 1.0, 'dwa': 1.0}", "--gin.train.objective_options={'dwa': @DwaConfig()}",
         "--gin.DwaConfig.label_source='links'"], ("DwaConfig.label_source", "links", "loss 0")),
