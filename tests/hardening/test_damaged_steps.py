@@ -174,3 +174,11 @@ def test_a_warm_start_source_takes_the_newest_complete_step(trained_copy, capfd)
   assert SourceRun.open(str(trained_copy)).step == 2
   warnings = [l for l in capfd.readouterr().err.splitlines() if l.startswith("warning: ")]
   assert len(warnings) == 1 and "4" in warnings[0] and "state/ is missing" in warnings[0], warnings
+
+
+def test_an_experiment_driver_trains_a_damaged_last_step_again(trained_copy):
+  from flax_xalign.cli.experiments import harness as drivers
+
+  assert drivers.finished(str(trained_copy), 4)
+  _damage(trained_copy, "one_file_truncated")
+  assert not drivers.finished(str(trained_copy), 4)  # Not scored at step 2 as if it were the finished run.

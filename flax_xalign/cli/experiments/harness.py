@@ -16,6 +16,7 @@ import signal
 import time
 from typing import Any, Sequence
 
+from flax_xalign import errors
 from flax_xalign.run_dir import RunDir
 
 
@@ -31,9 +32,16 @@ def split_choices(text: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def finished(model_dir: str, steps: int) -> bool:
-  from flax_xalign.runs.checkpoints import find_latest_step
+  """Whether the run's newest *complete* step is `steps`: a damaged last step is trained again (train's
+  resume sets it aside), not scored at an older step."""
+  from flax_xalign.runs.checkpoints import find_latest_step, newest_complete_step
 
-  return find_latest_step(model_dir) == steps
+  if find_latest_step(model_dir) != steps:
+    return False
+  try:
+    return newest_complete_step(model_dir)[0] == steps
+  except errors.UserError:  # No complete step at all: train says what to do.
+    return False
 
 
 def check_exit(code: int, what: str) -> None:
