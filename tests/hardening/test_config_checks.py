@@ -183,3 +183,17 @@ def test_a_long_tsv_line_is_one_line_in_one_warning(tmp_path, trained, capsys):
   warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning: ")]
   assert len(warnings) == 1, warnings
   assert ": 1 line of " in warnings[0] and "is longer than 30 characters" in warnings[0], warnings
+
+
+def test_a_warning_of_ours_is_one_warning_line_not_a_path_and_a_class():
+  import os
+  import warnings
+
+  from flax_xalign.cli import setup_process
+  from flax_xalign.evaluation.word_alignment import word_align
+
+  setup_process()
+  text = warnings.formatwarning("5 of 6 sentence pairs exceed the budget", UserWarning, word_align.__file__, 215)
+  assert text == "warning: 5 of 6 sentence pairs exceed the budget\n"
+  other = warnings.formatwarning("deprecated", UserWarning, os.__file__, 1)  # Another package's keeps its form.
+  assert other.startswith(os.__file__) and "UserWarning" in other
