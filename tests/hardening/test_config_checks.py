@@ -41,6 +41,9 @@ def _wa(c, **more) -> dict:
 EVAL_CASES = [
     ("layers_a_string", ["word_align"], lambda c: {"word_align": _wa(c, layers="12")},
      ("'layers'", "string", "list")),
+    ("layers_one_number", ["word_align"], lambda c: {"word_align": _wa(c, layers=1)}, ("'layers'", "[1]")),
+    ("similarity_unknown", ["word_align"], lambda c: {"word_align": _wa(c, similarity="l2")},
+     ("similarity", "cosine")),
     ("layers_outside_the_model", ["word_align"], lambda c: {"word_align": _wa(c, layers=[9])},
      ("'layers'", "0..2")),
     ("layers_negative", ["word_align"], lambda c: {"word_align": _wa(c, layers=[-1])}, ("'layers'", "-1")),

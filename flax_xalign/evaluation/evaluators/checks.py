@@ -61,9 +61,14 @@ def check_type(entry: str, key: str, value: Any, annotation: Any, *, setting: st
     example = ", ".join(x if x.isdigit() else repr(x) for x in items) if items else "..."
     raise UserError(f"{_where(entry, key, setting)} is the string {value!r} where a list is expected; write a "
                     f"list, e.g. {{'{key}': [{example}]}}.")
-  got = "a string" if isinstance(value, str) else f"a {type(value).__name__}"
+  if any(p.startswith(("Sequence", "list", "tuple")) for p in parts) and not isinstance(value, Mapping):
+    raise UserError(f"{_where(entry, key, setting)} is {value!r}, one value where a list is expected; write a "
+                    f"list, e.g. {{'{key}': [{value!r}]}}.")
+  got = type(value).__name__
+  got = {"str": "a string", "int": "an integer", "float": "a number", "bool": "True/False"}.get(got, f"a {got}")
+  unquoted = " (unquoted)" if any(p in ("int", "float", "bool") for p in parts) else ""
   raise UserError(f"{_where(entry, key, setting)} must be {expected}, got {value!r} ({got}); e.g. "
-                  f"--gin.{setting}=\"{{'{entry}': {{'{key}': ...}}}}\" with {expected} (unquoted for a number).")
+                  f"--gin.{setting}=\"{{'{entry}': {{'{key}': ...}}}}\" with {expected}{unquoted}.")
 
 
 def check_types(entry: str, options: Mapping[str, Any], annotations: Mapping[str, Any], *, setting: str) -> None:

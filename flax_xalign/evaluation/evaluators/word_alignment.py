@@ -71,7 +71,7 @@ class WordAlignment:
     """UserError for a value that cannot run (types, layers, methods, gold files), before any run is read."""
     import inspect
 
-    from flax_xalign.ops.align_solver import METHODS, AlignmentSolver
+    from flax_xalign.ops.align_solver import METHODS, SIMILARITIES, AlignmentSolver
 
     options = dict(options)
     bible_gold, gold, input_ = options.get("bible_gold"), options.get("gold"), options.get("input")
@@ -90,6 +90,7 @@ class WordAlignment:
     checks.check_types(entry, options, annotations, setting=setting)
     checks.check_layers(entry, options, setting=setting, num_layers=num_layers)
     checks.check_choice(entry, "gold_format", options.get("gold_format"), ("pharaoh", "naacl"), setting=setting)
+    checks.check_choice(entry, "similarity", solver.get("similarity"), SIMILARITIES, setting=setting)
     checks.check_choice(entry, "bible_gold", bible_gold, ("train", "validation", "test"), setting=setting)
     checks.check_files(entry, options, ("gold", "input"), setting=setting)
     for key in ("max_length", "batch_size", "max_pairs"):
