@@ -335,8 +335,9 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
         c.write_config(model_dir)
 
     def check_step(step: int) -> None:  # A step reached by falling back from a damaged one.
-      if step != latest:
-        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=c.fresh_data_iterator)
+      if step != latest:  # The TRAIN_STEPS warning, if any, was given for `latest` already: once is enough.
+        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=c.fresh_data_iterator,
+                         warn_train_steps=False)
 
     def eval_batches_fn():
       return data.batches(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed,
@@ -389,7 +390,8 @@ def _run_or_prepared_assets(folder: str) -> bool:
 
 
 def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop: Mapping[str, Any], *,
-                     fresh_data_iterator: bool) -> tuple[run_spec_lib.RunSpec, dict[str, Any]]:
+                     fresh_data_iterator: bool, warn_train_steps: bool = True
+                     ) -> tuple[run_spec_lib.RunSpec, dict[str, Any]]:
   """(the step's manifest, its asset fingerprints) after refusing a step this run cannot resume."""
   meta = checkpoints_lib.read_checkpoint_meta(model_dir, step=step)[1]
   saved = run_spec_lib.from_meta(meta, where=model_dir)
@@ -402,7 +404,7 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
   saved_loop = meta.get(checkpoints_lib.LOOP)
   if not fresh_data_iterator:
     checkpoints_lib.check_loop(saved_loop, loop, step=step, where=where)
-  if saved_loop and saved_loop.get("train_steps") not in (None, loop["train_steps"]):
+  if warn_train_steps and saved_loop and saved_loop.get("train_steps") not in (None, loop["train_steps"]):
     print(f"warning: TRAIN_STEPS={loop['train_steps']} but checkpoint step {step} was trained with TRAIN_STEPS="
           f"{saved_loop['train_steps']}; the learning-rate schedule depends on it, so the steps after {step} "
           "follow another schedule than the first run's", file=sys.stderr, flush=True)

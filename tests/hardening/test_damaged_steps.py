@@ -182,3 +182,17 @@ def test_an_experiment_driver_trains_a_damaged_last_step_again(trained_copy):
   assert drivers.finished(str(trained_copy), 4)
   _damage(trained_copy, "one_file_truncated")
   assert not drivers.finished(str(trained_copy), 4)  # Not scored at step 2 as if it were the finished run.
+
+
+@pytest.mark.slow  # Resumes the shared run for two steps (a compile and a restore).
+def test_resume_past_a_damaged_step_with_new_train_steps_warns_once_each(trained, trained_copy, capfd):
+  # Training keeps its own rule (docs/safety.md): the damaged step is moved to checkpoints_damaged/ and the
+  # previous one resumed. The TRAIN_STEPS warning used to come twice: for step 4, then for step 2.
+  _damage(trained_copy, "truncated")
+  outcome = harness.run_main(capfd, "train", harness.train_argv(trained["gin"], trained_copy, "--gin.TRAIN_STEPS=5"))
+  assert outcome.code == 0, harness.summary(outcome)
+  warnings = harness.warning_lines(outcome.err)
+  assert len([w for w in warnings if "TRAIN_STEPS=5" in w]) == 1, warnings
+  assert len([w for w in warnings if "damaged" in w]) == 1, warnings
+  assert (trained_copy / "checkpoints_damaged" / "4").is_dir()
+  assert harness.checkpoint_steps(trained_copy)[-1] == 5
