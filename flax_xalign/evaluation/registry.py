@@ -194,6 +194,30 @@ def check_data(evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | 
                       f"{data.how_to_add_split(split)}.")
 
 
+# Options that change where an evaluator finds the run's task: with them, it checks its split itself.
+_TASK_OPTIONS = ("relocate", "import_modules", "user_tasks", "data", "mixture_or_task_name", "task")
+
+
+def _check_run_splits(run: Any, entries: Sequence[tuple[str, type, dict[str, Any]]]) -> None:
+  """UserError before any evaluator runs when one reads a split of the run's task that it lacks."""
+  wanted = [(entry, cls.data_split(spec)) for entry, cls, spec in entries
+            if hasattr(cls, "data_split") and not any(k in spec for k in _TASK_OPTIONS)]
+  wanted = [(entry, split) for entry, split in wanted if split is not None]
+  if not wanted:
+    return
+  def refuse(entry: str, split: str, why: str) -> UserError:
+    return UserError(f"EVALS entry {entry!r} reads the {split!r} split of the run's task, but {why}: set "
+                     f"EVAL_OPTIONS={{'{entry}': {{'split': 'validation'}}}} (a split it has).")
+
+  try:
+    data = run.task_data(wanted[0][1])  # Registers the run's tasks.
+  except UserError as e:  # Its fix names --gin.SPLIT, which is not what sets an evaluator's split.
+    raise refuse(wanted[0][0], wanted[0][1], str(e).split("; ")[0]) from None
+  for entry, split in wanted:
+    if not data.has_split(split):
+      raise refuse(entry, split, f"{data.where} has no such split")
+
+
 def evaluate(run: Any, evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None,
              *, log: Any = print) -> dict[str, dict[str, Any]]:
   """{entry: results} of the evaluators `evals` on `run`, in order (all checked before any runs)."""
@@ -220,6 +244,7 @@ def run_evaluators(*, model_dir: str, evals: Sequence[str], options: Mapping[str
   plan(evals, options, num_layers=run.spec.model.num_layers)  # The layers, now that the size is known.
   if output:
     eval_json.check_layout(run.dir.file(output), eval_json.EVALUATORS, setting="evaluators.output")
+  _check_run_splits(run, plan(evals, options))
   results = evaluate(run, evals, options)
   if output and jax.process_index() == 0:
     write_atomically(run.dir.file(output), json.dumps(results, indent=2, default=_json_default) + "\n")

@@ -53,6 +53,9 @@ EVAL_CASES = [
      ("nosuch", "argmax")),
     ("gold_missing_after_another_evaluator", ["mlm", "word_align"],
      lambda c: {"mlm": {"split": "validation"}, "word_align": _wa(c, gold=c["missing"])}, ("'gold'", "nogold")),
+    # mlm's default split is 'test', which the shared run's tasks lack: refused before word_align runs.
+    ("mlm_split_the_task_lacks_after_another_evaluator", ["word_align", "mlm"], lambda c: {"word_align": _wa(c)},
+     ("'mlm'", "'test'", "EVAL_OPTIONS")),
     ("input_is_a_folder", ["word_align"], lambda c: {"word_align": _wa(c, input=str(c["dir"]))},
      ("'input'", "folder")),
     ("gold_format_unknown", ["word_align"], lambda c: {"word_align": _wa(c, gold_format="xml")},
