@@ -78,8 +78,8 @@ class Run:
   def open(cls, model_dir: str | os.PathLike | RunDir, *, step: int | None = None) -> "Run":
     """The run in `model_dir` at `step` (by default the newest complete one); reads only its manifest.
 
-    A damaged newer step (an interrupted save, a deleted item, a truncated
-    or partly deleted `state/`: every parameter is read back once to know) is
+    A damaged newer step (an interrupted save, a deleted item, a `state/`
+    whose parameters do not read back: each is read once to know) is
     named in one warning line, once per process, and skipped: readers never
     move or change a run's files. A `step` asked for is never replaced: when
     it is missing or damaged, that is the error.

@@ -32,11 +32,9 @@ def _truncate_all(state):
     os.truncate(path, 10)
 
 
-def _cut_to_half(state):
-  # Every file, not one: which file holds the parameters (all a reader needs) and which only the optimiser
-  # state differs from run to run, and a step whose parameters read back is complete for a reader.
+def _delete_data_files(state):
   for path in _data_files(state):
-    os.truncate(path, path.stat().st_size // 2)
+    path.unlink()
 
 
 def _delete_process_folder(state):
@@ -54,7 +52,10 @@ def _empty_manifests(state):
     os.truncate(path, 0)
 
 
-DAMAGE = {"truncated": _truncate_all, "cut_to_half": _cut_to_half,
+# A file cut part way is not always damage to a reader: which bytes hold the parameters (all a reader needs)
+# and which only the optimiser state differs from run to run, and a step whose parameters read back is
+# complete for a reader. So the cuts here leave no parameter intact.
+DAMAGE = {"truncated": _truncate_all, "data_files_deleted": _delete_data_files,
           "partly_deleted": _delete_process_folder, "metadata_deleted": _delete_metadata,
           "manifests_emptied": _empty_manifests}
 
@@ -182,7 +183,7 @@ def test_an_experiment_driver_trains_a_damaged_last_step_again(trained_copy):
   from flax_xalign.cli.experiments import harness as drivers
 
   assert drivers.finished(str(trained_copy), 4)
-  _damage(trained_copy, "cut_to_half")
+  _damage(trained_copy, "truncated")
   assert not drivers.finished(str(trained_copy), 4)  # Not scored at step 2 as if it were the finished run.
 
 
