@@ -65,18 +65,20 @@ def cut_long_lines(task: str, split: str, columns: Mapping[str, Sequence[str]], 
   if max_line_chars is None:
     return {k: list(v) for k, v in columns.items()}
   cut = {}
-  count = 0
+  long_lines = set()  # Line numbers: both sides of one long TSV line are one line.
   for key, texts in columns.items():
     if key not in _TEXT_COLUMNS:  # Word link groups: a cut text simply keeps none (tasks.links).
       cut[key] = list(texts)
       continue
     cut[key] = [t[:max_line_chars] for t in texts]
-    count += sum(len(t) > max_line_chars for t in texts)
-  if count and (task, split) not in _WARNED_CUT:
+    long_lines.update(i for i, t in enumerate(texts) if len(t) > max_line_chars)
+  if long_lines and (task, split) not in _WARNED_CUT:
     _WARNED_CUT.add((task, split))
-    print(f"warning: task {task!r}, split {split!r}: {count} line(s) of {where} are longer than "
-          f"{max_line_chars} characters and were cut to their first {max_line_chars} (a row keeps only "
-          "its first tokens); raise the task's max_line_chars to keep more.", file=sys.stderr, flush=True)
+    count = len(long_lines)
+    lines = "1 line" if count == 1 else f"{count} lines"
+    print(f"warning: task {task!r}, split {split!r}: {lines} of {where} {'is' if count == 1 else 'are'} longer "
+          f"than {max_line_chars} characters, kept to the first {max_line_chars} (a row keeps only its first "
+          "tokens); set the task's max_line_chars higher to keep more.", file=sys.stderr, flush=True)
   return cut
 
 

@@ -57,6 +57,27 @@ def setup_process() -> None:
   known_noise()
   checkpoint_noise.install()
   _redeliver_swallowed_interrupts()
+  _our_warnings_as_one_line()
+
+
+def _our_warnings_as_one_line() -> None:
+  """A `warnings.warn` of ours prints as `warning: <message>`, like every other warning of a command.
+
+  Python's default form is `/path/to/word_align.py:215: UserWarning: ...`: a file path and a class name
+  where the user expects our one line. Warnings of other packages keep their form.
+  """
+  import os
+  import warnings
+
+  ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  previous = warnings.formatwarning
+
+  def formatwarning(message, category, filename, lineno, line=None):
+    if issubclass(category, UserWarning) and os.path.abspath(filename).startswith(ours + os.sep):
+      return f"warning: {message}\n"
+    return previous(message, category, filename, lineno, line)
+
+  warnings.formatwarning = formatwarning
 
 
 def _redeliver_swallowed_interrupts() -> None:

@@ -33,7 +33,8 @@ def eval_job(job=None, evals=()):
   with `eval_job.evals = %EVALS` non-empty, the registered evaluators of that list instead
   (`evaluators`, `evaluation/registry.run_evaluators`: one eval.json keyed by evaluator)."""
   if evals:
-    return gin.get_configurable("flax_xalign.evaluators")(evals=list(evals))
+    # A string stays one (registry.plan names it as such) rather than becoming a list of its letters.
+    return gin.get_configurable("flax_xalign.evaluators")(evals=evals if isinstance(evals, str) else list(evals))
   if job is None:
     raise RuntimeError("Required bindings for `eval_job` not provided in config: ['job']")
   return job()
@@ -58,7 +59,8 @@ def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, 
   config = gin.get_configurable("flax_xalign.train")(**given)
   hooks = []
   if evals and not config.assets_only:
-    hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every))
+    hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every,
+                                          num_layers=getattr(config.encoder, "num_layers", None)))
   return pretrain(config, hooks=hooks)
 
 

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from flax_xalign.errors import UserError
+from flax_xalign.evaluation import eval_json
 from flax_xalign.fileio import write_atomically
 from flax_xalign.run_dir import EVAL_JSON, check_model_dir
 
@@ -81,6 +82,7 @@ def evaluate(
 
   if output:  # Before any work: a read-only run is scored only without an output file.
     check_model_dir(run.path, writable=True)
+    eval_json.check_layout(run.dir.file(output_file(output, split)), eval_json.MLM, setting="evaluate.output")
   for value, setting, least, example in ((batch_size, "evaluate.batch_size", 1, 32),
                                          (max_batches, "evaluate.max_batches", 0, 0),
                                          (baseline_batches, "evaluate.baseline_batches", 1, 100),

@@ -44,7 +44,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from flax_xalign.errors import UserError
-from flax_xalign.evaluation.evaluators import lexicon, mlm, sentences, word_alignment
+from flax_xalign.evaluation import eval_json
+from flax_xalign.evaluation.evaluators import checks, lexicon, mlm, sentences, word_alignment
 
 
 class Evaluator(Protocol):
@@ -126,34 +127,95 @@ def create(name: str, run: Any, **options: Any) -> Evaluator:
   return cls(run, **options)
 
 
-def plan(evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None
-         ) -> list[tuple[str, type, dict[str, Any]]]:
-  """(entry name, evaluator class, its options) per entry of `evals`, every name and option checked.
+def check_values(entry: str, cls: type, options: Mapping[str, Any], *, setting: str = "EVAL_OPTIONS",
+                 num_layers: int | None = None) -> None:
+  """UserError for an option value `cls` cannot run with: its `check_values`, else its constructor's types."""
+  if hasattr(cls, "check_values"):
+    cls.check_values(entry, dict(options), setting=setting, num_layers=num_layers)
+    return
+  params = list(inspect.signature(cls).parameters.values())[1:]
+  checks.check_types(entry, options, {p.name: p.annotation for p in params}, setting=setting)
+  checks.check_layers(entry, options, setting=setting, num_layers=num_layers)
 
-  Nothing runs: a typo in the last entry stops before the first one spends
-  minutes.
+
+def plan(evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None, *,
+         setting: str = "EVALS", num_layers: int | None = None) -> list[tuple[str, type, dict[str, Any]]]:
+  """(entry name, evaluator class, its options) per entry of `evals`, every name, option and value checked.
+
+  Nothing runs and no run is needed: a typo or a missing gold file in the
+  last entry stops before the first one spends minutes (and, in training,
+  before MODEL_DIR is created). `setting` names the list in messages (EVALS
+  or TRAIN_EVALS; its options are `<setting minus S>_OPTIONS`); `num_layers`,
+  when known, bounds the layer options.
   """
+  options_setting = setting.removesuffix("S") + "_OPTIONS"
+  if options is not None and not isinstance(options, Mapping):
+    raise UserError(f"{options_setting} must be a dict {{evaluator: {{option: value}}}}, got {options!r}.")
   options = dict(options or {})
   if isinstance(evals, str) or not isinstance(evals, Sequence):
-    raise UserError(f"EVALS must be a list of evaluator names, e.g. ['mlm', 'word_align'], got {evals!r}.")
+    raise UserError(f"{setting} must be a list of evaluator names, e.g. ['mlm', 'word_align'], got {evals!r}"
+                    + (f" (a string: write ['{evals}'])" if isinstance(evals, str) else "") + ".")
   if len(set(evals)) != len(evals):
-    raise UserError(f"EVALS lists an evaluator twice ({list(evals)}); give a second entry its own name "
-                    "and its evaluator as 'type' in EVAL_OPTIONS.")
+    raise UserError(f"{setting} lists an evaluator twice ({list(evals)}); give a second entry its own name "
+                    f"and its evaluator as 'type' in {options_setting}.")
   for key in options:
     if key not in evals:
-      raise UserError(f"EVAL_OPTIONS has options for {key!r}, which EVALS does not list "
+      raise UserError(f"{options_setting} has options for {key!r}, which {setting} does not list "
                       f"({list(evals)}).{_close(key, evals)}")
   entries = []
   for entry in evals:
     spec = options.get(entry, {})
     if not isinstance(spec, Mapping):
-      raise UserError(f"EVAL_OPTIONS[{entry!r}] must be a dict of options, got {spec!r}.")
+      raise UserError(f"{options_setting}[{entry!r}] must be a dict of options, got {spec!r}.")
     spec = dict(spec)
     kind = spec.pop(_TYPE, entry)
     cls = get(kind)
     check_options(entry, cls, spec)
+    check_values(entry, cls, spec, setting=options_setting, num_layers=num_layers)
     entries.append((entry, cls, spec))
   return entries
+
+
+def check_data(evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None, data: Any, *,
+               setting: str = "TRAIN_EVALS") -> None:
+  """UserError when an evaluator reads a split of the run's own task that `data` (a DataSource) lacks.
+
+  What training checks before MODEL_DIR is created, so a run does not train
+  for an hour and stop at its first evaluation (`mlm`'s default split is
+  'test', which a user's task often lacks). Evaluators say which split they
+  read of the run's task with `data_split(options)` (None: none).
+  """
+  options_setting = setting.removesuffix("S") + "_OPTIONS"
+  for entry, cls, spec in plan(evals, options, setting=setting):
+    split = cls.data_split(spec) if hasattr(cls, "data_split") else None
+    if split is not None and not data.has_split(split):
+      raise UserError(f"{setting} entry {entry!r} reads the {split!r} split of {data.where}, which has no such "
+                      f"split: set {options_setting}={{'{entry}': {{'split': 'validation'}}}} (a split it has), or "
+                      f"{data.how_to_add_split(split)}.")
+
+
+# Options that change where an evaluator finds the run's task: with them, it checks its split itself.
+_TASK_OPTIONS = ("relocate", "import_modules", "user_tasks", "data", "mixture_or_task_name", "task")
+
+
+def _check_run_splits(run: Any, entries: Sequence[tuple[str, type, dict[str, Any]]]) -> None:
+  """UserError before any evaluator runs when one reads a split of the run's task that it lacks."""
+  wanted = [(entry, cls.data_split(spec)) for entry, cls, spec in entries
+            if hasattr(cls, "data_split") and not any(k in spec for k in _TASK_OPTIONS)]
+  wanted = [(entry, split) for entry, split in wanted if split is not None]
+  if not wanted:
+    return
+  def refuse(entry: str, split: str, why: str) -> UserError:
+    return UserError(f"EVALS entry {entry!r} reads the {split!r} split of the run's task, but {why}: set "
+                     f"EVAL_OPTIONS={{'{entry}': {{'split': 'validation'}}}} (a split it has).")
+
+  try:
+    data = run.task_data(wanted[0][1])  # Registers the run's tasks.
+  except UserError as e:  # Its fix names --gin.SPLIT, which is not what sets an evaluator's split.
+    raise refuse(wanted[0][0], wanted[0][1], str(e).split("; ")[0]) from None
+  for entry, split in wanted:
+    if not data.has_split(split):
+      raise refuse(entry, split, f"{data.where} has no such split")
 
 
 def evaluate(run: Any, evals: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None,
@@ -179,6 +241,10 @@ def run_evaluators(*, model_dir: str, evals: Sequence[str], options: Mapping[str
 
   plan(evals, options)  # Before the run is opened: a typo costs nothing.
   run = Run.open(model_dir)
+  plan(evals, options, num_layers=run.spec.model.num_layers)  # The layers, now that the size is known.
+  if output:
+    eval_json.check_layout(run.dir.file(output), eval_json.EVALUATORS, setting="evaluators.output")
+  _check_run_splits(run, plan(evals, options))
   results = evaluate(run, evals, options)
   if output and jax.process_index() == 0:
     write_atomically(run.dir.file(output), json.dumps(results, indent=2, default=_json_default) + "\n")

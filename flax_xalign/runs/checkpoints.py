@@ -10,14 +10,16 @@ changes a file.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from etils import epath
 
 from flax_xalign import run_spec as run_spec_lib
+from flax_xalign.errors import UserError
 from flax_xalign.run_dir import RunDir
 from flax_xalign.training import checkpoints as checkpoints_lib
-from flax_xalign.training.checkpoints import read_checkpoint_meta
+from flax_xalign.training.checkpoints import DamagedCheckpointError, read_checkpoint_meta
 
 
 def find_latest_step(model_dir: str) -> int | None:
@@ -46,3 +48,118 @@ def read_run_at(model_dir: str, step: int) -> tuple[run_spec_lib.RunSpec, dict[s
 def step_assets_dir(checkpoint_dir: str, step: int) -> str:
   """The `assets/` folder of a checkpoint step; UserError when there is no checkpoints folder."""
   return os.fspath(checkpoints_lib.checkpoints_dir(checkpoint_dir) / str(step) / checkpoints_lib.ASSETS)
+
+
+def check_params_readable(checkpoint_dir: str, step: int) -> None:
+  """DamagedCheckpointError unless every parameter saved at `step` reads back.
+
+  The parameters are read into host memory and dropped: a truncated, emptied
+  or deleted file under `state/` shows only when its bytes are read (Orbax's
+  metadata records no file sizes). One read of the parameters, not of the
+  optimiser state; the reader's restore that follows finds them in the page
+  cache.
+  """
+  import jax
+  import numpy as np
+  import orbax.checkpoint as ocp
+
+  directory = checkpoints_lib.checkpoints_dir(checkpoint_dir)
+  step_dir = directory / str(step)
+  state = checkpoints_lib.STATE
+  for part in (state, f"{state}/_METADATA"):
+    if not (step_dir / part).exists():
+      raise DamagedCheckpointError(step_dir, f"{part}{'/' if part == state else ''} is missing")
+  try:
+    with checkpoints_lib.open_reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
+      metadata = manager.item_metadata(step)[state]
+      if metadata is None or "params" not in metadata.tree:
+        raise ValueError("its metadata (state/_METADATA) is missing or names no parameters")
+      tree = metadata.tree["params"]
+      target = {"params": jax.tree.map(lambda _: np.zeros((), np.float32), tree)}
+      restore_args = {"params": jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)}
+      manager.restore(step, args=ocp.args.Composite(**{state: ocp.args.PyTreeRestore(
+          item=target, restore_args=restore_args, partial_restore=True)}))
+  except DamagedCheckpointError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except  (Orbax's traceback becomes what is wrong, one line)
+    read = _TENSORSTORE_READ.match(str(e))
+    if read:  # TensorStore's message is a page long; its status and the array it failed on say enough.
+      raise DamagedCheckpointError(step_dir, f"{state}/ is truncated or partly deleted: {read.group(1)} reading "
+                                             f"{read.group(2).split('/')[0]}") from None
+    raise checkpoints_lib.damage_of(step_dir, state, e) from None
+
+
+# "OUT_OF_RANGE: Error reading "params.x.kernel/0.0" in OCDBT database at ...": status and array name.
+_TENSORSTORE_READ = re.compile(r'^\s*([A-Z_]+):.*?Error reading "([^"]+)"', re.DOTALL)
+
+
+# Steps whose parameters read back in this process, by the (path, size, mtime) of every file under their
+# state/: a run opened again (a driver scoring two things) is not read twice to know it is complete, and a
+# file truncated or removed since is seen.
+_READ_BACK: set[int] = set()
+
+
+def _state_files_key(state_dir: str) -> int:
+  entries = []
+  for folder, _, names in os.walk(state_dir):
+    for name in names:
+      path = os.path.join(folder, name)
+      try:
+        stat = os.stat(path)
+      except OSError:
+        continue
+      entries.append((path, stat.st_size, stat.st_mtime_ns))
+  return hash((os.path.realpath(state_dir), tuple(sorted(entries))))
+
+
+def _check_once(checkpoint_dir: str, step: int) -> None:
+  state_dir = os.path.join(os.fspath(checkpoints_lib.checkpoints_dir(checkpoint_dir)), str(step),
+                           checkpoints_lib.STATE)
+  key = _state_files_key(state_dir)
+  if key not in _READ_BACK:
+    check_params_readable(checkpoint_dir, step)
+    _READ_BACK.add(key)
+
+
+def newest_complete_step(model_dir: str) -> tuple[int | None, list[DamagedCheckpointError]]:
+  """(the newest step whose manifest and parameters read back, the damaged newer ones); moves nothing.
+
+  What every reader opens by default (`Run.open`). UserError when steps
+  exist but none is complete.
+  """
+  return checkpoints_lib.newest_readable_step(model_dir, check=_check_once)
+
+
+def damaged_warning(model_dir: str, damaged: list[DamagedCheckpointError], step: int) -> str:
+  """The one warning line a reader prints for the damaged steps newer than the `step` it reads."""
+  if len(damaged) == 1:
+    what = f"checkpoint step {damaged[0].step} of {model_dir} is damaged ({damaged[0].what})"
+  else:
+    what = (f"checkpoint steps {', '.join(str(e.step) for e in damaged)} of {model_dir} are damaged ("
+            + "; ".join(f"step {e.step}: {e.what}" for e in damaged) + ")")
+  return f"warning: {what}; reading step {step}, the newest complete one"
+
+
+def check_requested_step(model_dir: str, step: int) -> None:
+  """One-line UserError when an explicitly requested `step` is not there or its manifest or `state/` is
+  missing (never a silent fallback). Its parameters are not read here: `Run.params` says so in the same
+  words when they do not read back."""
+  directory = checkpoints_lib.checkpoints_dir(model_dir)
+  steps = sorted(int(n.name) for n in directory.iterdir() if n.name.isdigit())
+  if step not in steps:
+    raise UserError(f"{model_dir} has no checkpoint step {step} (its steps: {', '.join(map(str, steps)) or 'none'}); "
+                    "ask for one of them, or leave the step out for the newest complete one.")
+  try:
+    read_checkpoint_meta(model_dir, step=step)
+    state = directory / str(step) / checkpoints_lib.STATE
+    for part in ("", "_METADATA"):
+      if not (state / part).exists():
+        raise DamagedCheckpointError(directory / str(step), f"{checkpoints_lib.STATE}/{part} is missing")
+  except DamagedCheckpointError as e:
+    raise requested_step_damaged(model_dir, e) from None
+
+
+def requested_step_damaged(model_dir: str, error: DamagedCheckpointError) -> UserError:
+  """The reader's one line for a damaged step it was asked for (training's advice to move it does not apply)."""
+  return UserError(f"checkpoint step {error.step} of {model_dir} is damaged ({error.what}); ask for another "
+                   "step, or leave the step out for the newest complete one.")

@@ -32,6 +32,30 @@ from flax_xalign.run_spec import RunSpec
 from flax_xalign.runs import checkpoints as run_checkpoints
 
 
+_WARNED: set[str] = set()  # Damaged steps warned about by this process: a run opened again says nothing new.
+
+
+def _warn_once(key: str, line: str) -> None:
+  import sys
+
+  if key not in _WARNED:
+    _WARNED.add(key)
+    print(line, file=sys.stderr, flush=True)
+
+
+def _no_checkpoint(run_dir: RunDir) -> str:
+  """Why a folder without a finished checkpoint cannot be read, told apart: not a run at all, or not trained yet."""
+  from flax_xalign.run_dir import is_run_dir
+
+  path = run_dir.path
+  names = sorted(os.listdir(path)) if os.path.isdir(path) else []
+  if names and not is_run_dir(path) and not os.path.isfile(run_dir.config_gin):
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return (f"{path} is not a flax_xalign run: it has no checkpoint and no checkpoints/ folder, and holds {shown}; "
+            "pass the MODEL_DIR that python -m flax_xalign.train (or an import) wrote.")
+  return f"{path} has no checkpoint to evaluate; train first (python -m flax_xalign.train)."
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   """A finished run at one checkpoint step (see the module docstring).
@@ -54,26 +78,28 @@ class Run:
   def open(cls, model_dir: str | os.PathLike | RunDir, *, step: int | None = None) -> "Run":
     """The run in `model_dir` at `step` (by default the newest complete one); reads only its manifest.
 
-    A damaged newer step (an interrupted save, a deleted item) is named in
-    one warning line and skipped: readers never move or change a run's files.
+    A damaged newer step (an interrupted save, a deleted item, a `state/`
+    whose parameters do not read back: each is read once to know) is
+    named in one warning line, once per process, and skipped: readers never
+    move or change a run's files. A `step` asked for is never replaced: when
+    it is missing or damaged, that is the error.
 
     Raises:
       UserError: no finished checkpoint in `model_dir`, no complete one, or a
         given step that is missing or damaged.
     """
-    import sys
-
-    from flax_xalign.training import checkpoints as checkpoints_lib
-
     run_dir = model_dir if isinstance(model_dir, RunDir) else RunDir(os.fspath(model_dir))
     latest = run_checkpoints.find_latest_step(run_dir.path)
     if latest is None:
-      raise UserError(f"{run_dir.path} has no checkpoint to evaluate; train first (python -m flax_xalign.train).")
+      raise UserError(_no_checkpoint(run_dir))
     if step is None:
-      step, damaged = checkpoints_lib.newest_readable_step(run_dir.path)
-      for error in damaged:
-        print(f"warning: checkpoint step {error.step} of {run_dir.path} is damaged ({error.what}); reading step "
-              f"{step}, the newest complete one", file=sys.stderr, flush=True)
+      step, damaged = run_checkpoints.newest_complete_step(run_dir.path)
+      if damaged:
+        # Keyed by the steps, not the text: which array fails first differs between reads.
+        _warn_once(f"{os.path.abspath(run_dir.path)}:{[e.step for e in damaged]}:{step}",
+                   run_checkpoints.damaged_warning(run_dir.path, damaged, step))
+    else:
+      run_checkpoints.check_requested_step(run_dir.path, int(step))
     step = int(step)
     _, spec, fingerprints = run_checkpoints.read_run_spec(run_dir.path, step=step)
     return cls(dir=run_dir, step=step, latest_step=latest, spec=spec, fingerprints=dict(fingerprints))
@@ -117,7 +143,12 @@ class Run:
     shardings = partitioner.shardings_for(boxed)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             nn.meta.unbox(boxed), shardings)
-    return restore_params(self.dir.path, abstract, step=self.step if step is None else step)
+    from flax_xalign.training.checkpoints import DamagedCheckpointError
+
+    try:
+      return restore_params(self.dir.path, abstract, step=self.step if step is None else step)
+    except DamagedCheckpointError as e:
+      raise run_checkpoints.requested_step_damaged(self.dir.path, e) from None
 
   def assets(self, names: Sequence[str], step: int | None = None) -> dict[str, Any]:
     """Host values of the assets `names` saved at `step`, each checked against that step's fingerprint.

@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import sys
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import orbax.checkpoint as ocp
@@ -225,7 +225,7 @@ def check_meta_step(step_dir: epath.Path, meta: Mapping[str, Any]) -> None:
                                            f"name it {int(recorded)} again")
 
 
-def _damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
+def damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
   if not (step_dir / item).exists():
     return DamagedCheckpointError(step_dir, f"{item}/ is missing")
   return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {_first_line(error)}")
@@ -270,7 +270,7 @@ class Checkpointer:
       if not isinstance(meta, Mapping):
         raise ValueError(f"holds a {type(meta).__name__}, not an object")
     except Exception as e:  # pylint: disable=broad-except
-      raise _damage_of(self.directory / str(step), META, e) from None
+      raise damage_of(self.directory / str(step), META, e) from None
     return dict(meta)
 
   def read_run(self, step: int) -> tuple["run_spec_lib.RunSpec", dict[str, Any]]:
@@ -347,7 +347,7 @@ class Checkpointer:
       state = self._manager.restore(step, args=ocp.args.Composite(**{
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]
     except Exception as e:  # pylint: disable=broad-except
-      raise _damage_of(step_dir, STATE, e) from None
+      raise damage_of(step_dir, STATE, e) from None
     if position is not None:
       try:
         self._manager.restore(step, args=ocp.args.Composite(**{position.item: position.restore_args(iterator)}))
@@ -368,7 +368,7 @@ class Checkpointer:
       except UserError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        raise _damage_of(step_dir, ASSETS, e) from None
+        raise damage_of(step_dir, ASSETS, e) from None
     where = os.fspath(step_dir / ASSETS)
     for name, value in values.items():
       check_fingerprint(saved_assets[name], value, fingerprints[name], where=where)
@@ -417,12 +417,17 @@ def warn_damaged(error: DamagedCheckpointError, target: epath.Path, resume_step:
           f"moved it to {target} and resuming from step {resume_step}", file=sys.stderr, flush=True)
 
 
-def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback"
+def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback",
+                         check: Callable[[str, int], None] | None = None
                          ) -> tuple[int | None, list[DamagedCheckpointError]]:
   """(the newest step whose meta and items are there, the damaged newer ones); moves nothing.
 
   With `on_damaged="error"` the first damaged step raises. UserError when
-  steps exist but none is complete.
+  steps exist but none is complete. `check(checkpoints_dir, step)` may
+  raise DamagedCheckpointError for a candidate whose files are there but do
+  not read back (the readers' `runs.checkpoints.check_params_readable`);
+  training passes none: its restore reads the whole state and moves a step
+  it cannot read.
   """
   directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))
   if not directory.exists():
@@ -441,8 +446,10 @@ def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback"
           if not isinstance(meta, Mapping):
             raise ValueError(f"holds a {type(meta).__name__}, not an object")
         except Exception as e:  # pylint: disable=broad-except
-          raise _damage_of(step_dir, META, e) from None
+          raise damage_of(step_dir, META, e) from None
         check_meta_step(step_dir, meta)
+        if check is not None:
+          check(os.fspath(directory), step)
       except DamagedCheckpointError as e:
         if on_damaged == "error":
           raise
@@ -496,7 +503,7 @@ def read_checkpoint_meta(checkpoint_dir: str, *, step: int | None = None) -> tup
       if not isinstance(meta, Mapping):
         raise ValueError(f"holds a {type(meta).__name__}, not an object")
     except Exception as e:  # pylint: disable=broad-except
-      raise _damage_of(directory / str(step), META, e) from None
+      raise damage_of(directory / str(step), META, e) from None
   check_meta_step(directory / str(step), meta)
   return step, dict(meta)
 
@@ -523,16 +530,21 @@ def restore_params(checkpoint_dir: str, abstract_params: Any, *, step: int | Non
   with open_reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
     step = latest_of(manager, directory, step)
     target = {"params": abstract_params}
-    restored = manager.restore(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.PyTreeRestore(
-                item=target,
-                restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-                partial_restore=True,
-            )
-        }),
-    )
+    try:
+      restored = manager.restore(
+          step,
+          args=ocp.args.Composite(**{
+              STATE: ocp.args.PyTreeRestore(
+                  item=target,
+                  restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                  partial_restore=True,
+              )
+          }),
+      )
+    except UserError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except  (Orbax's 100-line traceback becomes one line)
+      raise damage_of(directory / str(step), STATE, e) from None
   return restored[STATE]["params"]
 
 

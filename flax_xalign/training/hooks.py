@@ -365,6 +365,9 @@ class CheckpointHook:
     every: steps between runs; a multiple of the checkpoint interval.
     prefix: prepended to every logged key (e.g. "eval_").
     setting: the user-facing setting of `every`, named when it is refused.
+    check: called with the run's data source once the run is assembled,
+      before MODEL_DIR is created or a step trained: a UserError there (e.g.
+      an evaluator reading a split the task lacks) costs nothing.
   """
 
   name: str
@@ -372,6 +375,7 @@ class CheckpointHook:
   every: int
   prefix: str = ""
   setting: str = "the hook's interval"
+  check: Callable[[Any], None] | None = None
 
 
 def scalars_of(results: Any, prefix: str = "") -> dict[str, float | int]:

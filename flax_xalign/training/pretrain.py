@@ -141,9 +141,38 @@ def assemble(config: TrainConfig) -> Assembly:
                            specials=data.vocabulary_spec.specials, vocab_copies=data.vocabulary_spec.factor,
                            loss_normalization=c.loss_normalization)
   batch_features = tuple(sorted({f for obj in built.values() for f in getattr(obj, "batch_features", ())}))
+  if "link_groups" in batch_features:
+    _check_links_arrive(data, [f"{type(getattr(obj, 'config', obj)).__name__}.label_source"
+                               for obj in built.values() if "link_groups" in getattr(obj, "batch_features", ())])
   return Assembly(data=data, encoder=encoder, run=run, model=model,
                   task_feature_lengths=dict(c.task_feature_lengths), masking=c.masking,
                   batch_features=batch_features)
+
+
+def _check_links_arrive(data: DataSource, settings: Sequence[str]) -> None:
+  """UserError when objectives learn from given word links that no task of the run's data carries.
+
+  Such a run would train the objective at loss 0 (a task without links gives
+  zero link groups). Decided for our file tasks, whose loaders say which
+  splits have a links file; a task whose loader does not say (a plain seqio
+  task) is given the benefit of the doubt. A packed cache refuses itself when
+  its batches are built (`CacheSource.batches`), also before MODEL_DIR.
+  """
+  if data.kind != "seqio":
+    return
+  from flax_xalign.tasks import tables
+
+  members = tables.task_names(data.name)
+  loaders = [tables.text_loader(name) for name in members]
+  if any(loader is None or not hasattr(loader, "links") for loader in loaders):
+    return
+  if any("train" in dict(loader.links) for loader in loaders):
+    return
+  raise UserError(
+      f"{' and '.join(settings)} read(s) given word links (not 'self'), but no task of "
+      f"{data.name!r} ({', '.join(members)}) has a links file for its train split: the term would train at loss "
+      "0. Give the bitext task links (TsvBitextTask.links = {'train': 'FILE.pharaoh'}) or use label_source "
+      "'self'.")
 
 
 def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
@@ -222,6 +251,9 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
   _check_hooks(hooks, c.checkpoint)
   assembly = assemble(c)
   data, run, model = assembly.data, assembly.run, assembly.model
+  for hook in hooks:  # E.g. the evaluators' splits, against the run's data: before MODEL_DIR exists.
+    if hook.check is not None:
+      hook.check(data)
   assets, notes = asset_registry.resolve(model.requires(), model.monitor_requires(), run)
   assets["vocabulary"] = vocabulary_asset.VocabularyAsset(data.vocabulary)
   for note in notes:
@@ -309,8 +341,9 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
         c.write_config(model_dir)
 
     def check_step(step: int) -> None:  # A step reached by falling back from a damaged one.
-      if step != latest:
-        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=c.fresh_data_iterator)
+      if step != latest:  # The TRAIN_STEPS warning, if any, was given for `latest` already: once is enough.
+        _check_resumable(model_dir, step, run, loop_record, fresh_data_iterator=c.fresh_data_iterator,
+                         warn_train_steps=False)
 
     def eval_batches_fn():
       return data.batches(feature_lengths=c.task_feature_lengths, batch_size=c.batch_size, seed=c.seed,
@@ -363,7 +396,8 @@ def _run_or_prepared_assets(folder: str) -> bool:
 
 
 def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop: Mapping[str, Any], *,
-                     fresh_data_iterator: bool) -> tuple[run_spec_lib.RunSpec, dict[str, Any]]:
+                     fresh_data_iterator: bool, warn_train_steps: bool = True
+                     ) -> tuple[run_spec_lib.RunSpec, dict[str, Any]]:
   """(the step's manifest, its asset fingerprints) after refusing a step this run cannot resume."""
   meta = checkpoints_lib.read_checkpoint_meta(model_dir, step=step)[1]
   saved = run_spec_lib.from_meta(meta, where=model_dir)
@@ -376,7 +410,7 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
   saved_loop = meta.get(checkpoints_lib.LOOP)
   if not fresh_data_iterator:
     checkpoints_lib.check_loop(saved_loop, loop, step=step, where=where)
-  if saved_loop and saved_loop.get("train_steps") not in (None, loop["train_steps"]):
+  if warn_train_steps and saved_loop and saved_loop.get("train_steps") not in (None, loop["train_steps"]):
     print(f"warning: TRAIN_STEPS={loop['train_steps']} but checkpoint step {step} was trained with TRAIN_STEPS="
           f"{saved_loop['train_steps']}; the learning-rate schedule depends on it, so the steps after {step} "
           "follow another schedule than the first run's", file=sys.stderr, flush=True)

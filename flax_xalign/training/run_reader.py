@@ -11,10 +11,14 @@ is, with no model rebuilt (training names no objective).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.training import checkpoints as checkpoints_lib
+
+
+_WARNED: set[tuple[str, tuple[int, ...], int]] = set()  # (source, damaged steps, step read) warned about.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +37,23 @@ class SourceRun:
 
   @classmethod
   def open(cls, path: str) -> "SourceRun":
-    """Reads the latest step's manifest only; UserError when there is no checkpoint."""
-    step, meta = checkpoints_lib.read_checkpoint_meta(path)
+    """The newest complete step's manifest; UserError when there is no checkpoint.
+
+    As every reader does (`runs.Run.open`), a damaged newer step is named in
+    one warning line and passed over; nothing is moved. Whether its
+    parameters read back is checked when they are read (`params`).
+    """
+    import sys
+
+    model_dir = str(checkpoints_lib.checkpoints_dir(path).parent)  # `path` may be MODEL_DIR/checkpoints.
+    step, damaged = checkpoints_lib.newest_readable_step(model_dir)
+    step, meta = checkpoints_lib.read_checkpoint_meta(path, step=step)  # step None: its "no checkpoint" error.
+    key = (os.path.abspath(model_dir), tuple(e.step for e in damaged), step)
+    if damaged and key not in _WARNED:  # A warm start and an induced dictionary read the same source.
+      _WARNED.add(key)
+      print(f"warning: checkpoint step(s) {', '.join(str(e.step) for e in damaged)} of {path} damaged ("
+            + "; ".join(e.what for e in damaged) + f"); reading step {step}, the newest complete one",
+            file=sys.stderr, flush=True)
     return cls(path=path, step=step, spec=run_spec_lib.from_meta(meta, where=path))
 
   def params(self) -> Any:

@@ -362,9 +362,9 @@ def test_long_lines_are_cut_counted_and_reported_once(tmp_path, model, capsys):
   _task_examples("u_long_text")  # Built again: no second warning.
   warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith("warning: ")]
   assert len(warnings) == 2, warnings
-  assert "task 'u_long_text', split 'train': 2 line(s)" in warnings[0] and text in warnings[0]
+  assert "task 'u_long_text', split 'train': 2 lines" in warnings[0] and text in warnings[0]
   assert "longer than 30 characters" in warnings[0] and "max_line_chars" in warnings[0]
-  assert "task 'u_long_tsv', split 'train': 2 line(s)" in warnings[1]
+  assert "task 'u_long_tsv', split 'train': 2 lines" in warnings[1]
 
 
 def test_the_default_line_bound_keeps_ordinary_lines_and_rows_whole(tmp_path, model, capsys):

@@ -41,7 +41,7 @@ TASK_TITLES = {"pos": "POS", "books": "Book group"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign align_mlm_grid", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--steps", type=int, default=None, help="pretraining steps (default: the size file's)")
   parser.add_argument("--transforms", default=",".join(DEFAULT_TRANSFORMS),

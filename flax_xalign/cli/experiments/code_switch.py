@@ -59,7 +59,7 @@ NATURAL_NORMALIZE = "nfd_strip_marks"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign code_switch", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--settings", default="synthetic,natural", help=f"of {', '.join(SETTINGS)}; natural = debian")
   parser.add_argument("--objectives", default="", help="default: mlm,tcs,scs (debian: also gc)")

@@ -16,6 +16,7 @@ import signal
 import time
 from typing import Any, Sequence
 
+from flax_xalign import errors
 from flax_xalign.run_dir import RunDir
 
 
@@ -31,21 +32,29 @@ def split_choices(text: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def finished(model_dir: str, steps: int) -> bool:
-  from flax_xalign.runs.checkpoints import find_latest_step
+  """Whether the run's newest *complete* step is `steps`: a damaged last step is trained again (train's
+  resume sets it aside), not scored at an older step."""
+  from flax_xalign.runs.checkpoints import find_latest_step, newest_complete_step
 
-  return find_latest_step(model_dir) == steps
+  if find_latest_step(model_dir) != steps:
+    return False
+  try:
+    return newest_complete_step(model_dir)[0] == steps
+  except errors.UserError:  # No complete step at all: train says what to do.
+    return False
 
 
 def check_exit(code: int, what: str) -> None:
   """Stops the driver after a command it ran in-process ended with `code` (0: nothing to do).
 
-  A command stopped by Ctrl-C or SIGTERM (130, 143) has said so in its own line, and train has saved:
-  the driver ends with the same status and adds nothing. Any other failure is a UserError naming `what`.
+  A command stopped by Ctrl-C or SIGTERM (130, 143) has said so in its own line, and train has saved;
+  one that refused its input (2) has printed its one error line: the driver ends with the same status and
+  adds nothing. Any other failure is a UserError naming `what`.
   """
   from flax_xalign.errors import UserError
 
-  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-    raise SystemExit(code)
+  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 2):
+    raise SystemExit(code)  # 2: the command printed its one `error:` line; a second one would only repeat it.
   if code != 0:
     raise UserError(f"{what} failed (exit {code}); see the output above.")
 

@@ -53,7 +53,7 @@ NATURAL_LEXICON = "grc-en.train.txt"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-  parser = ArgumentParser(description=__doc__.splitlines()[0])
+  parser = ArgumentParser(prog="xalign mlm_gc", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--settings", default=",".join(SETTINGS))
   parser.add_argument("--objectives", default=",".join(OBJECTIVES))

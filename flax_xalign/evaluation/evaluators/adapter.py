@@ -19,6 +19,9 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flax_xalign.errors import UserError
+from flax_xalign.evaluation.evaluators import checks
+
 
 class FunctionEvaluator:
   """Calls `function()` with the run's arguments (`run_arguments`) and the user's options.
@@ -32,6 +35,7 @@ class FunctionEvaluator:
   function: Callable[[], Callable[..., Any]]
   fixed: tuple[str, ...] = ("run",)
   defaults: dict[str, Any] = {}
+  files: tuple[str, ...] = ()  # Options naming a file the evaluation reads (checked to exist up front).
 
   def __init__(self, run: Any, **options: Any):
     self.run = run
@@ -51,6 +55,13 @@ class FunctionEvaluator:
   @classmethod
   def required_options(cls) -> tuple[str, ...]:
     return tuple(p.name for p in cls.parameters() if p.default is p.empty and p.name not in cls.defaults)
+
+  @classmethod
+  def check_values(cls, entry: str, options: dict[str, Any], *, setting: str, num_layers: int | None) -> None:
+    """UserError for an option of the wrong type, a layer out of range or a missing file (no run needed)."""
+    checks.check_types(entry, options, {p.name: p.annotation for p in cls.parameters()}, setting=setting)
+    checks.check_layers(entry, options, setting=setting, num_layers=num_layers)
+    checks.check_files(entry, options, cls.files, setting=setting)
 
   def run_arguments(self) -> dict[str, Any]:
     return {"run": self.run}
@@ -79,10 +90,33 @@ class OptionsEvaluator:
   required: tuple[str, ...] = ()
   defaults: dict[str, Any] = {}
 
+  files: tuple[str, ...] = ()  # Options naming a file the evaluation reads (checked to exist up front).
+  special_files: dict[str, tuple[str, ...]] = {}  # Values of those options that are not paths.
+
   def __init__(self, run: Any, **options: Any):
     self.run = run
-    values = {k: _as_flag_value(v) for k, v in {**self.defaults, **options}.items()}
-    self.options = type(self).options_class()(**values).check()
+    self.options = type(self)._build({**self.defaults, **options})
+
+  @classmethod
+  def _build(cls, options: dict[str, Any]) -> Any:
+    fields = {f.name: f.type for f in dataclasses.fields(cls.options_class())}
+    # A list is the comma list the field (a command's flag) takes; a number given to a text field
+    # (`layers: 3` for the flag `--layers=3`) is that text.
+    values = {k: _as_flag_value(v, str(fields.get(k, ""))) for k, v in options.items()}
+    return cls.options_class()(**values).check()
+
+  @classmethod
+  def check_values(cls, entry: str, options: dict[str, Any], *, setting: str, num_layers: int | None) -> None:
+    """UserError for an option of the wrong type, a layer out of range or a missing file (no run needed)."""
+    checks.check_layers(entry, options, setting=setting, num_layers=num_layers)
+    fields = {f.name: f.type for f in dataclasses.fields(cls.options_class())}
+    values = {k: _as_flag_value(v, str(fields.get(k, ""))) for k, v in {**cls.defaults, **options}.items()}
+    checks.check_types(entry, values, fields, setting=setting)
+    checks.check_files(entry, values, cls.files, setting=setting, special=cls.special_files)
+    try:
+      cls._build({**cls.defaults, **options})
+    except UserError as e:
+      raise UserError(f"{setting}[{entry!r}]: {e}") from None
 
   @classmethod
   def option_names(cls) -> tuple[str, ...]:
@@ -101,8 +135,10 @@ class OptionsEvaluator:
     return self.finish(type(self).function()(self.run, self.options))
 
 
-def _as_flag_value(value: Any) -> Any:
-  """[0, 2] -> '0,2' (the comma lists the options take); anything else as it is."""
+def _as_flag_value(value: Any, annotation: str = "") -> Any:
+  """[0, 2] -> '0,2' (the comma lists the options take); 3 -> '3' for a text field; anything else as it is."""
   if isinstance(value, Sequence) and not isinstance(value, str):
     return ",".join(map(str, value))
+  if annotation.startswith("str") and isinstance(value, int) and not isinstance(value, bool):
+    return str(value)
   return value

@@ -30,6 +30,18 @@ class Bli(OptionsEvaluator):
 
   function = staticmethod(_evaluate_lexicon)
   options_class = staticmethod(_lexicon_options)
+  files = ("gold",)
+  special_files = {"gold": ("token_map",)}
+
+  @classmethod
+  def data_split(cls, options: dict[str, Any]) -> str | None:
+    """The split of the run's own task it reads sentences of (None: another task)."""
+    import dataclasses
+
+    if options.get("task"):
+      return None
+    default = next(f.default for f in dataclasses.fields(cls.options_class()) if f.name == "split")
+    return options.get("split", cls.defaults.get("split", default))
 
 
 class Rsim(Bli):

@@ -24,6 +24,13 @@ class MaskedTokenAccuracy(FunctionEvaluator):
   function = staticmethod(_evaluate)
   fixed = ("run", "output")
 
+  @classmethod
+  def data_split(cls, options: dict[str, Any]) -> str | None:
+    """The split of the run's own task it reads (None: another task, checked when it runs)."""
+    if options.get("mixture_or_task_name"):
+      return None
+    return options.get("split", next(p.default for p in cls.parameters() if p.name == "split"))
+
   def run_arguments(self) -> dict[str, Any]:
     return {"run": self.run, "output": None}
 

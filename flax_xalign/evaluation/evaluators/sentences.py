@@ -30,6 +30,7 @@ class Retrieval(OptionsEvaluator):
 
   function = staticmethod(_evaluate_retrieval)
   options_class = staticmethod(_retrieval_options)
+  files = ("tsv",)
 
 
 def _pair_transfer():
@@ -44,6 +45,7 @@ class Transfer(FunctionEvaluator):
 
   function = staticmethod(_pair_transfer)
   fixed = ("run", "output")
+  files = ("train", "test", "target_train", "source_test")
 
   def run_arguments(self) -> dict[str, Any]:
     return {"run": self.run, "output": None}

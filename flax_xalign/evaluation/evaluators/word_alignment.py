@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flax_xalign.errors import UserError
+from flax_xalign.evaluation.evaluators import checks
 
 
 def _solver_fields() -> tuple[str, ...]:
@@ -48,15 +49,8 @@ class WordAlignment:
                verbose: bool = False, **solver: Any):
     from flax_xalign.ops.align_solver import METHODS, AlignmentSolver
 
-    if bool(bible_gold) == bool(gold or input):
-      raise UserError("word_align needs gold links: pass 'input' (source<TAB>target per line) and 'gold' "
-                      "(one entry per pair), or 'bible_gold': 'test' for the embedded Greek-English verses.")
-    if not bible_gold and not (gold and input):
-      raise UserError("word_align: 'gold' and 'input' go together (the gold file has one entry per input pair).")
-    unknown = [k for k in solver if k not in _solver_fields()]
-    if unknown:
-      raise UserError(f"word_align has no option {unknown[0]!r}; see `word_align` in "
-                      "flax_xalign/evaluation/evaluators/word_alignment.py.")
+    given = {k: v for k, v in dict(locals()).items() if k in self._OWN and v is not None}
+    self.check_values("word_align", {**given, **solver}, setting="EVAL_OPTIONS", num_layers=None)
     self.run = run
     self.gold, self.input, self.bible_gold, self.gold_format = gold, input, bible_gold, gold_format
     self.layers = None if layers is None else tuple(int(l) for l in layers)
@@ -71,6 +65,41 @@ class WordAlignment:
   @classmethod
   def option_names(cls) -> tuple[str, ...]:
     return cls._OWN + _solver_fields()
+
+  @classmethod
+  def check_values(cls, entry: str, options: dict[str, Any], *, setting: str, num_layers: int | None) -> None:
+    """UserError for a value that cannot run (types, layers, methods, gold files), before any run is read."""
+    import inspect
+
+    from flax_xalign.ops.align_solver import METHODS, SIMILARITIES, AlignmentSolver
+
+    options = dict(options)
+    bible_gold, gold, input_ = options.get("bible_gold"), options.get("gold"), options.get("input")
+    if bool(bible_gold) == bool(gold or input_):
+      raise UserError(f"{entry} needs gold links: pass 'input' (source<TAB>target per line) and 'gold' "
+                      "(one entry per pair), or 'bible_gold': 'test' for the embedded Greek-English verses.")
+    if not bible_gold and not (gold and input_):
+      raise UserError(f"{entry}: 'gold' and 'input' go together (the gold file has one entry per input pair).")
+    solver = {k: options.pop(k) for k in list(options) if k not in cls._OWN}
+    unknown = [k for k in solver if k not in _solver_fields()]
+    if unknown:
+      raise UserError(f"{entry} has no option {unknown[0]!r}; see `word_align` in "
+                      "flax_xalign/evaluation/evaluators/word_alignment.py.")
+    annotations = {p.name: p.annotation for p in inspect.signature(cls).parameters.values()}
+    checks.check_names(entry, "methods", options.get("methods"), METHODS, setting=setting)
+    checks.check_types(entry, options, annotations, setting=setting)
+    checks.check_layers(entry, options, setting=setting, num_layers=num_layers)
+    checks.check_choice(entry, "gold_format", options.get("gold_format"), ("pharaoh", "naacl"), setting=setting)
+    checks.check_choice(entry, "similarity", solver.get("similarity"), SIMILARITIES, setting=setting)
+    checks.check_choice(entry, "bible_gold", bible_gold, ("train", "validation", "test"), setting=setting)
+    checks.check_files(entry, options, ("gold", "input"), setting=setting)
+    for key in ("max_length", "batch_size", "max_pairs"):
+      if options.get(key) is not None and options[key] < 1:
+        raise UserError(f"{setting}[{entry!r}][{key!r}] must be at least 1, got {options[key]!r}.")
+    try:
+      AlignmentSolver(**{k: v for k, v in solver.items() if k != "similarity"})
+    except TypeError as e:
+      raise UserError(f"{setting}[{entry!r}]: {e}") from None
 
   def _pairs_and_gold(self) -> tuple[list, list, list | None]:
     from flax_xalign.evaluation.word_alignment import aer
