@@ -132,11 +132,18 @@ def task_has_links(definitions) -> bool:
 
 
 def run(args: argparse.Namespace) -> None:
+  from flax_xalign.data.packed import write
+
+  write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
+  with write.split_lock(args.output, args.split):  # A second writer of the split is refused now, not at its end.
+    _write(args)
+
+
+def _write(args: argparse.Namespace) -> None:
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.data.packed import write
   from flax_xalign.training.seqio_source import SeqioSource
 
-  write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
   if args.gin is not None:
     _fill_from_gin(args)
   args.length, args.seed = args.length or 512, args.seed or 0
