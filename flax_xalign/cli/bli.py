@@ -108,7 +108,7 @@ def check_files(args: argparse.Namespace) -> None:
   inputs = {"--gold": gold}
   for flag, path in (("--output", args.output), ("--rsim_plot", args.rsim_plot)):
     if path is not None:
-      fileio.check_output_file(path, setting=flag, inputs=inputs)
+      fileio.check_output_file(path, setting=flag, inputs=inputs, run=args.model_dir)
   if gold:
     fileio.check_input_file(gold, setting="--gold")
 

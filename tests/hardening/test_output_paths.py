@@ -309,3 +309,33 @@ def test_an_input_that_is_a_folder_is_one_error(entry, flags, tmp_path, capfd):
   """The unreadable-input case that root meets too (chmod 000 does not stop root)."""
   outcome = harness.run_main(capfd, entry, [f.format(tmp=tmp_path) for f in flags])
   harness.assert_user_error(outcome, "is a folder")
+
+
+# --- never into the run a command reads (issue 39: class 4) -------------------------------------------------
+
+# Commands that read a MODEL_DIR and write elsewhere: (entry, flags for (run, input file, output)).
+RUN_READERS = {
+    "align": ("align", lambda run, inp, out: ["--model_dir", run, "--input", inp, "--output", out]),
+    "bli": ("bli", lambda run, inp, out: ["--model_dir", run, "--src=grc", "--tgt=en", "--gold", inp,
+                                          "--output", out]),
+    "retrieval": ("retrieval", lambda run, inp, out: ["--model_dir", run, "--tsv", inp, "--output", out]),
+    "export_hf": ("export_hf", lambda run, inp, out: ["--model_dir", run, "--output", out, "--layout=bert"]),
+    "trim": ("trim", lambda run, inp, out: ["--model_dir", run, "--task=tiny_en", "--output", out]),
+}
+
+
+@pytest.mark.parametrize("name", list(RUN_READERS))
+@pytest.mark.parametrize("target", ["config.gin", "eval.json", "checkpoints/9"])
+def test_an_output_in_the_run_it_reads_is_refused(name, target, tmp_path, capfd):
+  entry, argv = RUN_READERS[name]
+  run = tmp_path / "run"
+  (run / "checkpoints" / "2").mkdir(parents=True)
+  (run / "checkpoints" / "2" / "state").write_text("weights\n")
+  (run / "config.gin").write_text("# the run's settings\n")
+  (run / "metrics.jsonl").write_text('{"step": 2}\n')
+  inp = tmp_path / "input.txt"
+  _tsv(str(inp))
+  before = harness.tree_digest(run)
+  out = str(run / target)
+  outcome = harness.run_main(capfd, entry, argv(str(run), str(inp), out))
+  harness.assert_user_error(outcome, "of the run --model_dir", model_dir=run, before=before)
