@@ -403,6 +403,27 @@ def read_mark(folder: str | os.PathLike) -> dict | None:
   return mark
 
 
+def check_marked_by(folder: str | os.PathLike, command: str, *, flag: str = "--fresh",
+                    setting: str = "--model_dir") -> None:
+  """Refuses (UserError) to delete `folder` (`flag`) unless `command` marked it (`write_mark`) when it created it.
+
+  For folders whose contents grow run by run (a demo's runs, a driver's
+  settings): the mark, not the names inside, proves they are the command's.
+  """
+  mark = read_mark(folder)
+  if mark is None or mark["command"] != command:
+    raise UserError(f"{flag} would delete {setting} {os.fspath(folder)}, which holds no mark of {command} ({MARK}: "
+                    "it was not created by it, or by an older version); remove it yourself if it is one, or "
+                    f"choose a new {setting}.")
+
+
+def mark_new_folder(folder: str | os.PathLike, command: str, *, setting: str = "--model_dir") -> None:
+  """Creates `folder` and marks it as `command`'s when it is new or empty (an existing one keeps what it has)."""
+  makedirs(folder, setting=setting)
+  if not os.listdir(folder):
+    write_mark(folder, command)
+
+
 def check_own_folder(folder: str | os.PathLike, command: str, *, setting: str = "--output") -> None:
   """Refuses (UserError) to replace `folder` unless `command` wrote it and it holds only what `command` wrote.
 

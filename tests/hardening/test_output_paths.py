@@ -247,16 +247,28 @@ def test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder(tmp_path):
   from flax_xalign.cli.experiments import harness as driver
   from flax_xalign.errors import UserError
 
+  from flax_xalign import fileio
+
   args = type("Args", (), {})()
   ours = tmp_path / "ours"
+  driver.Results(str(ours), args)  # Created by the driver: marked.
   (ours / "bible" / "mlm" / "checkpoints" / "2").mkdir(parents=True)
   (ours / "bible" / "dictionary.tsv").write_text("a\tb\n")
-  (ours / "results.json").write_text('{"rows": []}')
   (ours / "rsim_bible.png").write_bytes(b"png")
   (ours / "gold").mkdir()
   (ours / "gold" / "de-en.provisional.txt").write_text("a b\n")
   driver.Results(str(ours), args, fresh=True)
-  assert os.listdir(ours) == ["results.json"]  # The driver's mark, written first.
+  assert sorted(os.listdir(ours)) == [fileio.MARK, "results.json"]  # The driver's mark, written first.
+  unmarked = tmp_path / "unmarked"  # What a driver leaves looks like, but not made by one (or by an older one).
+  shutil.copytree(ours, unmarked)
+  os.remove(unmarked / fileio.MARK)
+  (unmarked / "bible").mkdir()
+  (unmarked / "bible" / "data.tsv").write_text("mine\n")
+  before = harness.tree_digest(unmarked)
+  with pytest.raises(UserError, match="holds no mark of an experiment driver"):
+    driver.Results(str(unmarked), args, fresh=True)
+  assert harness.tree_digest(unmarked) == before
+  driver.Results(str(unmarked), args)  # Without --fresh it is written into, as before marks.
   (ours / "synthetic").mkdir()  # A setting's data before its first run: the folder is still the driver's.
   (ours / "synthetic" / "corpus.txt").write_text("a b\n")
   driver.Results(str(ours), args)

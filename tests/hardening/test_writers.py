@@ -154,6 +154,25 @@ def test_a_writer_that_fails_before_writing_leaves_no_folder(tiny_corpus, tmp_pa
   assert outcome.code == 2 and not out.exists(), harness.summary(outcome)
 
 
+def test_demo_fresh_deletes_only_a_folder_the_demo_created(tmp_path):
+  import argparse
+
+  from flax_xalign.cli import demo
+
+  looks_like_a_demo = tmp_path / "mine"  # Names a demo writes, made by a user (or a demo before marks).
+  (looks_like_a_demo / "cold").mkdir(parents=True)
+  (looks_like_a_demo / "aer.json").write_text('{"mine": 1}')
+  before = harness.tree_digest(looks_like_a_demo)
+  with pytest.raises(UserError, match="holds no mark of xalign demo"):
+    demo._check_model_dir(argparse.Namespace(model_dir=str(looks_like_a_demo), fresh=True))
+  assert harness.tree_digest(looks_like_a_demo) == before
+  ours = tmp_path / "demo"
+  fileio.mark_new_folder(ours, demo.COMMAND)  # As a demo does before its first file.
+  (ours / "aer.json").write_text("{}")
+  demo._check_model_dir(argparse.Namespace(model_dir=str(ours), fresh=True))
+  assert not ours.exists()  # (marked again by the demo before its first file)
+
+
 # --- fileio's pieces, against the kernel's and the signal module's own behaviour -----------------------
 
 
