@@ -29,6 +29,7 @@ them; `--no-links` leaves them out. docs/data.md "Packed datasets".
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -192,7 +193,12 @@ def _write(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  return common.main_of(parse_args, run, argv)
+  code = common.main_of(parse_args, run, argv)
+  # The work is over (the split is in place, or refused, or interrupted). The interpreter's teardown takes
+  # seconds (TensorFlow, JAX) and restores SIGINT's default action first: a Ctrl-C then would kill the
+  # process silently (status -2) after a complete write. Ignored instead, the exit status stays the truth.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  return code
 
 
 if __name__ == "__main__":
