@@ -66,7 +66,7 @@ def _same_path(a: str, b: str) -> bool:
     return False
 
 
-def _inside(path: str, folder: str) -> bool:
+def lies_in(path: str, folder: str) -> bool:
   """Whether `path` is `folder` or lies under it (symlinks followed)."""
   path, folder = os.path.realpath(path), os.path.realpath(folder)
   return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
@@ -94,18 +94,16 @@ def _inputs(inputs) -> list[tuple[str, str]]:
   return out
 
 
-def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inputs=None, run=None) -> str:
+def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inputs=None) -> str:
   """The absolute path of an output file, checked before any work; UserError names what is wrong.
 
   Refused: an empty name, a folder, a path under a file, a folder that cannot be
   written, a file that cannot be replaced, and a path that is one of `inputs`
-  ({flag: path, list of paths or None}; symlinks followed), and a path in the
-  own files of `run`, the MODEL_DIR the command reads (`check_outside_run`).
+  ({flag: path, list of paths or None}; symlinks followed).
   """
   text = os.fspath(path) if path is not None else ""
   if not text.strip():
     raise UserError(f"{setting} is empty; name the file to write.")
-  check_outside_run(text, run, setting=setting)
   path = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
     if _same_path(path, source):
@@ -120,23 +118,21 @@ def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inp
 
 
 def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", inputs=None,
-                        owned=None, what: str = "", run=None) -> str:
+                        owned=None, what: str = "") -> str:
   """The absolute path of an output folder, checked before any work; UserError names what is wrong.
 
   Refused: an empty name, a file, a path under a file, an unwritable folder, a
   folder that is or holds one of `inputs` (see `check_output_file`), and a
   non-empty folder that `owned(folder)` does not recognise as this command's
   (`owned` None: any non-empty folder is refused). `what` names the kind of
-  folder `owned` recognises, for the message ("a flax_xalign run (...)"). `run`:
-  the MODEL_DIR the command reads, whose own files the folder may not be in.
+  folder `owned` recognises, for the message ("a flax_xalign run (...)").
   """
   text = os.fspath(path) if path is not None else ""
   if not text.strip():
     raise UserError(f"{setting} is empty; name the folder to write.")
-  check_outside_run(text, run, setting=setting)
   folder = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
-    if os.path.lexists(source) and _inside(source, folder):
+    if os.path.lexists(source) and lies_in(source, folder):
       where = "is" if _same_path(source, folder) else "holds"
       raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
                       "another folder.")
@@ -152,30 +148,6 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
   else:
     _check_parent(folder, setting)
   return folder
-
-
-def check_outside_run(path: str | os.PathLike | None, run: str | os.PathLike | None, *, setting: str = "--output",
-                      run_setting: str = "--model_dir") -> None:
-  """Refuses (UserError) an output that is or lies in one of the own files or folders of the run the command reads.
-
-  A run's checkpoints, config.gin, metrics, eval.json, lock, origin and notice
-  (`run_dir`'s names) are the run's: `--output=MODEL_DIR/config.gin` would
-  replace the run's settings, `--output=MODEL_DIR/checkpoints/9` would add a
-  step to it. A new file or folder beside them (`MODEL_DIR/links.txt`) is fine.
-  Checked whether or not the entry exists yet (an eval.json written by another
-  command would be taken for the run's).
-  """
-  from flax_xalign import run_dir as run_dir_lib
-
-  if path is None or run is None or not os.fspath(path).strip() or not os.path.isdir(run):
-    return
-  own = (run_dir_lib.CHECKPOINTS, run_dir_lib.DAMAGED, run_dir_lib.CONFIG_GIN, run_dir_lib.METRICS,
-         run_dir_lib.TENSORBOARD, run_dir_lib.EVAL_JSON, run_dir_lib.LOCK, run_dir_lib.ORIGIN, run_dir_lib.NOTICE)
-  for entry in own:
-    if _inside(os.path.abspath(os.path.expanduser(os.fspath(path))), os.path.join(run, entry)):
-      raise UserError(f"{setting} {os.fspath(path)} is {entry} of the run {run_setting} {os.fspath(run)} reads "
-                      "(or lies in it); writing there would change that run: name a path outside the run's "
-                      f"own files, e.g. {os.path.join(os.fspath(run), 'out', os.path.basename(os.fspath(path)))}.")
 
 
 def check_input_file(path: str | os.PathLike, *, setting: str) -> str:

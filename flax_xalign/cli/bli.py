@@ -108,7 +108,8 @@ def check_files(args: argparse.Namespace) -> None:
   inputs = {"--gold": gold}
   for flag, path in (("--output", args.output), ("--rsim_plot", args.rsim_plot)):
     if path is not None:
-      fileio.check_output_file(path, setting=flag, inputs=inputs, run=args.model_dir)
+      common.check_outside_run(path, args.model_dir, setting=flag)
+      fileio.check_output_file(path, setting=flag, inputs=inputs)
   if gold:
     fileio.check_input_file(gold, setting="--gold")
 

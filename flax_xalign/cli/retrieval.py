@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> dict:
 
   options = options_of(args).check()  # Bad flags are reported before the run is read.
   if args.output is not None:
-    fileio.check_output_file(args.output, inputs={"--tsv": args.tsv}, run=args.model_dir)
+    common.check_outside_run(args.output, args.model_dir)
+    fileio.check_output_file(args.output, inputs={"--tsv": args.tsv})
   if args.tsv:
     fileio.check_input_file(args.tsv, setting="--tsv")
   result = evaluate_retrieval(Run.open(common.existing_model_dir(args.model_dir)), options,
