@@ -240,6 +240,31 @@ def test_an_unreadable_input_is_refused_by_root_without_file_privileges(name, tm
   assert not os.path.exists(out), f"{name} wrote {out} although it could not read its input"
 
 
+# --- commands that delete or replace a folder (--overwrite, --fresh; issue 39: class 4) ----------------------
+
+# Each removes only a folder its own mark proves it wrote (fileio.write_mark; gpu_bundle's MARKER), never one
+# recognised by the names inside; the test that shows it.
+DELETERS = {
+    "cache": "tests/hardening/test_writers.py::test_overwrite_replaces_only_a_split_this_command_wrote",
+    "gpu_bundle": "tests/cli/test_gpu_bundle.py (check_output: --overwrite only with its MARKER)",
+    "demo": "tests/hardening/test_writers.py::test_demo_fresh_deletes_only_a_folder_the_demo_created",
+    "experiments/align_mlm_grid": "test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder (below)",
+    "experiments/code_switch": "test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder (below)",
+    "experiments/mlm_gc": "test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder (below)",
+}
+
+
+def test_every_command_that_deletes_is_listed_with_its_test():
+  import pathlib
+
+  cli = pathlib.Path(harness.REPO) / "flax_xalign" / "cli"
+  deleting = {name for name in commands()
+              if any(flag in (cli / f"{name}.py").read_text(encoding="utf-8") for flag in ('"--overwrite"', '"--fresh"'))}
+  assert deleting == set(DELETERS), (f"commands with --overwrite or --fresh: {sorted(deleting)}; DELETERS lists "
+                                     f"{sorted(DELETERS)}: give a new one a mark and a test that an unmarked folder "
+                                     "is refused")
+
+
 # --- the experiment drivers' folder (experiments/harness.py; align_mlm_grid above runs it end to end) --------
 
 
