@@ -375,6 +375,25 @@ def read_mark(folder: str | os.PathLike) -> dict | None:
   return mark
 
 
+def remove_marked_folder(path: str | os.PathLike) -> None:
+  """Removes a folder `write_mark` marked, its mark last: a removal cut short still carries the mark (or is empty)."""
+  import shutil
+
+  path = os.fspath(path)
+  for name in os.listdir(path):
+    if name != MARK:
+      child = os.path.join(path, name)
+      if os.path.isdir(child) and not os.path.islink(child):
+        shutil.rmtree(child, ignore_errors=True)
+      else:
+        with contextlib.suppress(FileNotFoundError):
+          os.unlink(child)
+  with contextlib.suppress(FileNotFoundError):
+    os.unlink(os.path.join(path, MARK))
+  with contextlib.suppress(OSError):
+    os.rmdir(path)
+
+
 def check_marked_by(folder: str | os.PathLike, command: str, *, flag: str = "--fresh",
                     setting: str = "--model_dir") -> None:
   """Refuses (UserError) to delete `folder` (`flag`) unless `command` marked it (`write_mark`) when it created it.

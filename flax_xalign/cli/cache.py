@@ -29,6 +29,7 @@ them; `--no-links` leaves them out. docs/data.md "Packed datasets".
 from __future__ import annotations
 
 import argparse
+import atexit
 import signal
 import sys
 import time
@@ -192,12 +193,18 @@ def _write(args: argparse.Namespace) -> None:
   write.report(manifest, target, time.monotonic() - start)
 
 
+def _ignore_ctrl_c() -> None:
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   code = common.main_of(parse_args, run, argv)
   # The work is over (the split is in place, or refused, or interrupted). The interpreter's teardown takes
-  # seconds (TensorFlow, JAX) and restores SIGINT's default action first: a Ctrl-C then would kill the
-  # process silently (status -2) after a complete write. Ignored instead, the exit status stays the truth.
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  # seconds (TensorFlow's and JAX's objects) after it has given SIGINT its default action back: a Ctrl-C then
+  # killed the process silently (status -2) after a complete write. Ignored from the exit handlers on (the
+  # last registered runs first; a caller in-process keeps its own handler), the exit status stays the truth.
+  atexit.unregister(_ignore_ctrl_c)
+  atexit.register(_ignore_ctrl_c)
   return code
 
 

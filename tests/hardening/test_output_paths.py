@@ -258,8 +258,8 @@ def test_every_command_that_deletes_is_listed_with_its_test():
   import pathlib
 
   cli = pathlib.Path(harness.REPO) / "flax_xalign" / "cli"
-  deleting = {name for name in commands()
-              if any(flag in (cli / f"{name}.py").read_text(encoding="utf-8") for flag in ('"--overwrite"', '"--fresh"'))}
+  flags = ('"--overwrite"', '"--fresh"')
+  deleting = {name for name in commands() if any(f in (cli / f"{name}.py").read_text(encoding="utf-8") for f in flags)}
   assert deleting == set(DELETERS), (f"commands with --overwrite or --fresh: {sorted(deleting)}; DELETERS lists "
                                      f"{sorted(DELETERS)}: give a new one a mark and a test that an unmarked folder "
                                      "is refused")

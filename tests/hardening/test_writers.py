@@ -104,6 +104,17 @@ def test_a_split_that_a_killed_overwrite_moved_aside_is_put_back(written, capfd)
 
 
 @pytest.mark.contract
+def test_a_removal_cut_short_leaves_a_marked_or_empty_folder_that_the_next_writer_removes(written, capfd):
+  dead = _dead_pid()
+  _marked(written / f".train.tmp-{dead}", dead, ["part-00000.array_record"])
+  (written / f".train.tmp-{dead + 1}").mkdir()  # Killed between making its folder and marking it.
+  (written / ".train.old-1").mkdir()  # A removal whose last step (the folder itself) was cut short.
+  outcome = _cache(capfd, written, "--overwrite")
+  assert outcome.code == 0, harness.summary(outcome)
+  assert sorted(os.listdir(written)) == ["train"]
+
+
+@pytest.mark.contract
 def test_an_unmarked_folder_that_looks_like_a_temporary_is_never_removed(written, capfd):
   stray = written / f".train.tmp-{_dead_pid()}"
   stray.mkdir()

@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,11 +33,11 @@ from typing import Any, TextIO
 from array_record.python import array_record_module
 
 import flax_xalign
+from flax_xalign import fileio
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
 from flax_xalign.errors import no_space_error
-from flax_xalign import fileio
 from flax_xalign.fileio import check_output_folder, write_atomically
 
 SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per process on large caches.
@@ -86,10 +85,12 @@ def _is_cache(root: str) -> bool:
 
 
 def _is_writers(root: str, name: str) -> bool:
-  """Whether `root/name` is a split writer's lock file, or a folder one of them marked (a temporary)."""
+  """Whether `root/name` is a split writer's lock file, a folder one of them marked, or an empty temporary."""
   path = os.path.join(root, name)
   if name.startswith(".") and name.endswith(".lock"):
     return os.path.isfile(path)
+  if name.startswith(".") and (".tmp-" in name or ".old-" in name) and os.path.isdir(path) and not os.listdir(path):
+    return True
   return name.startswith(".") and (fileio.read_mark(path) or {}).get("command") == COMMAND
 
 
@@ -123,23 +124,29 @@ def stage(output: str, split: str) -> str:
 
 
 def clean_up_after_dead_writers(output: str, split: str) -> None:
-  """(Holding `split_lock`) removes the temporaries of `split` whose writer is dead (their mark says so); restores a split moved aside.
+  """Removes what dead writers of `split` left (their mark says so), holding `split_lock`.
 
   A writer killed while replacing a split (--overwrite) between its two
   renames left the old split at `.<split>.old-<pid>` and none at `<split>`:
-  that one is put back. Folders without this command's mark, or of a writer
-  still running, are left alone.
+  that one is put back. An empty folder of those names (a writer killed
+  before its mark, or at the end of a removal) goes too. Folders without this
+  command's mark, or of a writer still running, are left alone.
   """
   target = format_lib.split_dir(output, split)
   for name in sorted(os.listdir(output)):
     path = os.path.join(output, name)
-    if not name.startswith((f".{split}.tmp-", f".{split}.old-")) or not _left_by_dead_writer(path):
+    if not name.startswith((f".{split}.tmp-", f".{split}.old-")) or not os.path.isdir(path):
       continue
-    if name.startswith(f".{split}.old-") and not os.path.lexists(target) and format_lib.has_split(output, name):
+    if not os.listdir(path):
+      with contextlib.suppress(OSError):
+        os.rmdir(path)
+    elif not _left_by_dead_writer(path):
+      continue
+    elif name.startswith(f".{split}.old-") and not os.path.lexists(target) and format_lib.has_split(output, name):
       os.rename(path, target)
-      continue
-    with fileio.interrupts_held(deliver=False):
-      shutil.rmtree(path, ignore_errors=True)
+    else:
+      with fileio.interrupts_held(deliver=False):
+        fileio.remove_marked_folder(path)
 
 
 def _left_by_dead_writer(path: str) -> bool:
@@ -229,7 +236,7 @@ def staged(output: str, split: str, *, overwrite: bool) -> Iterator[tuple[str, s
       yield tmp, target
     except BaseException as e:
       with fileio.interrupts_held(deliver=False):
-        shutil.rmtree(tmp, ignore_errors=True)
+        fileio.remove_marked_folder(tmp)
       error = no_space_error(e, tmp) if isinstance(e, OSError) else None
       if error is None:
         raise
@@ -287,4 +294,4 @@ def _move_into_place(tmp: str, target: str) -> None:
     os.rename(target, old)
   os.rename(tmp, target)
   if old:
-    shutil.rmtree(old, ignore_errors=True)
+    fileio.remove_marked_folder(old)  # (its mark is check_output's proof that this command wrote it)
