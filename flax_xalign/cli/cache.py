@@ -134,11 +134,31 @@ def task_has_links(definitions) -> bool:
 
 
 def run(args: argparse.Namespace) -> None:
-  from flax_xalign.data.packed import write
+  from flax_xalign import fileio
+
+  with fileio.interrupts_held():  # (see _import_libraries)
+    from flax_xalign.data.packed import write
 
   write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
   with write.split_lock(args.output, args.split):  # A second writer of the split is refused now, not at its end.
+    with fileio.interrupts_held():
+      _import_libraries(gin=args.gin is not None)
     _write(args)
+
+
+def _import_libraries(*, gin: bool) -> None:
+  """Imports the native libraries the write needs (TensorFlow, seqio, JAX; ~8 s), to call with Ctrl-C held.
+
+  A Ctrl-C in the middle of one of these imports left a half-initialised
+  extension behind, and the process aborted at exit (SIGABRT, a traceback)
+  instead of the one-line interrupt; held, it is taken once they are in.
+  """
+  import flax_xalign.tasks  # noqa: F401  (seqio, TensorFlow)
+  from flax_xalign.assets import vocabulary  # noqa: F401  (JAX)
+  from flax_xalign.training import seqio_source  # noqa: F401
+
+  if gin:
+    from flax_xalign.cli import compile_check, configurables  # noqa: F401
 
 
 def _write(args: argparse.Namespace) -> None:
