@@ -423,7 +423,7 @@ def check_own_folder(folder: str | os.PathLike, command: str, *, setting: str = 
   folder = os.fspath(folder)
   mark = read_mark(folder)
   if mark is None or mark["command"] != command:
-    raise UserError(f"{folder} holds no mark of {command} ({MARK}), so {setting} --overwrite will not remove it "
+    raise UserError(f"{folder} holds no mark of {command} ({MARK}), so --overwrite will not remove it "
                     f"(it was written by hand or by an older version); remove it yourself or choose another "
                     f"{setting}.")
   foreign = sorted(set(os.listdir(folder)) - set(mark["files"]) - {MARK})
