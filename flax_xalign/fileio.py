@@ -15,15 +15,26 @@ parsing its flags, before any work (`check_output_file`,
 `check_output_folder`, `check_input_file`): an output is never one of the
 command's inputs, its folder can be written and does not lie under a file,
 and a folder output is new, empty or the command's own kind of folder.
+
+Writers that share an output folder take its lock (`output_lock`: a second
+writer is refused in one line, a killed one never blocks the next) and mark
+what they wrote (`write_mark`), so that `--overwrite` removes only a folder
+whose mark names the command and the files it holds (`check_own_folder`),
+never one recognised by its file names alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import json
 import os
+import socket
 import stat
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from flax_xalign.errors import UserError, path_error
 
@@ -55,7 +66,7 @@ def _same_path(a: str, b: str) -> bool:
     return False
 
 
-def _inside(path: str, folder: str) -> bool:
+def lies_in(path: str, folder: str) -> bool:
   """Whether `path` is `folder` or lies under it (symlinks followed)."""
   path, folder = os.path.realpath(path), os.path.realpath(folder)
   return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
@@ -121,7 +132,7 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
     raise UserError(f"{setting} is empty; name the folder to write.")
   folder = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
-    if os.path.lexists(source) and _inside(source, folder):
+    if os.path.lexists(source) and lies_in(source, folder):
       where = "is" if _same_path(source, folder) else "holds"
       raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
                       "another folder.")
@@ -239,3 +250,214 @@ def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> None:
   buffer = io.BytesIO()
   figure.savefig(buffer, format="png", dpi=dpi)
   write_atomically(path, buffer.getvalue())
+
+
+# --- writers that share an output folder: a lock, and a mark of what a command wrote --------------------------
+
+MARK = ".xalign_written_by.json"  # In a folder a command wrote: the command and the files it wrote there.
+_held_locks: dict[str, int] = {}  # Lock file -> depth: a process re-entering its own lock is not refused.
+
+
+def _holder(fd: int) -> str:
+  """What the lock file open at `fd` says of its holder ('pid 123 on host: command'), or 'another process'."""
+  try:
+    text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+  except OSError:
+    text = ""
+  return text.splitlines()[0] if text else "another process"
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, *, name: str = ".xalign.lock", setting: str = "--output") -> Iterator[str]:
+  """Holds an exclusive lock on `folder/name` for the block (the folder is created); yields the lock file's path.
+
+  A second writer (another process) is refused with one UserError naming the
+  holder. The lock is `flock`'s: the kernel drops it when its holder dies,
+  SIGKILL included, so a killed writer never blocks the next one (no stale
+  lock to detect). The file holds the holder's pid, host and command, for that
+  message, and is removed when the block ends (with the folder, when the lock
+  created it and it is still empty). Re-entered by the process that holds it,
+  it is simply held on.
+  """
+  folder = os.path.abspath(os.fspath(folder))
+  path = os.path.join(folder, name)
+  if _held_locks.get(path):
+    _held_locks[path] += 1
+    try:
+      yield path
+    finally:
+      _held_locks[path] -= 1
+    return
+  created = not os.path.isdir(folder)
+  fd = _lock(path, folder, setting)
+  _held_locks[path] = 1
+  try:
+    yield path
+  finally:
+    del _held_locks[path]
+    try:  # Removed while still locked: a writer that opened it meanwhile sees another file and opens again.
+      os.unlink(path)
+    except FileNotFoundError:
+      pass
+    os.close(fd)
+    if created:  # A folder made for the lock alone goes again (a writer that failed early leaves nothing).
+      with contextlib.suppress(OSError):
+        os.rmdir(folder)
+
+
+def _lock(path: str, folder: str, setting: str) -> int:
+  """The open, locked lock file `path` (its holder's line written), or a UserError when another holds it."""
+  while True:
+    makedirs(folder, setting=setting)
+    try:
+      fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:  # The folder was removed meanwhile: create it again.
+      continue
+    except OSError as e:
+      raise path_error(e, path, setting=setting, doing="create the lock file") from e
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = _holder(fd)
+      os.close(fd)
+      raise UserError(f"{setting} {folder} is being written by {holder}; wait for it to end or choose another "
+                      f"{setting} (nothing was touched).") from None
+    except OSError as e:
+      os.close(fd)
+      raise UserError(f"{setting} {folder} cannot be locked against a second writer ({e.strerror}); write to a "
+                      "local folder and copy it over.") from None
+    try:
+      locked_in_place = os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+      locked_in_place = False
+    if locked_in_place:  # (else its holder removed it between our open and our lock: open the new one)
+      break
+    os.close(fd)
+  command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:300]
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}: {command}\n".encode(), 0)
+  return fd
+
+
+def pid_is_alive(pid: int) -> bool:
+  """Whether a process `pid` exists on this host."""
+  if pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+def write_mark(folder: str | os.PathLike, command: str, files: Iterable[str] = ()) -> None:
+  """Marks `folder` as written by `command` (e.g. 'xalign cache'), listing the `files` it wrote there.
+
+  Written first into a folder the command creates (its pid and host tell a
+  killed writer's leftovers from a live one's) and again with the full list
+  when the folder is complete.
+  """
+  mark = {"command": command, "files": sorted(files), "pid": os.getpid(), "host": socket.gethostname()}
+  write_atomically(os.path.join(folder, MARK), json.dumps(mark, indent=1) + "\n")
+
+
+def read_mark(folder: str | os.PathLike) -> dict | None:
+  """The mark `write_mark` left in `folder`, or None (no mark, or not one of ours)."""
+  try:
+    with open(os.path.join(folder, MARK), encoding="utf-8") as f:
+      mark = json.load(f)
+  except (OSError, ValueError):
+    return None
+  if not (isinstance(mark, dict) and isinstance(mark.get("command"), str) and isinstance(mark.get("files"), list)):
+    return None
+  return mark
+
+
+def remove_marked_folder(path: str | os.PathLike) -> None:
+  """Removes a folder `write_mark` marked, its mark last: a removal cut short still carries the mark (or is empty)."""
+  import shutil
+
+  path = os.fspath(path)
+  for name in os.listdir(path):
+    if name != MARK:
+      child = os.path.join(path, name)
+      if os.path.isdir(child) and not os.path.islink(child):
+        shutil.rmtree(child, ignore_errors=True)
+      else:
+        with contextlib.suppress(FileNotFoundError):
+          os.unlink(child)
+  with contextlib.suppress(FileNotFoundError):
+    os.unlink(os.path.join(path, MARK))
+  with contextlib.suppress(OSError):
+    os.rmdir(path)
+
+
+def check_marked_by(folder: str | os.PathLike, command: str, *, flag: str = "--fresh",
+                    setting: str = "--model_dir") -> None:
+  """Refuses (UserError) to delete `folder` (`flag`) unless `command` marked it (`write_mark`) when it created it.
+
+  For folders whose contents grow run by run (a demo's runs, a driver's
+  settings): the mark, not the names inside, proves they are the command's.
+  """
+  mark = read_mark(folder)
+  if mark is None or mark["command"] != command:
+    raise UserError(f"{flag} would delete {setting} {os.fspath(folder)}, which holds no mark of {command} ({MARK}: "
+                    "it was not created by it, or by an older version); remove it yourself if it is one, or "
+                    f"choose a new {setting}.")
+
+
+def mark_new_folder(folder: str | os.PathLike, command: str, *, setting: str = "--model_dir") -> None:
+  """Creates `folder` and marks it as `command`'s when it is new or empty (an existing one keeps what it has)."""
+  makedirs(folder, setting=setting)
+  if not os.listdir(folder):
+    write_mark(folder, command)
+
+
+def check_own_folder(folder: str | os.PathLike, command: str, *, setting: str = "--output") -> None:
+  """Refuses (UserError) to replace `folder` unless `command` wrote it and it holds only what `command` wrote.
+
+  The proof is the mark `write_mark` left, never the names of the files.
+  """
+  folder = os.fspath(folder)
+  mark = read_mark(folder)
+  if mark is None or mark["command"] != command:
+    raise UserError(f"{folder} holds no mark of {command} ({MARK}), so --overwrite will not remove it "
+                    f"(it was written by hand or by an older version); remove it yourself or choose another "
+                    f"{setting}.")
+  foreign = sorted(set(os.listdir(folder)) - set(mark["files"]) - {MARK})
+  if foreign:
+    raise UserError(f"{folder} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which {command} "
+                    f"did not write, so --overwrite will not remove it; move {'them' if len(foreign) > 1 else 'it'} "
+                    f"out or choose another {setting}.")
+
+
+@contextlib.contextmanager
+def interrupts_held(*, deliver: bool = True) -> Iterator[None]:
+  """Holds a Ctrl-C (SIGINT) that comes during the block until it ends: for steps that must not stop half way.
+
+  Renaming a finished folder into place in two renames, or removing a
+  temporary folder, stopped in the middle would lose the user's old copy or
+  leave half a folder. A SIGINT that came is delivered when the block ends
+  normally (`deliver`; the process's own handler: KeyboardInterrupt under
+  Python's), and dropped when the block raised (it is already stopping).
+  Outside the main thread (where signal handlers cannot be set) it holds nothing.
+  """
+  import signal
+  import threading
+
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  came: list[int] = []
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  if came and deliver:
+    if callable(previous):
+      previous(signal.SIGINT, None)
+    elif previous == signal.SIG_DFL:
+      raise KeyboardInterrupt

@@ -137,6 +137,7 @@ def check_files(args: argparse.Namespace) -> None:
   if args.bible_gold:  # Its gold is written beside --output, then read back as --input and --gold.
     folder = os.path.dirname(os.path.abspath(args.output))
     inputs = {"--bible_gold": [os.path.join(folder, f"grc_en.{args.bible_gold}.{ext}") for ext in ("tsv", "pharaoh")]}
+  common.check_outside_run(args.output, args.model_dir)
   fileio.check_output_file(args.output, inputs=inputs)
   if args.sweep:
     fileio.check_output_file(_plot_path(args.output), setting="--output's plot", inputs=inputs)

@@ -108,6 +108,7 @@ def check_files(args: argparse.Namespace) -> None:
   inputs = {"--gold": gold}
   for flag, path in (("--output", args.output), ("--rsim_plot", args.rsim_plot)):
     if path is not None:
+      common.check_outside_run(path, args.model_dir, setting=flag)
       fileio.check_output_file(path, setting=flag, inputs=inputs)
   if gold:
     fileio.check_input_file(gold, setting="--gold")

@@ -29,6 +29,8 @@ them; `--no-links` leaves them out. docs/data.md "Packed datasets".
 from __future__ import annotations
 
 import argparse
+import atexit
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -132,11 +134,38 @@ def task_has_links(definitions) -> bool:
 
 
 def run(args: argparse.Namespace) -> None:
+  from flax_xalign import fileio
+
+  with fileio.interrupts_held():  # (see _import_libraries)
+    from flax_xalign.data.packed import write
+
+  write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
+  with write.split_lock(args.output, args.split):  # A second writer of the split is refused now, not at its end.
+    with fileio.interrupts_held():
+      _import_libraries(gin=args.gin is not None)
+    _write(args)
+
+
+def _import_libraries(*, gin: bool) -> None:
+  """Imports the native libraries the write needs (TensorFlow, seqio, JAX; ~8 s), to call with Ctrl-C held.
+
+  A Ctrl-C in the middle of one of these imports left a half-initialised
+  extension behind, and the process aborted at exit (SIGABRT, a traceback)
+  instead of the one-line interrupt; held, it is taken once they are in.
+  """
+  import flax_xalign.tasks  # noqa: F401  (seqio, TensorFlow)
+  from flax_xalign.assets import vocabulary  # noqa: F401  (JAX)
+  from flax_xalign.training import seqio_source  # noqa: F401
+
+  if gin:
+    from flax_xalign.cli import compile_check, configurables  # noqa: F401
+
+
+def _write(args: argparse.Namespace) -> None:
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.data.packed import write
   from flax_xalign.training.seqio_source import SeqioSource
 
-  write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
   if args.gin is not None:
     _fill_from_gin(args)
   args.length, args.seed = args.length or 512, args.seed or 0
@@ -184,8 +213,19 @@ def run(args: argparse.Namespace) -> None:
   write.report(manifest, target, time.monotonic() - start)
 
 
+def _ignore_ctrl_c() -> None:
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-  return common.main_of(parse_args, run, argv)
+  code = common.main_of(parse_args, run, argv)
+  # The work is over (the split is in place, or refused, or interrupted). The interpreter's teardown takes
+  # seconds (TensorFlow's and JAX's objects) after it has given SIGINT its default action back: a Ctrl-C then
+  # killed the process silently (status -2) after a complete write. Ignored from the exit handlers on (the
+  # last registered runs first; a caller in-process keeps its own handler), the exit status stays the truth.
+  atexit.unregister(_ignore_ctrl_c)
+  atexit.register(_ignore_ctrl_c)
+  return code
 
 
 if __name__ == "__main__":

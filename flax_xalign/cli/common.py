@@ -57,3 +57,28 @@ def existing_model_dir(path: str) -> str:
     raise errors.UserError(f"{MODEL_DIR_FLAG} {path} is not a directory; pass a MODEL_DIR written by "
                            "python -m flax_xalign.train or an import.")
   return path
+
+
+def check_outside_run(path: str | os.PathLike | None, run: str | os.PathLike | None, *, setting: str = "--output",
+                      run_setting: str = "--model_dir") -> None:
+  """Refuses (UserError) an output that is or lies in one of the own files or folders of the run the command reads.
+
+  A run's checkpoints, config.gin, metrics, eval.json, lock, origin and notice
+  (`run_dir`'s names) are the run's: `--output=MODEL_DIR/config.gin` would
+  replace the run's settings, `--output=MODEL_DIR/checkpoints/9` would add a
+  step to it. A new file or folder beside them (`MODEL_DIR/links.txt`) is fine.
+  Checked whether or not the entry exists yet (an eval.json written by another
+  command would be taken for the run's).
+  """
+  from flax_xalign import fileio
+  from flax_xalign import run_dir as run_dir_lib
+
+  if path is None or run is None or not os.fspath(path).strip() or not os.path.isdir(run):
+    return
+  own = (run_dir_lib.CHECKPOINTS, run_dir_lib.DAMAGED, run_dir_lib.CONFIG_GIN, run_dir_lib.METRICS,
+         run_dir_lib.TENSORBOARD, run_dir_lib.EVAL_JSON, run_dir_lib.LOCK, run_dir_lib.ORIGIN, run_dir_lib.NOTICE)
+  for entry in own:
+    if fileio.lies_in(os.path.abspath(os.path.expanduser(os.fspath(path))), os.path.join(run, entry)):
+      raise errors.UserError(f"{setting} {os.fspath(path)} is {entry} of the run {run_setting} {os.fspath(run)} reads "
+                      "(or lies in it); writing there would change that run: name a path outside the run's "
+                      f"own files, e.g. {os.path.join(os.fspath(run), 'out', os.path.basename(os.fspath(path)))}.")

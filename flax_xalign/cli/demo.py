@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from flax_xalign import fileio
 from flax_xalign.cli import setup_process
 from flax_xalign.errors import ArgumentParser, UserError, run_command
 from flax_xalign.run_dir import RunDir
@@ -237,6 +238,7 @@ def e5_demo(model_dir: str, align_steps: int | None, *, so_steps: int = DEMO_SO_
 # What the demo writes into its --model_dir: runs (each a MODEL_DIR), eflomal's links, the scores and the plot.
 DEMO_RUNS = ("cold", "xlm_align", "e5", "so_eflomal")
 DEMO_FILES = ("bible_links", "aer", "aer.json", "aer_layers.png")
+COMMAND = "xalign demo"  # The mark (fileio.write_mark) of a --model_dir the demo created: --fresh deletes only those.
 
 
 def is_demo_dir(folder: str) -> bool:
@@ -245,6 +247,8 @@ def is_demo_dir(folder: str) -> bool:
 
   for name in os.listdir(folder):
     path = os.path.join(folder, name)
+    if name == fileio.MARK:
+      continue
     if name in DEMO_RUNS and os.path.isdir(path) and (is_run_dir(path) or not os.listdir(path)):
       continue
     if name not in DEMO_FILES:
@@ -258,7 +262,8 @@ def _check_model_dir(args: argparse.Namespace) -> None:
 
   what = f"an earlier demo's (only {', '.join(DEMO_RUNS + DEMO_FILES)})"
   check_output_folder(args.model_dir, setting="--model_dir", owned=is_demo_dir, what=what)
-  if args.fresh and os.path.isdir(args.model_dir):
+  if args.fresh and os.path.isdir(args.model_dir) and os.listdir(args.model_dir):
+    fileio.check_marked_by(args.model_dir, COMMAND)  # Its names alone do not prove it a demo's.
     shutil.rmtree(args.model_dir)
 
 
@@ -269,6 +274,7 @@ def _e5_main(args: argparse.Namespace) -> int:
     raise UserError(f"--align_steps={args.align_steps} must be >= 0 (0: no XLM-Align continuation).")
   if args.so_steps < 0:
     raise UserError(f"--so_steps={args.so_steps} must be >= 0 (0: no SO continuation).")
+  fileio.mark_new_folder(args.model_dir, COMMAND)  # Before its first file: a later --fresh may delete it.
   return e5_demo(args.model_dir, args.align_steps, so_steps=args.so_steps, max_pairs=args.max_pairs)
 
 
@@ -305,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   start = time.time()
   cold = os.path.join(args.model_dir, "cold")
   aligned = os.path.join(args.model_dir, "xlm_align")
+  fileio.mark_new_folder(args.model_dir, COMMAND)  # Before its first file: a later --fresh may delete it.
   print(f"flax_xalign demo 1/3: cold start, MLM + TLM on Greek (SBLGNT) + English (BSB) -> {cold}", flush=True)
   code = _train("experiments/demo.gin", cold, args.steps)
   if code != 0:

@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> dict:
   from flax_xalign.fileio import check_output_folder
   from flax_xalign.interop.export_hf import export_hf
 
+  common.check_outside_run(args.output, args.model_dir)
   check_output_folder(args.output, inputs={"--model_dir": args.model_dir})
   return export_hf(args.model_dir, args.output, layout=args.layout)
 

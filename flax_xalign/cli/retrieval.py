@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> dict:
 
   options = options_of(args).check()  # Bad flags are reported before the run is read.
   if args.output is not None:
+    common.check_outside_run(args.output, args.model_dir)
     fileio.check_output_file(args.output, inputs={"--tsv": args.tsv})
   if args.tsv:
     fileio.check_input_file(args.tsv, setting="--tsv")

@@ -154,8 +154,9 @@ def test_workers_write_the_union_of_the_seqio_shard_streams(tiny_corpus, tmp_pat
   assert outcome.code == 0, outcome.err[-3000:]
   packed = format_lib.open_split(str(tmp_path), "validation")
   assert packed.manifest.order == {"shuffled": False, "epochs": 1, "workers": 2}
-  assert sorted(os.listdir(tmp_path / "validation")) == ["manifest.json", "shard-00000.array_record",
-                                                         "shard-00001.array_record", "vocabulary.model"]
+  assert sorted(os.listdir(tmp_path / "validation")) == [".xalign_written_by.json", "manifest.json",  # (its mark)
+                                                         "shard-00000.array_record", "shard-00001.array_record",
+                                                         "vocabulary.model"]
   names = format_lib.FEATURES
 
   def keys(batch):

@@ -242,6 +242,31 @@ def test_an_unreadable_input_is_refused_by_root_without_file_privileges(name, tm
   assert not os.path.exists(out), f"{name} wrote {out} although it could not read its input"
 
 
+# --- commands that delete or replace a folder (--overwrite, --fresh; issue 39: class 4) ----------------------
+
+# Each removes only a folder its own mark proves it wrote (fileio.write_mark; gpu_bundle's MARKER), never one
+# recognised by the names inside; the test that shows it.
+DELETERS = {
+    "cache": "tests/hardening/test_writers.py::test_overwrite_replaces_only_a_split_this_command_wrote",
+    "gpu_bundle": "tests/cli/test_gpu_bundle.py (check_output: --overwrite only with its MARKER)",
+    "demo": "tests/hardening/test_writers.py::test_demo_fresh_deletes_only_a_folder_the_demo_created",
+    "experiments/align_mlm_grid": "test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder (below)",
+    "experiments/code_switch": "test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder (below)",
+    "experiments/mlm_gc": "test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder (below)",
+}
+
+
+def test_every_command_that_deletes_is_listed_with_its_test():
+  import pathlib
+
+  cli = pathlib.Path(harness.REPO) / "flax_xalign" / "cli"
+  flags = ('"--overwrite"', '"--fresh"')
+  deleting = {name for name in commands() if any(f in (cli / f"{name}.py").read_text(encoding="utf-8") for f in flags)}
+  assert deleting == set(DELETERS), (f"commands with --overwrite or --fresh: {sorted(deleting)}; DELETERS lists "
+                                     f"{sorted(DELETERS)}: give a new one a mark and a test that an unmarked folder "
+                                     "is refused")
+
+
 # --- the experiment drivers' folder (experiments/harness.py; align_mlm_grid above runs it end to end) --------
 
 
@@ -249,16 +274,28 @@ def test_a_driver_writes_into_and_fresh_deletes_only_its_own_folder(tmp_path):
   from flax_xalign.cli.experiments import harness as driver
   from flax_xalign.errors import UserError
 
+  from flax_xalign import fileio
+
   args = type("Args", (), {})()
   ours = tmp_path / "ours"
+  driver.Results(str(ours), args)  # Created by the driver: marked.
   (ours / "bible" / "mlm" / "checkpoints" / "2").mkdir(parents=True)
   (ours / "bible" / "dictionary.tsv").write_text("a\tb\n")
-  (ours / "results.json").write_text('{"rows": []}')
   (ours / "rsim_bible.png").write_bytes(b"png")
   (ours / "gold").mkdir()
   (ours / "gold" / "de-en.provisional.txt").write_text("a b\n")
   driver.Results(str(ours), args, fresh=True)
-  assert os.listdir(ours) == ["results.json"]  # The driver's mark, written first.
+  assert sorted(os.listdir(ours)) == [fileio.MARK, "results.json"]  # The driver's mark, written first.
+  unmarked = tmp_path / "unmarked"  # What a driver leaves looks like, but not made by one (or by an older one).
+  shutil.copytree(ours, unmarked)
+  os.remove(unmarked / fileio.MARK)
+  (unmarked / "bible").mkdir()
+  (unmarked / "bible" / "data.tsv").write_text("mine\n")
+  before = harness.tree_digest(unmarked)
+  with pytest.raises(UserError, match="holds no mark of an experiment driver"):
+    driver.Results(str(unmarked), args, fresh=True)
+  assert harness.tree_digest(unmarked) == before
+  driver.Results(str(unmarked), args)  # Without --fresh it is written into, as before marks.
   (ours / "synthetic").mkdir()  # A setting's data before its first run: the folder is still the driver's.
   (ours / "synthetic" / "corpus.txt").write_text("a b\n")
   driver.Results(str(ours), args)
@@ -311,3 +348,33 @@ def test_an_input_that_is_a_folder_is_one_error(entry, flags, tmp_path, capfd):
   """The unreadable-input case that root meets too (chmod 000 does not stop root)."""
   outcome = harness.run_main(capfd, entry, [f.format(tmp=tmp_path) for f in flags])
   harness.assert_user_error(outcome, "is a folder")
+
+
+# --- never into the run a command reads (issue 39: class 4) -------------------------------------------------
+
+# Commands that read a MODEL_DIR and write elsewhere: (entry, flags for (run, input file, output)).
+RUN_READERS = {
+    "align": ("align", lambda run, inp, out: ["--model_dir", run, "--input", inp, "--output", out]),
+    "bli": ("bli", lambda run, inp, out: ["--model_dir", run, "--src=grc", "--tgt=en", "--gold", inp,
+                                          "--output", out]),
+    "retrieval": ("retrieval", lambda run, inp, out: ["--model_dir", run, "--tsv", inp, "--output", out]),
+    "export_hf": ("export_hf", lambda run, inp, out: ["--model_dir", run, "--output", out, "--layout=bert"]),
+    "trim": ("trim", lambda run, inp, out: ["--model_dir", run, "--task=tiny_en", "--output", out]),
+}
+
+
+@pytest.mark.parametrize("name", list(RUN_READERS))
+@pytest.mark.parametrize("target", ["config.gin", "eval.json", "checkpoints/9"])
+def test_an_output_in_the_run_it_reads_is_refused(name, target, tmp_path, capfd):
+  entry, argv = RUN_READERS[name]
+  run = tmp_path / "run"
+  (run / "checkpoints" / "2").mkdir(parents=True)
+  (run / "checkpoints" / "2" / "state").write_text("weights\n")
+  (run / "config.gin").write_text("# the run's settings\n")
+  (run / "metrics.jsonl").write_text('{"step": 2}\n')
+  inp = tmp_path / "input.txt"
+  _tsv(str(inp))
+  before = harness.tree_digest(run)
+  out = str(run / target)
+  outcome = harness.run_main(capfd, entry, argv(str(run), str(inp), out))
+  harness.assert_user_error(outcome, "of the run --model_dir", model_dir=run, before=before)

@@ -140,6 +140,7 @@ def pos_transfer(run: Any, *, finetune_steps: int, cache: dict) -> dict[str, Any
 
 
 RESULT_FILES = ("results.json", "results.md")
+DRIVER = "an experiment driver"  # The mark (fileio.write_mark) of a --model_dir a driver created: --fresh needs it.
 DRIVER_DIR = "a driver's output (results.json, results.md, plots and folders of flax_xalign runs)"
 
 
@@ -150,7 +151,9 @@ def is_driver_dir(folder: str) -> bool:
   written into or deleted (`--fresh`)."""
   from flax_xalign.run_dir import is_run_dir
 
-  names = os.listdir(folder)
+  from flax_xalign.fileio import MARK
+
+  names = [name for name in os.listdir(folder) if name != MARK]
   marked = RESULT_FILES[0] in names
   for name in names:
     path = os.path.join(folder, name)
@@ -166,15 +169,16 @@ def prepare_driver_dir(model_dir: str, *, fresh: bool) -> None:
   """--model_dir checked before any work (new, empty or a driver's: `is_driver_dir`); --fresh empties it only
   when it also holds a driver's results.json (a folder of the user's runs alone is not deleted)."""
   from flax_xalign.errors import UserError
-  from flax_xalign.fileio import check_output_folder, makedirs
+  from flax_xalign.fileio import check_marked_by, check_output_folder, mark_new_folder
 
   check_output_folder(model_dir, setting="--model_dir", owned=is_driver_dir, what=DRIVER_DIR)
   if fresh and os.path.isdir(model_dir) and os.listdir(model_dir):
     if not os.path.isfile(os.path.join(model_dir, RESULT_FILES[0])):
       raise UserError(f"--fresh would delete --model_dir {model_dir}, which holds runs but no driver's "
                       f"{RESULT_FILES[0]}; remove it yourself if it is a driver's, or choose a new folder.")
+    check_marked_by(model_dir, DRIVER)  # A results.json is a name; the mark proves a driver made the folder.
     shutil.rmtree(model_dir)
-  makedirs(model_dir, setting="--model_dir")
+  mark_new_folder(model_dir, DRIVER)
   results = os.path.join(model_dir, RESULT_FILES[0])
   if not os.path.exists(results):  # The mark of a driver's folder, before its first run.
     from flax_xalign.fileio import write_atomically

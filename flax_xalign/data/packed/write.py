@@ -5,8 +5,17 @@ called by `xalign cache`), so the cache holds exactly what the
 trainer would have been fed; seqio stays the one registry. The split is
 written into a temporary folder next to its target and renamed into place
 once every shard is closed and hashed: an interrupted write leaves no
-half-cache that could be trained on (only a `.<split>.tmp-*` folder, removed
-on the next write).
+half-cache that could be trained on.
+
+Writers cannot hurt each other or the user: a split is written under its lock
+(`split_lock`, `OUTPUT/.<split>.lock`), so a second writer of the same split
+is refused in one line while the first goes on; every folder a writer makes
+carries its mark (`fileio.write_mark`: the command, its pid and host, the
+files it wrote), so only temporaries whose writer is dead are cleaned up, and
+`--overwrite` replaces only a split the mark shows `xalign cache` wrote and
+that holds nothing else. A Ctrl-C is held while a finished split is renamed
+into place (`fileio.interrupts_held`): the split is either the old one or the
+new one, never neither.
 """
 
 from __future__ import annotations
@@ -16,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -25,6 +33,7 @@ from typing import Any, TextIO
 from array_record.python import array_record_module
 
 import flax_xalign
+from flax_xalign import fileio
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
@@ -32,6 +41,7 @@ from flax_xalign.errors import no_space_error
 from flax_xalign.fileio import check_output_folder, write_atomically
 
 SHARD_BYTES = 256 << 20  # ~256 MiB per shard: few files, and several per process on large caches.
+COMMAND = "xalign cache"  # The writer a split's mark names (fileio.write_mark).
 
 
 def split_info(*, task: str, split: str, length: int, pack: bool, pair_layout: str, both_directions: bool,
@@ -53,21 +63,45 @@ def split_info(*, task: str, split: str, length: int, pack: bool, pair_layout: s
 
 
 def check_output(root: str, split: str, *, overwrite: bool) -> str:
-  """The split's folder; refuses an existing one unless `overwrite` (nothing written yet)."""
+  """The split's folder; refuses an existing one unless `overwrite` and this command wrote it (nothing written)."""
   target = format_lib.split_dir(root, split)
-  if os.path.exists(target) and not overwrite:
+  if os.path.lexists(target) and not overwrite:
     raise UserError(f"{target} already exists; choose another --output, remove it, or add --overwrite to "
                     "replace it.")
   if os.path.exists(root) and not os.path.isdir(root):
     raise UserError(f"--output={root} is a file, not a folder; name a folder for the cache.")
   check_output_folder(root, owned=_is_cache, what="a packed cache (<split>/manifest.json per entry)")
+  if os.path.lexists(target):
+    if os.path.islink(target) or not os.path.isdir(target):
+      raise UserError(f"{target} is not a folder written by {COMMAND}, so --overwrite will not replace it; "
+                      "remove it yourself or choose another --output.")
+    fileio.check_own_folder(target, COMMAND)
   return target
 
 
 def _is_cache(root: str) -> bool:
-  """Whether every entry of `root` is a split of a packed cache, or a killed write's temporary folder."""
-  return all(format_lib.has_split(root, name) or (name.startswith(".") and ".tmp-" in name)
-             for name in os.listdir(root))
+  """Whether every entry of `root` is a split of a packed cache, or a writer's lock or temporary folder."""
+  return all(format_lib.has_split(root, name) or _is_writers(root, name) for name in os.listdir(root))
+
+
+def _is_writers(root: str, name: str) -> bool:
+  """Whether `root/name` is a split writer's lock file, a folder one of them marked, or an empty temporary."""
+  path = os.path.join(root, name)
+  if name.startswith(".") and name.endswith(".lock"):
+    return os.path.isfile(path)
+  if name.startswith(".") and (".tmp-" in name or ".old-" in name) and os.path.isdir(path) and not os.listdir(path):
+    return True
+  return name.startswith(".") and (fileio.read_mark(path) or {}).get("command") == COMMAND
+
+
+@contextlib.contextmanager
+def split_lock(output: str, split: str) -> Iterator[None]:
+  """Holds the lock of `output`'s split `split` (a second writer of it is refused in one line); re-entrant.
+
+  Writers of different splits of one cache may run side by side.
+  """
+  with fileio.output_lock(output, name=f".{split}.lock"):
+    yield
 
 
 def layout_of(info: format_lib.Manifest) -> tuple[tuple[tuple[str, str], ...], dict[str, int]]:
@@ -78,14 +112,48 @@ def layout_of(info: format_lib.Manifest) -> tuple[tuple[tuple[str, str], ...], d
 
 
 def stage(output: str, split: str) -> str:
-  """A fresh temporary folder for `split` next to its target (stale ones of killed writes are removed)."""
+  """A fresh temporary folder for `split` next to its target, marked as this writer's (hold `split_lock`).
+
+  Clean up after killed writers first (`clean_up_after_dead_writers`).
+  """
   os.makedirs(output, exist_ok=True)
-  for stale in os.listdir(output):
-    if stale.startswith(f".{split}.tmp-"):
-      shutil.rmtree(os.path.join(output, stale), ignore_errors=True)
   tmp = os.path.join(output, f".{split}.tmp-{os.getpid()}")
   os.makedirs(tmp)
+  fileio.write_mark(tmp, COMMAND)
   return tmp
+
+
+def clean_up_after_dead_writers(output: str, split: str) -> None:
+  """Removes what dead writers of `split` left (their mark says so), holding `split_lock`.
+
+  A writer killed while replacing a split (--overwrite) between its two
+  renames left the old split at `.<split>.old-<pid>` and none at `<split>`:
+  that one is put back. An empty folder of those names (a writer killed
+  before its mark, or at the end of a removal) goes too. Folders without this
+  command's mark, or of a writer still running, are left alone.
+  """
+  target = format_lib.split_dir(output, split)
+  for name in sorted(os.listdir(output)):
+    path = os.path.join(output, name)
+    if not name.startswith((f".{split}.tmp-", f".{split}.old-")) or not os.path.isdir(path):
+      continue
+    if not os.listdir(path):
+      with contextlib.suppress(OSError):
+        os.rmdir(path)
+    elif not _left_by_dead_writer(path):
+      continue
+    elif name.startswith(f".{split}.old-") and not os.path.lexists(target) and format_lib.has_split(output, name):
+      os.rename(path, target)
+    else:
+      with fileio.interrupts_held(deliver=False):
+        fileio.remove_marked_folder(path)
+
+
+def _left_by_dead_writer(path: str) -> bool:
+  """Whether `path` (`.<split>.tmp-<pid>` or `.old-<pid>`) holds this command's mark and its writer <pid> is dead."""
+  pid = path.rsplit("-", 1)[-1]
+  return ((fileio.read_mark(path) or {}).get("command") == COMMAND and pid.isdigit() and int(pid) != os.getpid()
+          and not fileio.pid_is_alive(int(pid)))
 
 
 def write_rows(rows: Iterable[Mapping[str, Any]], directory: str, info: format_lib.Manifest, *, prefix: str,
@@ -100,26 +168,31 @@ def write_rows(rows: Iterable[Mapping[str, Any]], directory: str, info: format_l
   dtype = format_lib.record_dtype(features, info.length)
   per_shard = max(1, shard_bytes // dtype.itemsize)
   parts, writer, in_shard, count = [], None, 0, 0
-  for row in rows:
-    if max_rows is not None and count >= max_rows:
-      break
-    if writer is None:
-      name = f"{prefix}-{len(parts):05d}.array_record"
-      writer = array_record_module.ArrayRecordWriter(os.path.join(directory, name), "group_size:1")
-    try:
-      writer.write(format_lib.encode(row, dtype, bounds))
-    except ValueError as e:
-      raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
-                      "task's vocabulary or languages disagree with its rows.") from None
-    count, in_shard = count + 1, in_shard + 1
-    if in_shard == per_shard:
-      writer.close()
-      parts.append((name, in_shard))
-      writer, in_shard = None, 0
-    if progress is not None:
-      progress(count)
-  if writer is not None:
-    writer.close()
+  try:
+    for row in rows:
+      if max_rows is not None and count >= max_rows:
+        break
+      if writer is None:
+        name = f"{prefix}-{len(parts):05d}.array_record"
+        writer = array_record_module.ArrayRecordWriter(os.path.join(directory, name), "group_size:1")
+      try:
+        writer.write(format_lib.encode(row, dtype, bounds))
+      except ValueError as e:
+        raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
+                        "task's vocabulary or languages disagree with its rows.") from None
+      count, in_shard = count + 1, in_shard + 1
+      if in_shard == per_shard:
+        writer, open_writer = None, writer
+        open_writer.close()
+        parts.append((name, in_shard))
+        in_shard = 0
+      if progress is not None:
+        progress(count)
+  finally:
+    if writer is not None:  # Closed here also when the write stops (a Ctrl-C): no native writer outlives it.
+      with fileio.interrupts_held(deliver=False):
+        writer.close()
+  if in_shard:
     parts.append((name, in_shard))
   return parts
 
@@ -143,29 +216,31 @@ def commit(tmp: str, info: format_lib.Manifest, parts: Sequence[tuple[str, int]]
   manifest = dataclasses.replace(info, examples=count, shards=tuple(shards),
                                  writer=flax_xalign.__version__)
   write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
-  _move_into_place(tmp, target)
+  fileio.write_mark(tmp, COMMAND, [*(s.file for s in shards), info.vocabulary.file, format_lib.MANIFEST])
+  with fileio.interrupts_held():  # (a Ctrl-C here is delivered once the split is in place)
+    _move_into_place(tmp, target)
   return manifest
 
 
 @contextlib.contextmanager
 def staged(output: str, split: str, *, overwrite: bool) -> Iterator[tuple[str, str]]:
-  """(temporary folder, target) of a split's write; the folder is removed when the write fails.
+  """(temporary folder, target) of a split's write, under the split's lock; the folder is removed when it fails.
 
   A full disk becomes one UserError.
   """
-  target = check_output(output, split, overwrite=overwrite)
-  tmp = stage(output, split)
-  try:
-    yield tmp, target
-  except OSError as e:
-    shutil.rmtree(tmp, ignore_errors=True)
-    error = no_space_error(e, tmp)
-    if error is None:
-      raise
-    raise error from e
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+  with split_lock(output, split):
+    clean_up_after_dead_writers(output, split)
+    target = check_output(output, split, overwrite=overwrite)  # (again: under the lock, a restored split seen)
+    tmp = stage(output, split)
+    try:
+      yield tmp, target
+    except BaseException as e:
+      with fileio.interrupts_held(deliver=False):
+        fileio.remove_marked_folder(tmp)
+      error = no_space_error(e, tmp) if isinstance(e, OSError) else None
+      if error is None:
+        raise
+      raise error from e
 
 
 def report(manifest: format_lib.Manifest, target: str, seconds: float, log: TextIO | None = None) -> None:
@@ -208,11 +283,15 @@ def write_split(rows: Iterable[Mapping[str, Any]], info: format_lib.Manifest, *,
 
 
 def _move_into_place(tmp: str, target: str) -> None:
-  """Renames the finished split into place; an old one (--overwrite) is moved aside first, then removed."""
+  """Renames the finished split into place; an old one (--overwrite) is moved aside first, then removed.
+
+  Call with interrupts held: between the renames the split is only at `.<split>.old-<pid>`
+  (`clean_up_after_dead_writers` puts it back after a kill).
+  """
   old = None
-  if os.path.exists(target):
-    old = f"{target}.old-{os.getpid()}"
+  if os.path.lexists(target):
+    old = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.old-{os.getpid()}")
     os.rename(target, old)
   os.rename(tmp, target)
   if old:
-    shutil.rmtree(old, ignore_errors=True)
+    fileio.remove_marked_folder(old)  # (its mark is check_output's proof that this command wrote it)
