@@ -359,8 +359,13 @@ def write_mark(folder: str | os.PathLike, command: str, files: Iterable[str] = (
   killed writer's leftovers from a live one's) and again with the full list
   when the folder is complete.
   """
+  write_atomically(os.path.join(folder, MARK), mark_text(command, files))
+
+
+def mark_text(command: str, files: Iterable[str] = ()) -> str:
+  """What `write_mark` writes (for a writer that puts files through another file system, e.g. Beam's)."""
   mark = {"command": command, "files": sorted(files), "pid": os.getpid(), "host": socket.gethostname()}
-  write_atomically(os.path.join(folder, MARK), json.dumps(mark, indent=1) + "\n")
+  return json.dumps(mark, indent=1) + "\n"
 
 
 def read_mark(folder: str | os.PathLike) -> dict | None:

@@ -200,7 +200,9 @@ def commit_remote(unused_element: Any, files: list, *, spec: Mapping[str, Any], 
   """
   del unused_element
   import flax_xalign
+  from flax_xalign import fileio
   from flax_xalign.data.packed import format as format_lib
+  from flax_xalign.data.packed import write
 
   filesystems = beam.io.filesystems.FileSystems
   files = ordered_parts(files)
@@ -217,6 +219,9 @@ def commit_remote(unused_element: Any, files: list, *, spec: Mapping[str, Any], 
                  for name, (_, _, _, rows, size, sha256) in zip(names, files))
   manifest = dataclasses.replace(info, examples=sum(s.examples for s in shards), shards=shards,
                                  writer=flax_xalign.__version__)
+  # The writer's mark before the manifest (the commit point), as `write.commit` leaves it on a local disk.
+  _put(filesystems.join(target, fileio.MARK),
+       fileio.mark_text(write.COMMAND, [*names, info.vocabulary.file, format_lib.MANIFEST]).encode())
   _put(filesystems.join(target, format_lib.MANIFEST), (json.dumps(manifest.to_json(), indent=1) + "\n").encode())
   remove_quietly(spec["tmp"])
   return target

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from flax_xalign import fileio
 from flax_xalign.cli import cache_beam
 from flax_xalign.cli import cache_beam_pipeline
 from flax_xalign.data.packed import format as format_lib
@@ -91,6 +92,9 @@ def test_parallel_shards_are_the_seqio_shard_streams(beam, tiny_corpus, tmp_path
   assert manifest["order"] == {"shuffled": True, "examples": 61, "workers": 2} and manifest["examples"] == 61
   assert [s["examples"] for s in manifest["shards"]] == [31, 30]
   assert sorted(os.listdir(out)) == ["train"] and sorted(os.listdir(out / "train")) == [
+      ".xalign_written_by.json", "manifest.json", "shard-00000.array_record", "shard-00001.array_record",
+      "vocabulary.model"]
+  assert fileio.read_mark(out / "train")["files"] == [
       "manifest.json", "shard-00000.array_record", "shard-00001.array_record", "vocabulary.model"]
 
 
@@ -183,8 +187,12 @@ def test_a_remote_output_commits_the_one_process_writers_split(remote_root, tiny
   got = remote_root / "cache"
   assert sorted(os.listdir(got)) == ["train"]  # The staging prefix is gone.
   assert _manifest(got) == _manifest(tmp_path / "local")
-  for name in os.listdir(tmp_path / "local" / "train"):
-    assert (got / "train" / name).read_bytes() == (tmp_path / "local" / "train" / name).read_bytes(), name
+  names = sorted(os.listdir(tmp_path / "local" / "train"))
+  assert sorted(os.listdir(got / "train")) == names
+  for name in names:
+    if name != fileio.MARK:  # The mark names the writer's process and host; its files must agree.
+      assert (got / "train" / name).read_bytes() == (tmp_path / "local" / "train" / name).read_bytes(), name
+  assert fileio.read_mark(got / "train")["files"] == fileio.read_mark(tmp_path / "local" / "train")["files"]
   capsys.readouterr()
   assert cache_beam.main([*flags, "--output=cachebeamfake://cache", "--num_shards=1"]) == 2
   assert "already exists" in capsys.readouterr().err
