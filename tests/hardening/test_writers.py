@@ -201,7 +201,17 @@ def test_the_lock_is_refused_while_another_open_file_holds_it_and_removed_after(
   assert not (tmp_path / "out").exists()  # The lock made the folder; nothing else was written there.
 
 
-def test_a_ctrl_c_inside_interrupts_held_comes_at_its_end():
+@pytest.fixture
+def python_sigint():
+  """SIGINT handled as an interactive Python handles it (KeyboardInterrupt). A process started in the background
+  (CI's `nohup ... &`, and so its pytest workers) inherits SIGINT ignored, which the block must keep."""
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_inside_interrupts_held_comes_at_its_end(python_sigint):
+  del python_sigint
   reached, handler = [], signal.getsignal(signal.SIGINT)
   with pytest.raises(KeyboardInterrupt):
     with fileio.interrupts_held():
@@ -212,6 +222,17 @@ def test_a_ctrl_c_inside_interrupts_held_comes_at_its_end():
   with fileio.interrupts_held(deliver=False):
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.01)
+
+
+def test_an_ignored_ctrl_c_stays_ignored_through_interrupts_held():
+  before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    with fileio.interrupts_held():
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.01)
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, before)
 
 
 # --- Ctrl-C at random moments of a real write (a child process per run) --------------------------------
