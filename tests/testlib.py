@@ -138,3 +138,15 @@ def read_only_folder(folder):
   if mounted.returncode != 0:
     return None
   return lambda: subprocess.run(["umount", os.fspath(folder)], check=True)
+
+
+def load_bench(filename: str):
+  """The module bench/`filename` (bench/ is scripts, not a package), loaded afresh."""
+  import importlib.util
+  import pathlib
+
+  path = pathlib.Path(__file__).resolve().parents[1] / "bench" / filename
+  spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module

@@ -1,22 +1,18 @@
 """Smoke test of bench/cache_read.py in-process on a small synthetic cache (rates are not checked, only that
 every measurement is there, the synthetic cache is deleted, and the H100 rate is the hand-computed one)."""
 
-import importlib.util
 import json
 import os
-import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests import testlib
+
 
 
 @pytest.fixture(scope="module")
 def bench():
-  spec = importlib.util.spec_from_file_location("cache_read_bench", REPO / "bench" / "cache_read.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return testlib.load_bench("cache_read.py")
 
 
 def test_quick_run_measures_both_modes_deletes_its_cache_and_ends_with_the_json(bench, tmp_path, capsys):

@@ -1,21 +1,17 @@
 """Smoke test of bench/input_pipeline.py in-process on the tiny mixture (rates are not checked, only that both
 sides deliver the loop's batches and the summary is consistent)."""
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests import testlib
+
 
 
 @pytest.fixture(scope="module")
 def bench():
-  spec = importlib.util.spec_from_file_location("input_pipeline_bench", REPO / "bench" / "input_pipeline.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return testlib.load_bench("input_pipeline.py")
 
 
 def test_quick_run_ends_with_the_json_summary(bench, tiny_corpus, tmp_path, capsys):

@@ -1,26 +1,21 @@
 """Smoke test of bench/word_alignment.py on a tiny checkpoint: the table and the JSON contract."""
 
-import importlib.util
 import json
-import pathlib
 import sys
 
 import pytest
 
 from flax_xalign.evaluation.word_alignment import statistical
+from tests import testlib
 from tests.evaluation.test_word_align import init_model, write_checkpoint
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 KEYS = ("ours_aer", "eflomal_aer", "diagonal_aer", "ratio", "simalign_aer", "speed", "rows", "pairs", "split",
         "eflomal", "simalign")
 OURS = ["argmax", "itermax", "match", "sinkhorn"]
 
 
 def load_bench():
-  spec = importlib.util.spec_from_file_location("bench_word_alignment", REPO / "bench" / "word_alignment.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return testlib.load_bench("word_alignment.py")
 
 
 @pytest.fixture(scope="module")
