@@ -34,6 +34,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser, UserError
@@ -161,20 +162,34 @@ def _import_libraries(*, gin: bool) -> None:
     from flax_xalign.cli import compile_check, configurables  # noqa: F401
 
 
-def _write(args: argparse.Namespace) -> None:
-  from flax_xalign.assets import vocabulary as vocabulary_asset
-  from flax_xalign.data.packed import write
+def resolve(args: argparse.Namespace) -> Any:
+  """The task's seqio source, its split checked; fills gin's settings and the defaults into `args`."""
   from flax_xalign.training.seqio_source import SeqioSource
 
   if args.gin is not None:
     _fill_from_gin(args)
   args.length, args.seed = args.length or 512, args.seed or 0
   args.pair_layout, args.both_directions = args.pair_layout or "restart", bool(args.both_directions)
-  languages = [l for l in args.languages.split(",") if l] if args.languages else None
-  data = SeqioSource.resolve(args.task, languages=languages)  # A cache holds the seqio pipeline's rows.
+  data = SeqioSource.resolve(args.task, languages=_languages(args))  # A cache holds the seqio pipeline's rows.
   if not data.has_split(args.split):
     raise UserError(f"task {args.task!r} has no {args.split!r} split (or a task of the mixture lacks it); "
                     "name one it has with --split.")
+  return data
+
+
+def _languages(args: argparse.Namespace) -> list[str] | None:
+  return [l for l in args.languages.split(",") if l] if args.languages else None
+
+
+def plan(args: argparse.Namespace, data: Any, *, workers: int, how: str = "",
+         parts: str | None = None) -> tuple[Any, dict[str, Any]]:
+  """(the split's manifest before its rows, the spec `cache_workers` writes shard i of) of `resolve`d `args`.
+
+  `workers` seqio shards (1: the one-process stream); `how` and `parts` go into the progress line.
+  """
+  from flax_xalign.cli import cache_workers
+  from flax_xalign.data.packed import write
+
   train = args.split == "train"
   epochs = None if args.examples else (args.epochs or 1)
   if data.is_mixture and epochs is not None and train:
@@ -182,25 +197,34 @@ def _write(args: argparse.Namespace) -> None:
           "the endless stream); --examples=N writes N rows sampled at the mixture's rates", flush=True)
   order = ({"shuffled": train, "examples": args.examples} if args.examples else
            {"shuffled": train, "epochs": epochs})
-  if args.workers > 1:
-    order["workers"] = args.workers
+  if workers > 1:
+    order["workers"] = workers  # `xalign cache --workers=N` and `cache_beam --num_shards=N` write the same rows.
   links = task_has_links(data.definitions) if args.links is None else args.links
   info = write.split_info(
       task=args.task, split=args.split, length=args.length, pack=not args.no_pack, pair_layout=args.pair_layout,
       both_directions=args.both_directions, languages=data.languages, language_pairs=data.language_pairs,
       vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=args.seed, order=order, links=links)
-  print(f"caching {args.task}/{args.split}: rows of {args.length} tokens, languages {list(data.languages)}, "
+  print(f"caching {args.task}/{args.split}{how}: rows of {args.length} tokens, languages {list(data.languages)}, "
         + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)")
         + (", with word links (link_groups)" if links else "")
-        + (f", {args.workers} workers" if args.workers > 1 else ""), flush=True)
-  vocabulary_bytes = vocabulary_asset.model_bytes(data.vocabulary)
-  from flax_xalign.cli import cache_workers
-
-  spec = dict(task=args.task, definitions=data.definitions, languages=languages, split=args.split,
+        + (f", {parts}" if parts else ""), flush=True)
+  spec = dict(task=args.task, definitions=data.definitions, languages=_languages(args), split=args.split,
               length=args.length, seed=args.seed, shuffle=train, pack=not args.no_pack, epochs=epochs,
-              pair_layout=args.pair_layout, both_directions=args.both_directions, links=links, workers=args.workers,
-              max_rows=cache_workers.split_rows(args.examples, args.workers), shard_bytes=args.shard_mb << 20,
+              pair_layout=args.pair_layout, both_directions=args.both_directions, links=links, workers=workers,
+              max_rows=cache_workers.split_rows(args.examples, workers), shard_bytes=args.shard_mb << 20,
               info=info)
+  return info, spec
+
+
+def _write(args: argparse.Namespace) -> None:
+  from flax_xalign.assets import vocabulary as vocabulary_asset
+  from flax_xalign.cli import cache_workers
+  from flax_xalign.data.packed import write
+
+  data = resolve(args)
+  info, spec = plan(args, data, workers=args.workers,
+                    parts=f"{args.workers} workers" if args.workers > 1 else None)
+  vocabulary_bytes = vocabulary_asset.model_bytes(data.vocabulary)
   if args.workers == 1:
     write.write_split(cache_workers.shard_rows(data, spec, 0), info, output=args.output,
                       vocabulary_bytes=vocabulary_bytes, max_rows=args.examples, shard_bytes=spec["shard_bytes"],

@@ -101,39 +101,12 @@ def plan(args: argparse.Namespace) -> tuple[dict[str, Any], bytes]:
   """(the workers' spec, as `xalign cache --workers` builds it, the vocabulary file's bytes) of the flags."""
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.cli import cache as cache_cli
-  from flax_xalign.cli import cache_workers
-  from flax_xalign.data.packed import write
-  from flax_xalign.training.seqio_source import SeqioSource
 
-  if args.gin is not None:
-    cache_cli._fill_from_gin(args)  # pylint: disable=protected-access -- the same gin reading as `xalign cache`.
-  length, seed = args.length or 512, args.seed or 0
-  pair_layout, both_directions = args.pair_layout or "restart", bool(args.both_directions)
-  languages = [l for l in args.languages.split(",") if l] if args.languages else None
-  data = SeqioSource.resolve(args.task, languages=languages)
-  if not data.has_split(args.split):
-    raise UserError(f"task {args.task!r} has no {args.split!r} split (or a task of the mixture lacks it); "
-                    "name one it has with --split.")
+  data = cache_cli.resolve(args)
   if data.definitions is None:
     raise UserError(f"task {args.task!r} was registered by code Beam's workers cannot run again (no task "
                     "definitions recorded); register it from a gin file or a module.")
-  train, epochs = args.split == "train", None if args.examples else (args.epochs or 1)
-  order = {"shuffled": train, **({"examples": args.examples} if args.examples else {"epochs": epochs})}
-  if args.num_shards > 1:
-    order["workers"] = args.num_shards  # As `xalign cache --workers=N` records it: the same rows.
-  links = cache_cli.task_has_links(data.definitions) if args.links is None else args.links
-  info = write.split_info(
-      task=args.task, split=args.split, length=length, pack=not args.no_pack, pair_layout=pair_layout,
-      both_directions=both_directions, languages=data.languages, language_pairs=data.language_pairs,
-      vocabulary=data.vocabulary_spec, task_definitions=data.definitions, seed=seed, order=order, links=links)
-  print(f"caching {args.task}/{args.split} with Beam: rows of {length} tokens, languages {list(data.languages)}, "
-        + (f"{args.examples:,} rows" if args.examples else f"{epochs} epoch(s)")
-        + (", with word links (link_groups)" if links else "") + f", {args.num_shards} shard(s)", flush=True)
-  spec = dict(task=args.task, definitions=data.definitions, languages=languages, split=args.split, length=length,
-              seed=seed, shuffle=train, pack=not args.no_pack, epochs=epochs, pair_layout=pair_layout,
-              both_directions=both_directions, links=links, workers=args.num_shards,
-              max_rows=cache_workers.split_rows(args.examples, args.num_shards), shard_bytes=args.shard_mb << 20,
-              info=info)
+  _, spec = cache_cli.plan(args, data, workers=args.num_shards, how=" with Beam", parts=f"{args.num_shards} shard(s)")
   return spec, vocabulary_asset.model_bytes(data.vocabulary)
 
 
