@@ -150,6 +150,11 @@ class Manifest:
   writer: str = ""
 
   @property
+  def bounds(self) -> dict[str, int]:
+    """Each feature's exclusive value bound for these rows (`feature_bounds` of the vocabulary, languages, length)."""
+    return feature_bounds(vocab_size=self.vocabulary.size, num_languages=len(self.languages), length=self.length)
+
+  @property
   def links(self) -> bool:
     """Whether the rows carry the tasks' word links (`link_groups`, `xalign cache --links`)."""
     return any(name == LINK_FEATURE for name, _ in self.features)
@@ -381,7 +386,7 @@ def _check_records(packed: PackedSplit) -> None:
   """Each shard's record count, and a seeded sample of its records: byte size and each feature's bounds."""
   m = packed.manifest
   dtype = record_dtype(m.features, m.length)
-  bounds = feature_bounds(vocab_size=m.vocabulary.size, num_languages=len(m.languages), length=m.length)
+  bounds = m.bounds
   for index, (shard, path) in enumerate(zip(m.shards, packed.paths)):
     try:
       reader = array_record_module.ArrayRecordReader(path, "readahead_buffer_size:0")

@@ -106,9 +106,7 @@ def split_lock(output: str, split: str) -> Iterator[None]:
 
 def layout_of(info: format_lib.Manifest) -> tuple[tuple[tuple[str, str], ...], dict[str, int]]:
   """(features with their dtypes, each feature's value bound) of the rows `info` describes."""
-  bounds = format_lib.feature_bounds(vocab_size=info.vocabulary.size, num_languages=len(info.languages),
-                                     length=info.length)
-  return info.features, bounds
+  return info.features, info.bounds
 
 
 def stage(output: str, split: str) -> str:
