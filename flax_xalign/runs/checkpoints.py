@@ -66,9 +66,7 @@ def check_params_readable(checkpoint_dir: str, step: int) -> None:
   directory = checkpoints_lib.checkpoints_dir(checkpoint_dir)
   step_dir = directory / str(step)
   state = checkpoints_lib.STATE
-  for part in (state, f"{state}/_METADATA"):
-    if not (step_dir / part).exists():
-      raise DamagedCheckpointError(step_dir, f"{part}{'/' if part == state else ''} is missing")
+  _check_state_files(step_dir)
   try:
     with checkpoints_lib.open_reader(directory, state=ocp.PyTreeCheckpointHandler()) as manager:
       metadata = manager.item_metadata(step)[state]
@@ -87,6 +85,13 @@ def check_params_readable(checkpoint_dir: str, step: int) -> None:
       raise DamagedCheckpointError(step_dir, f"{state}/ is truncated or partly deleted: {read.group(1)} reading "
                                              f"{read.group(2).split('/')[0]}") from None
     raise checkpoints_lib.damage_of(step_dir, state, e) from None
+
+
+def _check_state_files(step_dir: epath.Path) -> None:
+  """DamagedCheckpointError when the step's `state/` or its `_METADATA` is missing."""
+  for part in ("", "_METADATA"):
+    if not (step_dir / checkpoints_lib.STATE / part).exists():
+      raise DamagedCheckpointError(step_dir, f"{checkpoints_lib.STATE}/{part} is missing")
 
 
 # "OUT_OF_RANGE: Error reading "params.x.kernel/0.0" in OCDBT database at ...": status and array name.
@@ -130,16 +135,6 @@ def newest_complete_step(model_dir: str) -> tuple[int | None, list[DamagedCheckp
   return checkpoints_lib.newest_readable_step(model_dir, check=_check_once)
 
 
-def damaged_warning(model_dir: str, damaged: list[DamagedCheckpointError], step: int) -> str:
-  """The one warning line a reader prints for the damaged steps newer than the `step` it reads."""
-  if len(damaged) == 1:
-    what = f"checkpoint step {damaged[0].step} of {model_dir} is damaged ({damaged[0].what})"
-  else:
-    what = (f"checkpoint steps {', '.join(str(e.step) for e in damaged)} of {model_dir} are damaged ("
-            + "; ".join(f"step {e.step}: {e.what}" for e in damaged) + ")")
-  return f"warning: {what}; reading step {step}, the newest complete one"
-
-
 def check_requested_step(model_dir: str, step: int) -> None:
   """One-line UserError when an explicitly requested `step` is not there or its manifest or `state/` is
   missing (never a silent fallback). Its parameters are not read here: `Run.params` says so in the same
@@ -151,10 +146,7 @@ def check_requested_step(model_dir: str, step: int) -> None:
                     "ask for one of them, or leave the step out for the newest complete one.")
   try:
     read_checkpoint_meta(model_dir, step=step)
-    state = directory / str(step) / checkpoints_lib.STATE
-    for part in ("", "_METADATA"):
-      if not (state / part).exists():
-        raise DamagedCheckpointError(directory / str(step), f"{checkpoints_lib.STATE}/{part} is missing")
+    _check_state_files(directory / str(step))
   except DamagedCheckpointError as e:
     raise requested_step_damaged(model_dir, e) from None
 

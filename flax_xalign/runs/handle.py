@@ -32,17 +32,6 @@ from flax_xalign.run_spec import RunSpec
 from flax_xalign.runs import checkpoints as run_checkpoints
 
 
-_WARNED: set[str] = set()  # Damaged steps warned about by this process: a run opened again says nothing new.
-
-
-def _warn_once(key: str, line: str) -> None:
-  import sys
-
-  if key not in _WARNED:
-    _WARNED.add(key)
-    print(line, file=sys.stderr, flush=True)
-
-
 def _no_checkpoint(run_dir: RunDir) -> str:
   """Why a folder without a finished checkpoint cannot be read, told apart: not a run at all, or not trained yet."""
   from flax_xalign.run_dir import is_run_dir
@@ -93,11 +82,10 @@ class Run:
     if latest is None:
       raise UserError(_no_checkpoint(run_dir))
     if step is None:
+      from flax_xalign.training.run_reader import warn_damaged_once
+
       step, damaged = run_checkpoints.newest_complete_step(run_dir.path)
-      if damaged:
-        # Keyed by the steps, not the text: which array fails first differs between reads.
-        _warn_once(f"{os.path.abspath(run_dir.path)}:{[e.step for e in damaged]}:{step}",
-                   run_checkpoints.damaged_warning(run_dir.path, damaged, step))
+      warn_damaged_once(run_dir.path, damaged, step)
     else:
       run_checkpoints.check_requested_step(run_dir.path, int(step))
     step = int(step)

@@ -12,13 +12,32 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any
 
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.training import checkpoints as checkpoints_lib
 
+# (run, damaged steps, step read) a reader of this process has warned about: a run opened again (a driver
+# scoring two things, a warm start and an induced dictionary reading one source) says nothing new.
+_READER_WARNED: set[tuple[str, tuple[int, ...], int]] = set()
 
-_WARNED: set[tuple[str, tuple[int, ...], int]] = set()  # (source, damaged steps, step read) warned about.
+
+def warn_damaged_once(model_dir: str, damaged: list[checkpoints_lib.DamagedCheckpointError], step: int) -> None:
+  """A reader's one warning line for the damaged steps newer than the `step` it reads, once per process.
+
+  Keyed by the steps, not the text: which array fails first differs between reads. Readers move nothing.
+  """
+  key = (os.path.abspath(model_dir), tuple(e.step for e in damaged), int(step))
+  if not damaged or key in _READER_WARNED:
+    return
+  _READER_WARNED.add(key)
+  if len(damaged) == 1:
+    what = f"checkpoint step {damaged[0].step} of {model_dir} is damaged ({damaged[0].what})"
+  else:
+    what = (f"checkpoint steps {', '.join(str(e.step) for e in damaged)} of {model_dir} are damaged ("
+            + "; ".join(f"step {e.step}: {e.what}" for e in damaged) + ")")
+  print(f"warning: {what}; reading step {step}, the newest complete one", file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,17 +62,10 @@ class SourceRun:
     one warning line and passed over; nothing is moved. Whether its
     parameters read back is checked when they are read (`params`).
     """
-    import sys
-
     model_dir = str(checkpoints_lib.checkpoints_dir(path).parent)  # `path` may be MODEL_DIR/checkpoints.
     step, damaged = checkpoints_lib.newest_readable_step(model_dir)
     step, meta = checkpoints_lib.read_checkpoint_meta(path, step=step)  # step None: its "no checkpoint" error.
-    key = (os.path.abspath(model_dir), tuple(e.step for e in damaged), step)
-    if damaged and key not in _WARNED:  # A warm start and an induced dictionary read the same source.
-      _WARNED.add(key)
-      print(f"warning: checkpoint step(s) {', '.join(str(e.step) for e in damaged)} of {path} damaged ("
-            + "; ".join(e.what for e in damaged) + f"); reading step {step}, the newest complete one",
-            file=sys.stderr, flush=True)
+    warn_damaged_once(model_dir, damaged, step)
     return cls(path=path, step=step, spec=run_spec_lib.from_meta(meta, where=path))
 
   def params(self) -> Any:
