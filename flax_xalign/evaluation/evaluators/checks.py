@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax_xalign import fileio
 from flax_xalign.errors import UserError
 
 LAYER_OPTIONS = ("layer", "layers")
@@ -117,12 +118,7 @@ def check_files(entry: str, options: Mapping[str, Any], files: Sequence[str], *,
       continue
     if not isinstance(value, (str, os.PathLike)):
       raise UserError(f"{_where(entry, key, setting)} must be a file path, got {value!r}.")
-    path = os.path.expanduser(os.fspath(value))
-    if not os.path.isfile(path):
-      what = "a folder" if os.path.isdir(path) else "not there"
-      raise UserError(f"{_where(entry, key, setting)}: {value} is {what}; give the path of an existing file.")
-    if not os.access(path, os.R_OK):
-      raise UserError(f"{_where(entry, key, setting)}: cannot read {value} (permission denied).")
+    fileio.check_input_file(os.path.expanduser(os.fspath(value)), setting=_where(entry, key, setting))
 
 
 def check_names(entry: str, key: str, value: Any, known: Sequence[str], *, setting: str) -> None:
