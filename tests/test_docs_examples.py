@@ -29,7 +29,10 @@ with a `__main__` block); no removed `python -m flax_xalign.<module>` spelling i
 their #anchors at headings; each guide (docs/*.md) starts with a runnable block.
 
 Tiers: `test_runnable_blocks` starts Pythons, so it is `subprocess` (tests/tiers.py: `contract` is
-in-process), ~4-5 min on 2 loaded cores; `test_runnable_blocks_that_train` is `slow`.
+in-process), ~4-5 min on 2 loaded cores; `test_runnable_blocks_that_train` is `slow`. Each runnable block
+runs in one tier: a page with slow blocks runs up to its last slow block in the slow tier, the cheap
+blocks before it included (a slow block may read what they wrote), and its cheap blocks after it in the
+subprocess tier (`_page_part`).
 """
 
 from __future__ import annotations
@@ -256,15 +259,30 @@ def _files_with(tier: str) -> list[str]:
   return files
 
 
-def _run_file(rel: str, tiers: tuple[str, ...], tmp_path: pathlib.Path, extra_env: dict[str, str]) -> None:
+def _page_part(blocks: list[Block], tier: str) -> list[Block]:
+  """The runnable blocks of one page that `tier` runs, in order; each runnable block in exactly one tier.
+
+  The slow tier runs a page with slow blocks up to its last slow block, its cheap blocks before it
+  included (a slow block may read what they wrote); the subprocess tier runs the cheap blocks after it
+  (all of a page's cheap blocks when it has no slow block). Such a cheap block cannot read what a block
+  before that last slow block writes.
+  """
+  runnable = [b for b in blocks if b.mark == "runnable"]
+  last_slow = max((i for i, b in enumerate(runnable) if b.tier == "slow"), default=-1)
+  return runnable[:last_slow + 1] if tier == "slow" else runnable[last_slow + 1:]
+
+
+def _pages_with(tier: str) -> list[str]:
+  return [_rel(path) for path in markdown_files() if _page_part(parse_blocks(path), tier)]
+
+
+def _run_file(rel: str, tier: str, tmp_path: pathlib.Path, extra_env: dict[str, str]) -> None:
   for name in LINKED:
     os.symlink(REPO / name, tmp_path / name)
   env = dict(os.environ)
   env.update(REPO=str(REPO), PY=sys.executable, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p), **extra_env)
-  for block in parse_blocks(REPO / rel):
-    if block.mark != "runnable" or block.tier not in tiers:
-      continue
+  for block in _page_part(parse_blocks(REPO / rel), tier):
     script = "set -euo pipefail\n" + PRELUDE + block.text + "\n"
     try:
       proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -275,11 +293,24 @@ def _run_file(rel: str, tiers: tuple[str, ...], tmp_path: pathlib.Path, extra_en
                                   f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}")
 
 
+def test_each_runnable_block_runs_in_one_tier():
+  """`_page_part` splits each page's runnable blocks between the two tiers: every block once, in page order."""
+  blocks = [Block("p.md", n, "bash", "runnable", tier, "", "") for n, tier in
+            enumerate(["subprocess", "slow", "subprocess", "slow", "subprocess", "subprocess"])]
+  assert [b.line for b in _page_part(blocks, "slow")] == [0, 1, 2, 3]
+  assert [b.line for b in _page_part(blocks, "subprocess")] == [4, 5]
+  cheap = [b for b in blocks if b.tier == "subprocess"]
+  assert _page_part(cheap, "subprocess") == cheap and _page_part(cheap, "slow") == []
+  for path in markdown_files():
+    page = [b for b in parse_blocks(path) if b.mark == "runnable"]
+    assert _page_part(page, "slow") + _page_part(page, "subprocess") == page, _rel(path)
+
+
 @pytest.mark.subprocess
-@pytest.mark.parametrize("rel", _files_with("subprocess"))
+@pytest.mark.parametrize("rel", _pages_with("subprocess"))
 def test_runnable_blocks(rel, tmp_path):
-  """The cheap blocks of one page (`<!-- runnable -->`), in order."""
-  _run_file(rel, ("subprocess",), tmp_path, {})
+  """The cheap blocks of one page (`<!-- runnable -->`) that the slow tier does not run (`_page_part`), in order."""
+  _run_file(rel, "subprocess", tmp_path, {})
 
 
 # The method guides' slow pages run from tests/test_docs_method_examples.py: xdist's --dist loadfile keeps a
@@ -293,8 +324,8 @@ def slow_pages(*, methods: bool) -> list[str]:
 
 
 def run_slow_page(rel: str, tmp_path: pathlib.Path, bible_data_dir) -> None:
-  """Every runnable block of one page, cheap and slow, in order (a slow block may use a cheap one's output)."""
-  _run_file(rel, ("subprocess", "slow"), tmp_path, {"FLAX_XALIGN_DATA_DIR": str(bible_data_dir)})
+  """The runnable blocks of one page up to its last slow block, cheap ones included (`_page_part`), in order."""
+  _run_file(rel, "slow", tmp_path, {"FLAX_XALIGN_DATA_DIR": str(bible_data_dir)})
 
 
 def test_every_slow_page_runs_in_one_of_the_two_files():
