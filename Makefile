@@ -48,8 +48,10 @@ PYTEST_RC_FILE ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 # --dist loadfile keeps a test file on one worker, so module-scoped fixtures
-# (trained vocabularies, compiled steps) are built once per file.
-XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+# (trained vocabularies, compiled steps) are built once per file; the files are
+# handed out longest first (tests/scheduling.py orders them; xdist's own
+# reordering by number of tests is off).
+XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 .PHONY: help demo test test-contract test-subprocess test-slow install-t5x test-t5x test-all test-aot debian-data bench lint install install-bench clean distclean install-beam test-beam
 

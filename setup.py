@@ -124,7 +124,7 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     "test": [
         "pytest>=8",
-        "pytest-xdist>=3.5",
+        "pytest-xdist>=3.8",  # --no-loadscope-reorder (tests/scheduling.py)
         # Slow references for the Sinkhorn kernel (POT's ot.sinkhorn).
         "pot>=0.9.4",
         # Executing notebooks/evaluate.ipynb in tests/test_notebook.py.
