@@ -251,14 +251,6 @@ def test_relative_links_resolve():
 # --- subprocess and slow tiers: running the blocks -----------------------------------------------
 
 
-def _files_with(tier: str) -> list[str]:
-  files = []
-  for path in markdown_files():
-    if any(b.mark == "runnable" and b.tier == tier for b in parse_blocks(path)):
-      files.append(_rel(path))
-  return files
-
-
 def _page_part(blocks: list[Block], tier: str) -> list[Block]:
   """The runnable blocks of one page that `tier` runs, in order; each runnable block in exactly one tier.
 
@@ -273,6 +265,7 @@ def _page_part(blocks: list[Block], tier: str) -> list[Block]:
 
 
 def _pages_with(tier: str) -> list[str]:
+  """The pages with runnable blocks that `tier` runs (for the slow tier: the pages with a slow block)."""
   return [_rel(path) for path in markdown_files() if _page_part(parse_blocks(path), tier)]
 
 
@@ -320,7 +313,7 @@ METHOD_GUIDES = ("docs/xlm_align.md", "docs/align_mlm.md", "docs/code_switch.md"
 
 
 def slow_pages(*, methods: bool) -> list[str]:
-  return [rel for rel in _files_with("slow") if (rel in METHOD_GUIDES) == methods]
+  return [rel for rel in _pages_with("slow") if (rel in METHOD_GUIDES) == methods]
 
 
 def run_slow_page(rel: str, tmp_path: pathlib.Path, bible_data_dir) -> None:
@@ -329,7 +322,7 @@ def run_slow_page(rel: str, tmp_path: pathlib.Path, bible_data_dir) -> None:
 
 
 def test_every_slow_page_runs_in_one_of_the_two_files():
-  assert sorted(slow_pages(methods=True) + slow_pages(methods=False)) == sorted(_files_with("slow"))
+  assert sorted(slow_pages(methods=True) + slow_pages(methods=False)) == sorted(_pages_with("slow"))
   assert set(METHOD_GUIDES) <= {_rel(path) for path in markdown_files()}
 
 

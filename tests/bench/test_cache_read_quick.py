@@ -9,7 +9,6 @@ import pytest
 from tests import testlib
 
 
-
 @pytest.fixture(scope="module")
 def bench():
   return testlib.load_bench("cache_read.py")

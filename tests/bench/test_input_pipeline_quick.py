@@ -8,7 +8,6 @@ import pytest
 from tests import testlib
 
 
-
 @pytest.fixture(scope="module")
 def bench():
   return testlib.load_bench("input_pipeline.py")

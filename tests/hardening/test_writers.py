@@ -254,13 +254,17 @@ def _leftovers(out) -> list[str]:
   return found
 
 
+def _cache_flags(gin_file, out) -> list[str]:
+  """The loop's `xalign cache` flags: ROWS rows of the run `gin_file` into `out`."""
+  return [f"--gin_file={gin_file}", f"--output={out}", f"--examples={ROWS}"]
+
+
 def _start_cache(gin_file, out, tmp_path):
   """`xalign cache` of the run `gin_file` into `out`, in a child with SIGINT as a terminal gives it (a shell starts
   background jobs, CI's included, with SIGINT ignored); its stdout and stderr go to tmp_path/std{out,err}."""
   with open(tmp_path / "stdout", "wb") as stdout, open(tmp_path / "stderr", "wb") as stderr:
-    return subprocess.Popen([sys.executable, "-m", "flax_xalign.cli.cache", f"--gin_file={gin_file}",
-                             f"--output={out}", f"--examples={ROWS}"], cwd=harness.REPO, env=harness.child_env(),
-                            stdout=stdout, stderr=stderr,
+    return subprocess.Popen([sys.executable, "-m", "flax_xalign.cli.cache", *_cache_flags(gin_file, out)],
+                            cwd=harness.REPO, env=harness.child_env(), stdout=stdout, stderr=stderr,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -319,18 +323,19 @@ class _Forked:
   def __init__(self, server: _ForkedWriters, pid: int):
     self._server, self.pid, self.returncode = server, pid, None
 
-  def poll(self):
+  def _collect(self, timeout: float):
+    """Its exit status once the server's exit line came (within `timeout`), else None."""
     if self.returncode is None:
-      code = self._server._answer("exit", timeout=0)  # pylint: disable=protected-access
+      code = self._server._answer("exit", timeout=timeout)  # pylint: disable=protected-access
       self.returncode = None if code is None else int(code)
     return self.returncode
 
+  def poll(self):
+    return self._collect(0)
+
   def wait(self, timeout):
-    if self.returncode is None:
-      code = self._server._answer("exit", timeout=timeout)  # pylint: disable=protected-access
-      if code is None:
-        raise subprocess.TimeoutExpired("forked xalign cache", timeout)
-      self.returncode = int(code)
+    if self._collect(timeout) is None:
+      raise subprocess.TimeoutExpired("forked xalign cache", timeout)
     return self.returncode
 
   def send_signal(self, sig) -> None:
@@ -361,7 +366,7 @@ def test_ctrl_c_at_random_moments_of_a_write_is_one_line_130_and_no_half_split(t
   writing = time.monotonic() - start  # From the staging folder to the exit.
   rng, outcomes, problems = random.Random(39), [], []
   forked = _ForkedWriters(tmp_path)
-  proc = forked.start([f"--gin_file={gin_file}", f"--output={tmp_path / 'forked'}", f"--examples={ROWS}"], tmp_path)
+  proc = forked.start(_cache_flags(gin_file, tmp_path / "forked"), tmp_path)
   assert proc.wait(300) == 0, (tmp_path / "stderr").read_text()[-2000:]  # A forked child writes the same split.
   assert format_lib.open_split(str(tmp_path / "forked"), "train").manifest == \
       format_lib.open_split(str(tmp_path / "whole"), "train").manifest
@@ -372,7 +377,7 @@ def test_ctrl_c_at_random_moments_of_a_write_is_one_line_130_and_no_half_split(t
       proc = _start_cache(gin_file, out, tmp_path)
       moment = "start", rng.uniform(STARTED, max(STARTED, before_write))
     else:
-      proc = forked.start([f"--gin_file={gin_file}", f"--output={out}", f"--examples={ROWS}"], tmp_path)
+      proc = forked.start(_cache_flags(gin_file, out), tmp_path)
       _wait_for_staging(proc, out)
       moment = "write", rng.uniform(0.0, 1.2 * writing)
     time.sleep(moment[1])
