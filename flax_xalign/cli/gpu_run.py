@@ -93,9 +93,16 @@ def _python() -> list[str]:
   return [sys.executable]
 
 
-def _env(bundle_dir: str) -> dict[str, str]:
+def _env(bundle_dir: str, memory_fraction: float | None = None) -> dict[str, str]:
+  """The children's environment; `memory_fraction`: the card's share each child may grow to (unless the
+  user set XLA_PYTHON_CLIENT_MEM_FRACTION). Without a cap, ten processes that each keep their peak ran an
+  H200 out of memory (8 of 14 rows lost in the first science run)."""
   env = dict(os.environ)
   env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  if memory_fraction is not None:
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{memory_fraction:.3f}")
+  # Every row's scoring is a fresh process compiling the same shapes: cache them all, not only the slow ones.
+  env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   return env
 
 
@@ -270,6 +277,10 @@ def start_weights(bundle_dir: str, bundle: Mapping[str, Any], work: str) -> str:
 
 
 SMOKE_BINDINGS = ("BATCH_SIZE = 2",)
+SCORE_SHARE = 0.3  # of the budget kept after the last training deadline for the last rows' scoring
+WARMUP_SPEEDUP = 3.0
+TRAIN_MEMORY, SCORE_MEMORY = 0.7, 0.2  # of the card: all trainers together, all scorers together
+MIN_TRAIN_S = 30.0  # a row started after its family's deadline still trains this long (it saves at SIGTERM)
 
 
 def run_order(specs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -289,6 +300,10 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   from flax_xalign.cli.experiments import gpu_grids
   from flax_xalign.fileio import check_output_folder
 
+  # This process only reads the card's name and imports the start weights: XLA's default would reserve 75%
+  # of the card here at the first jax call, before any row starts (the first science run's out-of-memory).
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
   # --out: new, empty or an earlier results folder (results.json is replaced), never in the bundle it reads.
   out = check_output_folder(out, setting="--out", inputs={"bundle": bundle_dir},
                             owned=lambda f: set(os.listdir(f)) <= {RESULTS_FILE, FAILED_LOGS, "rsim.png"},
@@ -296,11 +311,20 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   bundle = read_bundle(bundle_dir)
   grid = gpu_grids.grid_named(bundle["grid"])
   work = os.path.abspath(work or bundle["work"])
+  earlier = os.path.join(work, "runs")
+  if os.path.isdir(earlier) and os.listdir(earlier):  # Its rows would resume from them, not train.
+    raise UserError(f"the work folder {work} holds the runs of an earlier gpu_run ({earlier}); its rows would "
+                    f"resume from them instead of training. Remove {earlier} (nothing else is read from it) "
+                    "or choose another --work.")
   budget = float(budget_s if budget_s is not None else bundle["budget_s"])
   clock = Clock(budget)
   os.makedirs(out, exist_ok=True)
   os.makedirs(os.path.join(work, "logs"), exist_ok=True)
-  env = _env(bundle_dir)
+  # The card is split between `parallel` trainers and `score_slots` scorers (the start row's included).
+  score_slots = max(1, parallel // 2)
+  env = _env(bundle_dir, TRAIN_MEMORY / parallel)
+  score_env = _env(bundle_dir, SCORE_MEMORY / score_slots)
+  scoring = threading.Semaphore(score_slots)
   results: dict[str, Any] = {"grid": grid.name, "bundle": {k: bundle[k] for k in ("created", "bytes", "parts")},
                              "card": _card(), "budget_s": budget, "parallel": parallel,
                              "alignment_peers": bundle.get("alignment_peers"), "rows": []}
@@ -314,8 +338,12 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   # The start row is scored while the warm-up trains.
   start_row = Experiment({"name": "start", "family": "start", "objective": "start", "start": "start"}, work=work)
   start_row.model_dir = start_dir
-  start_thread = threading.Thread(target=start_row.score, args=(bundle_dir, grid.metrics()),
-                                  kwargs={"log": log("start"), "env": env})
+  start_row.row.update(steps_planned=0, steps_done=0, tokens_seen=0, train_s=0.0, stopped_early=False)
+  def score_start() -> None:
+    with scoring:
+      start_row.score(bundle_dir, grid.metrics(), log=log("start"), env=score_env)
+
+  start_thread = threading.Thread(target=score_start)
   if smoke:
     start_row.row.update(score_s=0.0, scores={"smoke": "not scored"})
   else:
@@ -338,15 +366,15 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
                   score_s=0.0, scores={"note": "not scored: the encoder is e5's (frozen), the start row scores it"})
   clock.line(f"warm-up: {warm.row['steps_done']} steps in {warm.row['train_s']} s, "
              f"{rates.get('steps_per_s', 0):.2f} steps/s")
-  if not smoke:
-    start_thread.join()
-
+  # The start row is not waited for: its scoring compiles every evaluation shape cold (239 s on an H200 in
+  # the first science run, where planning after it left the rows no time), and it goes on beside the rows.
   remaining = budget - clock.elapsed()
-  score_reserve = max(0.15 * budget, 2.0 * start_row.row.get("score_s", 0.0) * len(grid.experiments) / parallel)
-  plan = gpu_grids.plan_steps(grid, warmup_steps_per_s=max(rates.get("steps_per_s", 0.0), 1e-6),
+  score_reserve = SCORE_SHARE * budget
+  # The warm-up trains the head alone (no backward pass through the encoder): a full step costs about
+  # WARMUP_SPEEDUP of its steps (forward + backward ~ 3 forwards).
+  plan = gpu_grids.plan_steps(grid, warmup_steps_per_s=max(rates.get("steps_per_s", 0.0), 1e-6) / WARMUP_SPEEDUP,
                               train_budget_s=max(remaining - score_reserve, 1.0) * parallel, safety=0.8)
-  results["calibration"] = {"warmup_steps_per_s": rates.get("steps_per_s"), "score_reserve_s": score_reserve,
-                            "start_score_s": start_row.row.get("score_s")}
+  results["calibration"] = {"warmup_steps_per_s": rates.get("steps_per_s"), "score_reserve_s": score_reserve}
   if smoke:
     plan = {name: {**p, "steps": 1, "capped": "smoke"} for name, p in plan.items()}
   results["plan"] = plan
@@ -373,9 +401,11 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
       init = start_dir if spec["start"] == "start" else os.path.join(work, "runs", spec["start"])
       copy_assets(bundle_dir, spec, row.model_dir)
       clock.line(f"{row.name}: training {steps} steps", done=done_work[0], total=total_work)
+      # A row late in the queue still gets MIN_TRAIN_S: SIGTERM before the trainer's first save loses the row.
+      deadline = max(family_deadline[spec["family"]], time.monotonic() + MIN_TRAIN_S)
       code = row.train(train_argv(bundle_dir, bundle, spec, model_dir=row.model_dir, init_dir=init,
                                   start_dir=start_dir, steps=steps, extra=extra),
-                       deadline=family_deadline[spec["family"]], log=log(row.name), env=env)
+                       deadline=deadline, log=log(row.name), env=env)
       reached = _last_step(row.model_dir)
       rate = measured_rates(row.model_dir)
       row.row.update(steps_planned=steps, steps_done=reached,
@@ -394,23 +424,32 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
       if smoke:
         row.row.update(score_s=0.0, scores={"smoke": "not scored"})
         continue
-      code = row.score(bundle_dir, spec.get("metrics", ()), log=log(row.name), env=env)
-      if code != 0 or "scores" not in row.row:
-        row.row["scores"] = {"error": f"scoring failed (exit {code}: {_tail(log(row.name))})"}
-      clock.line(f"{row.name}: scored in {row.row['score_s']} s" + ("" if code == 0 else f" FAILED (exit {code})"))
+      # Scored beside the next rows' training: the training slots stay full, so the rows of a family train
+      # back to back and reach the same planned steps.
+      scorers.append(threading.Thread(target=score_row, args=(row,)))
+      scorers[-1].start()
 
+  def score_row(row: Experiment) -> None:
+    with scoring:
+      code = row.score(bundle_dir, row.spec.get("metrics", ()), log=log(row.name), env=score_env)
+    if code != 0 or "scores" not in row.row:
+      row.row["scores"] = {"error": f"scoring failed (exit {code}: {_tail(log(row.name))})"}
+    clock.line(f"{row.name}: scored in {row.row['score_s']} s" + ("" if code == 0 else f" FAILED (exit {code})"))
+    with lock:  # A call cut short still brings back every row scored so far.
+      write_results(results, [start_row, warm, *rows], out, clock, partial=True)
+
+  scorers: list[threading.Thread] = []
   threads = [threading.Thread(target=worker) for _ in range(max(1, parallel))]
   for t in threads:
     t.start()
   for t in threads:
     t.join()
+  for t in list(scorers):
+    t.join()
 
-  start_row.row.update(steps_planned=0, steps_done=0, tokens_seen=0, train_s=0.0, stopped_early=False)
-  results["rows"] = [start_row.row, warm.row, *[r.row for r in rows]]
-  results["wall_s"] = round(clock.elapsed(), 1)
-  path = os.path.join(out, RESULTS_FILE)
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(results, f, indent=1, sort_keys=True)
+  if not smoke:
+    start_thread.join()
+  path = write_results(results, [start_row, warm, *rows], out, clock)
   failed = [r["name"] for r in results["rows"] if (r.get("scores") or {}).get("error")]
   if failed:  # One file (a device call brings back few): the end of each failed row's log.
     with open(os.path.join(out, FAILED_LOGS), "w", encoding="utf-8") as f:
@@ -419,6 +458,21 @@ def run_grid(bundle_dir: str, *, out: str, budget_s: float | None, parallel: int
   _plot(results, os.path.join(out, "rsim.png"))
   clock.line(f"results: {path} ({len(results['rows'])} rows, {results['wall_s']} s)")
   return results
+
+
+def write_results(results: dict[str, Any], rows: Sequence["Experiment"], out: str, clock: "Clock", *,
+                  partial: bool = False) -> str:
+  """OUT/results.json, replaced whole (write_atomically); `partial`: rows still training or scoring are left
+  out and the file says so."""
+  from flax_xalign.fileio import write_atomically
+
+  kept = [r.row for r in rows if not partial or "scores" in r.row]
+  results["rows"] = kept
+  results["partial"] = partial
+  results["wall_s"] = round(clock.elapsed(), 1)
+  path = os.path.join(out, RESULTS_FILE)
+  write_atomically(path, json.dumps(results, indent=1, sort_keys=True))
+  return path
 
 
 def _card() -> dict[str, Any]:

@@ -43,6 +43,17 @@ def disk_full(error: BaseException | None) -> bool:
   return False
 
 
+def out_of_memory(error: BaseException | None) -> bool:
+  """Whether `error` or one it was raised from is XLA's out-of-memory (also wrapped by Orbax or TensorStore)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if "RESOURCE_EXHAUSTED" in str(error) or "Out of memory while trying to allocate" in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 class DiskFullLogFilter(logging.Filter):
   """Drops Orbax's logged traceback of a save that failed for lack of space: `Checkpointer` reports it, once."""
 

@@ -52,6 +52,7 @@ from flax_xalign.training import data_positions
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
+from flax_xalign.training.checkpoint_noise import out_of_memory as _out_of_memory
 from flax_xalign.training.data_positions import SEQIO_POSITION, DataPosition
 
 STATE, META, ASSETS = "state", "meta", "assets"
@@ -225,9 +226,16 @@ def check_meta_step(step_dir: epath.Path, meta: Mapping[str, Any]) -> None:
                                            f"name it {int(recorded)} again")
 
 
-def damage_of(step_dir: epath.Path, item: str, error: BaseException) -> DamagedCheckpointError:
+def damage_of(step_dir: epath.Path, item: str, error: BaseException) -> UserError:
+  """What a failed read of `item` means: missing or unreadable (DamagedCheckpointError: an older step may be
+  asked for), or an accelerator out of memory while restoring, which says nothing about the files (seen on
+  a GPU shared by ten processes: every step would have been "damaged")."""
   if not (step_dir / item).exists():
     return DamagedCheckpointError(step_dir, f"{item}/ is missing")
+  if _out_of_memory(error):
+    return UserError(f"out of accelerator memory restoring {step_dir}/{item} ({_first_line(error)}); the "
+                     "checkpoint is not damaged. Free the accelerator (other processes on it hold memory; "
+                     "XLA_PYTHON_CLIENT_MEM_FRACTION caps each one) and rerun.")
   return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {_first_line(error)}")
 
 

@@ -175,3 +175,15 @@ def test_rows_start_seed_zero_first_and_the_smallest_families_first():
   assert order[0] == "so_links" and order[1:4] == ["xlm_align_self", "xlm_align_links", "xlm_align_union"]
   assert order[4:9] == [f"debian_{o}_s0" for o in ("mlm", "tcs", "scs", "scs_vocab", "gc")]
   assert order[9:] == [f"debian_{o}_s1" for o in ("mlm", "tcs", "scs", "scs_vocab", "gc")]
+
+
+def test_the_host_shares_the_card_out_unless_the_user_did(monkeypatch):
+  """The first H200 run lost 8 of 16 rows to children that each kept their peak beside a driver holding 75%."""
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+  monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+  env = gpu_run._env("bundle", gpu_run.TRAIN_MEMORY / 5)
+  assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.140" and env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+  assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in gpu_run._env("bundle")
+  assert gpu_run.TRAIN_MEMORY + gpu_run.SCORE_MEMORY <= 0.9  # Room for CUDA contexts and the driver.
+  monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+  assert gpu_run._env("bundle", 0.1)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"

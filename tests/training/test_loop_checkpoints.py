@@ -125,3 +125,26 @@ def test_a_new_data_iterator_resumes_the_model_only(four_steps, tmp_path, capsys
   assert rows[5]["counter"] == 2
   np.testing.assert_allclose(rows[5]["loss"], float(quadratic(w4, first, np.int32(2))), rtol=1e-5)
   assert not np.isclose(rows[5]["loss"], float(quadratic(w4, fifth, np.int32(2))), rtol=1e-3)
+
+
+def test_out_of_memory_while_restoring_is_not_damage_and_moves_nothing(four_steps, tmp_path, monkeypatch):
+  """A GPU shared by many processes ran out of memory restoring a sound step (the first science run on an
+  H200): that must not be called damage, which would move a good step to checkpoints_damaged/."""
+  import orbax.checkpoint as ocp
+
+  model_dir = _copy(four_steps, tmp_path)
+  before = testlib.tree_snapshot(model_dir)
+
+  def restore(self, step, *args, **kwargs):  # What Orbax raised there: TensorStore's wrapper of XLA's error.
+    try:
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 48.60MiB with allocator "
+                         "GPU_0_bfc on device 0.")
+    except RuntimeError as e:
+      raise ValueError("Encountered error while reading array index: (slice(0, 12, 1),)") from e
+
+  monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+  with pytest.raises(UserError, match=r"out of accelerator memory restoring .*checkpoints/4/\w+ .*"
+                                      r"the checkpoint is not damaged") as caught:
+    _train(model_dir, steps=6)
+  assert not isinstance(caught.value, DamagedCheckpointError)
+  assert testlib.tree_snapshot(model_dir) == before
