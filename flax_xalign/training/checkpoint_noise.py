@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+import time
 from typing import Any
 
 from flax_xalign.errors import NO_SPACE_ERRNOS
@@ -52,6 +54,28 @@ def out_of_memory(error: BaseException | None) -> bool:
       return True
     error = error.__cause__ or error.__context__
   return False
+
+
+def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limit_s: float = 20.0) -> None:
+  """Removes `directory`'s temporary folder of step `step`, whose save failed.
+
+  The first write to fail raises while TensorStore's other writes of the same save may still be running,
+  creating files and folders as they go: a single rmtree left the folder behind in CI. So it is removed
+  until it has stayed absent for `settle_s` (at most `limit_s`)."""
+  prefix = f"{step}.orbax-checkpoint-tmp"
+  deadline, absent_since = time.monotonic() + limit_s, None
+  while time.monotonic() < deadline:
+    found = [name for name in os.listdir(directory) if name.startswith(prefix)]
+    for name in found:
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    now = time.monotonic()
+    if found:
+      absent_since = None
+    elif absent_since is None:
+      absent_since = now
+    elif now - absent_since >= settle_s:
+      return
+    time.sleep(0.05)
 
 
 class DiskFullLogFilter(logging.Filter):

@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 from typing import Any, Callable, Mapping
 
@@ -53,6 +52,7 @@ from flax_xalign.training import data_positions
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
 from flax_xalign.training.checkpoint_noise import out_of_memory as _out_of_memory
+from flax_xalign.training.checkpoint_noise import remove_failed_save as _remove_failed_save
 from flax_xalign.training.data_positions import SEQIO_POSITION, DataPosition
 
 STATE, META, ASSETS = "state", "meta", "assets"
@@ -326,9 +326,7 @@ class Checkpointer:
     """Removes the temporary folder of a save that failed (ours, never a finished step)."""
     if jax.process_index() != 0 or step is None or not self.directory.exists():
       return
-    for path in self.directory.iterdir():
-      if path.name.startswith(f"{step}.orbax-checkpoint-tmp"):
-        shutil.rmtree(os.fspath(path), ignore_errors=True)
+    _remove_failed_save(os.fspath(self.directory), step)
 
   def check_step(self, step: int, items: tuple[str, ...] | None = None) -> None:
     """DamagedCheckpointError when one of `items` (default: state, the data position, meta) is missing."""

@@ -93,3 +93,46 @@ def test_disk_full_log_records_are_dropped_and_others_kept():
   assert not noise_filter.filter(record(full)) and not noise_filter.filter(record(wrapped))
   assert noise_filter.filter(record(OSError(errno.EACCES, os.strerror(errno.EACCES))))
   assert noise_filter.filter(record(None))
+
+
+def test_a_failed_saves_folder_is_removed_even_while_late_writes_recreate_it(tmp_path):
+  """CI left `3.orbax-checkpoint-tmp` behind a full disk: TensorStore's other writes of the failed save were
+  still creating files when it was removed once. Here a writer keeps recreating the folder for 0.4 s."""
+  import os
+  import threading
+  import time
+
+  for finished in ("1", "2"):
+    (tmp_path / finished).mkdir()
+    (tmp_path / finished / "state").write_text(finished)
+  stop = time.monotonic() + 0.4
+
+  def late_writes():
+    n = 0
+    while time.monotonic() < stop:
+      os.makedirs(tmp_path / "3.orbax-checkpoint-tmp-17" / "state", exist_ok=True)
+      try:
+        (tmp_path / "3.orbax-checkpoint-tmp-17" / "state" / f"chunk{n}").write_bytes(b"x")
+      except FileNotFoundError:
+        pass  # Removed between the two calls.
+      n += 1
+      time.sleep(0.01)
+
+  writer = threading.Thread(target=late_writes)
+  writer.start()
+  time.sleep(0.05)
+  checkpoint_noise.remove_failed_save(str(tmp_path), 3, settle_s=0.3)
+  writer.join()
+  assert sorted(os.listdir(tmp_path)) == ["1", "2"]
+  assert [(tmp_path / s / "state").read_text() for s in ("1", "2")] == ["1", "2"]
+
+
+def test_out_of_memory_is_seen_through_orbax_wrapping_and_nothing_else_is():
+  assert checkpoint_noise.out_of_memory(ValueError("Encountered error while reading array index")) is False
+  try:
+    try:
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 11.09GiB")
+    except RuntimeError as e:
+      raise ValueError("Encountered error while reading array index") from e
+  except ValueError as wrapped:
+    assert checkpoint_noise.out_of_memory(wrapped)
