@@ -107,14 +107,6 @@ INSTALL_REQUIRES = [
     # Reading Hugging Face model.safetensors (flax_xalign.interop.hf) without
     # torch; the `interop` extra adds torch and transformers.
     "safetensors>=0.4",
-    # Entity F1 for NER transfer (flax_xalign.evaluation.transfer.transfer_metrics),
-    # conlleval's chunking as the papers report it. An sdist only (pure
-    # Python, built in seconds); it pulls in scikit-learn. Where `wheel` sits
-    # next to a recent setuptools, pip 23.2 takes the legacy `setup.py
-    # egg_info` path, which fails on setuptools-scm 10 ("No module named
-    # 'vcs_versioning'"): `pip install --use-pep517 seqeval` there. A fresh
-    # venv (`make install`) has no `wheel` and builds it through PEP 517.
-    "seqeval==1.2.2",
     # The CoNLL-U parser (flax_xalign.data.sources.readers.read_conllu_sentences);
     # pure Python. Capped at the major version: the readers call
     # conllu.parser's value parsers, which a major release may move.

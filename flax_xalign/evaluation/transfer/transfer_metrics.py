@@ -1,8 +1,9 @@
 """Fine-tuning loss and transfer scores: weighted cross-entropy, macro F1, BIO entity F1.
 
 The loss is a jittable function of arrays; the scores are host-side NumPy /
-Python over gold and predicted labels. Entity F1 is seqeval's (conlleval's
-exact-span chunking), so NER numbers are comparable with the papers'.
+Python over gold and predicted labels. Entity F1 is conlleval's (exact spans,
+its chunking rules, as seqeval's default mode applies them), so NER numbers
+are comparable with the papers'.
 """
 
 from __future__ import annotations
@@ -50,42 +51,64 @@ def macro_f1(gold: np.ndarray, predicted: np.ndarray) -> float:
   return float(np.mean(scores))
 
 
-def bio_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-  """Entity spans `(type, start, end)` (end exclusive) of a BIO tag sequence.
+# conlleval's chunk boundaries, as (previous tag, tag) prefix pairs; a change of entity type ends the
+# previous chunk and starts one as well (see `bio_spans`). "." is conlleval's sentence-boundary tag.
+_ENDS_AFTER = {("E", t) for t in "BIESO."} | {("S", t) for t in "BIESO."} | {
+    (p, t) for p in "BI" for t in "BSO"}
+_STARTS_AT = {(p, t) for p in "BIESO." for t in "BS"} | {(p, t) for p in "ESO" for t in "EI"}
 
-  conlleval's chunking, as seqeval's default (conlleval-compatible) mode reads
-  it: an entity starts at `B-X`, or at `I-X` that does not continue an `X`
-  entity (IOB1); it ends before `O`, `B-`, or a tag of another type.
+
+def _prefix_and_type(tag: str) -> tuple[str, str]:
+  """("B", "PER") for "B-PER"; the type is what follows the first dash ("MISC-X" in "B-MISC-X")."""
+  prefix, _, kind = str(tag).partition("-")
+  return prefix[:1], kind or "_"
+
+
+def bio_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+  """Entity spans `(type, start, end)` (end exclusive) of a BIO (or IOBES) tag sequence.
+
+  conlleval's chunking: an entity starts at `B-X` (or `S-X`), or at `I-X` / `E-X` that does not continue
+  an `X` entity (IOB1 reading); it ends before `O`, `B-`, `S-` or a tag of another type, and after `E-`
+  or `S-`. seqeval's default (conlleval-compatible) mode reads sequences the same way; the tests check
+  hand-worked cases, and this code no longer imports seqeval, whose scikit-learn (which Keras then
+  imports on every TensorFlow import) cost every process that reads a dataset about a second.
   """
-  # Imported here: seqeval pulls in scikit-learn (about a second), which only
-  # NER scoring needs, not every importer of the transfer package.
-  from seqeval.metrics.sequence_labeling import get_entities
-  # seqeval's ends are inclusive.
-  return {(kind, start, end + 1) for kind, start, end in get_entities([str(t) for t in tags])}
+  spans, begin = set(), 0
+  previous, previous_kind = "O", ""
+  for i, tag in enumerate([*tags, "O"]):  # A closing "O" ends an entity that ends the sentence.
+    prefix, kind = _prefix_and_type(tag)
+    type_change = kind != previous_kind
+    if (previous, prefix) in _ENDS_AFTER or (previous not in ("O", ".") and type_change):
+      spans.add((previous_kind, begin, i))
+    if (previous, prefix) in _STARTS_AT or (prefix not in ("O", ".") and type_change):
+      begin = i
+    previous, previous_kind = prefix, kind
+  return spans
 
 
 def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
             ) -> dict[str, float]:
   """Micro entity precision, recall and F1 over sentences of BIO tags (exact spans).
 
-  seqeval's micro scores in its default mode, the conlleval numbers papers
-  report; 0 where a ratio has nothing to divide by (no entity predicted or
-  none in gold).
+  The conlleval numbers papers report (seqeval's micro scores in its default
+  mode); 0 where a ratio has nothing to divide by (no entity predicted or none
+  in gold).
 
   Raises:
     ValueError: `gold` and `predicted` differ in the number of sentences or
       in the length of a sentence.
   """
-  from seqeval.metrics.sequence_labeling import precision_recall_fscore_support
-  # seqeval takes lists of str only; callers pass tuples and NumPy arrays.
-  gold = [[str(t) for t in sentence] for sentence in gold]
-  predicted = [[str(t) for t in sentence] for sentence in predicted]
   if len(gold) != len(predicted):
     raise ValueError(f"span_f1: {len(gold)} gold sentences but {len(predicted)} predicted.")
-  if not gold:  # seqeval refuses an empty corpus; nothing was found, as with no entities.
-    return {"precision": 0.0, "recall": 0.0, "f1": 0.0}
-  precision, recall, f1, _ = precision_recall_fscore_support(
-      gold, predicted, average="micro", zero_division=0)
+  true = found = correct = 0
+  for n, (g, p) in enumerate(zip(gold, predicted)):
+    if len(g) != len(p):
+      raise ValueError(f"span_f1: sentence {n} has {len(g)} gold tags but {len(p)} predicted.")
+    g_spans, p_spans = bio_spans(list(g)), bio_spans(list(p))
+    true, found, correct = true + len(g_spans), found + len(p_spans), correct + len(g_spans & p_spans)
+  precision = correct / found if found else 0.0
+  recall = correct / true if true else 0.0
+  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
   return {"precision": float(precision), "recall": float(recall), "f1": float(f1)}
 
 
