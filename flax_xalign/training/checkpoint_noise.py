@@ -32,28 +32,25 @@ from flax_xalign.errors import NO_SPACE_ERRNOS
 _installed = False
 
 
-def disk_full(error: BaseException | None) -> bool:
-  """Whether `error` or one it was raised from is ENOSPC/EFBIG/EDQUOT (also as text: TF and TensorStore)."""
+def _chain(error: BaseException | None):
+  """`error`, then each exception it was raised from or during (each once: a chain may loop)."""
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
-    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
-      return True
-    if any(os.strerror(code) in str(error) for code in NO_SPACE_ERRNOS):
-      return True
+    yield error
     error = error.__cause__ or error.__context__
-  return False
+
+
+def disk_full(error: BaseException | None) -> bool:
+  """Whether `error` or one it was raised from is ENOSPC/EFBIG/EDQUOT (also as text: TF and TensorStore)."""
+  return any((isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS)
+             or any(os.strerror(code) in str(e) for code in NO_SPACE_ERRNOS) for e in _chain(error))
 
 
 def out_of_memory(error: BaseException | None) -> bool:
   """Whether `error` or one it was raised from is XLA's out-of-memory (also wrapped by Orbax or TensorStore)."""
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if "RESOURCE_EXHAUSTED" in str(error) or "Out of memory while trying to allocate" in str(error):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+  return any("RESOURCE_EXHAUSTED" in str(e) or "Out of memory while trying to allocate" in str(e)
+             for e in _chain(error))
 
 
 def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limit_s: float = 20.0) -> None:

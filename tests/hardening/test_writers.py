@@ -252,16 +252,12 @@ def _leftovers(out) -> list[str]:
   return found
 
 
-def _cache_flags(gin_file, out) -> list[str]:
-  """The loop's `xalign cache` flags: ROWS rows of the run `gin_file` into `out`."""
-  return [f"--gin_file={gin_file}", f"--output={out}", f"--examples={ROWS}"]
-
-
 def _start_cache(gin_file, out, tmp_path):
   """`xalign cache` of the run `gin_file` into `out`, in a child with SIGINT as a terminal gives it (a shell starts
   background jobs, CI's included, with SIGINT ignored); its stdout and stderr go to tmp_path/std{out,err}."""
   with open(tmp_path / "stdout", "wb") as stdout, open(tmp_path / "stderr", "wb") as stderr:
-    return subprocess.Popen([sys.executable, "-m", "flax_xalign.cli.cache", *_cache_flags(gin_file, out)],
+    return subprocess.Popen([sys.executable, "-m", "flax_xalign.cli.cache", f"--gin_file={gin_file}",
+                             f"--output={out}", f"--examples={ROWS}"],
                             cwd=harness.REPO, env=harness.child_env(), stdout=stdout, stderr=stderr,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
