@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs packages into a virtual environment: `pip install ARGS...`, done by uv where it can be.
+#
+# Usage: tools/pip_install.sh PYTHON ARGS...     (PYTHON: the venv's interpreter; ARGS as for pip install)
+#
+# uv installs the same resolution as pip several times faster: a clean `make install` of
+# '.[test,interop,aot]' took 85 s with uv against 155-165 s with pip on the 2-core CI machine (cold
+# caches both, bytecode compiled both). uv is itself installed into the venv from the package index
+# (`pip install uv`, one 18 MB wheel). uv does not read pip's configuration, so the find-links and
+# index URLs pip is configured with and constraint files (pip.conf or PIP_* variables: `pip config list`) are passed to it,
+# and `--index-strategy unsafe-best-match` picks versions across them as pip does (e.g. a local
+# torch `+cpu` wheel over the index's default build). Bytecode is compiled at install, as pip does: a
+# process that may not write .pyc files (PYTHONDONTWRITEBYTECODE) would otherwise compile TensorFlow's
+# modules at every start.
+#
+# INSTALLER=pip uses pip only. If uv cannot be installed, or its install fails, the same install runs
+# with pip, after one NOTICE line saying so (the outcome is pip's).
+set -euo pipefail
+
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 PYTHON ARGS..." >&2
+  exit 2
+fi
+py=$1
+shift
+
+with_pip() { "$py" -m pip install "$@"; }
+
+if [[ "${INSTALLER:-uv}" == pip ]]; then
+  with_pip "$@"
+  exit
+fi
+if ! "$py" -m uv --version >/dev/null 2>&1 && ! "$py" -m pip install -q uv; then
+  echo "NOTICE: uv could not be installed into $py's environment; installing with pip" >&2
+  with_pip "$@"
+  exit
+fi
+
+# pip's configured package sources and constraint files, as uv flags (one value per line: "--find-links\nPATH\n...").
+mapfile -t sources < <("$py" -m pip config list 2>/dev/null | "$py" -c '
+import shlex, sys
+flags = {"find-links": "--find-links", "extra-index-url": "--extra-index-url", "index-url": "--index-url",
+         "constraint": "--constraint"}
+seen = set()
+for line in sys.stdin:
+  key, _, value = line.strip().partition("=")
+  flag = flags.get(key.rpartition(".")[2])
+  if flag:
+    for v in shlex.split(value)[0].split() if value else ():
+      if (flag, v) not in seen:
+        seen.add((flag, v)); print(flag); print(v)
+')
+# pip's `cert` setting is uv's SSL_CERT_FILE.
+cert=$("$py" -m pip config get global.cert 2>/dev/null || true)
+if [[ -z "${SSL_CERT_FILE:-}" && -n "${PIP_CERT:-$cert}" ]]; then
+  export SSL_CERT_FILE="${PIP_CERT:-$cert}"
+fi
+if ! "$py" -m uv pip install --python "$py" --compile-bytecode --index-strategy unsafe-best-match \
+    "${sources[@]}" "$@"; then
+  echo "NOTICE: uv pip install failed (above); installing with pip" >&2
+  with_pip "$@"
+fi
