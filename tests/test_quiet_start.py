@@ -41,13 +41,10 @@ _TF_NOISE = ("absl::InitializeLog", "cudart_stub", "cuInit", "oneDNN", "cpu_feat
 
 @pytest.mark.subprocess
 def test_tensorflow_imported_after_the_set_up_is_quiet_and_sees_no_gpu(tmp_path):
-  # TF's own eager Keras import is skipped (_process._KerasLeftLazy), and tf.keras still loads on first use.
-  code = _SET_UP + ("import sys, tensorflow as tf; print(tf.config.get_visible_devices('GPU'))\n"
-                    "print('keras' in sys.modules, tf.keras.layers.Dense.__module__, 'keras' in sys.modules)")
+  code = _SET_UP + "import tensorflow as tf; print(tf.config.get_visible_devices('GPU'))"
   quiet = subprocess.run([sys.executable, "-c", code], env=_bare_env(tmp_path), capture_output=True, text=True,
                          timeout=300)
-  assert quiet.returncode == 0, quiet.stderr
-  assert quiet.stdout.split("\n")[:2] == ["[]", "False keras.src.layers.core.dense True"], quiet.stdout
+  assert quiet.returncode == 0 and quiet.stdout.strip() == "[]", quiet.stderr
   assert not any(noise in quiet.stderr for noise in _TF_NOISE), quiet.stderr
   # The reference: TF imported on its own prints its start lines here (when this TF build prints any).
   noisy = subprocess.run([sys.executable, "-c", "import tensorflow as tf; tf.config.list_physical_devices()"],

@@ -195,7 +195,7 @@ class _QuietTensorFlowFinder:
     def quiet_exec_module(module):
       if self in sys.meta_path:
         sys.meta_path.remove(self)
-      with _TfStartNoiseDropped(), _KerasLeftLazy():
+      with _TfStartNoiseDropped():
         try:
           exec_module(module)
         finally:
@@ -204,52 +204,6 @@ class _QuietTensorFlowFinder:
 
     loader.exec_module = quiet_exec_module
     return spec
-
-
-class _KerasLeftLazy:
-  """While TensorFlow's `__init__` runs, `import keras` (and `tf_keras`) fails with ImportError.
-
-  TF 2.21's `__init__` imports `keras.src.optimizers` eagerly, inside a `try ... except ImportError`,
-  only to register Keras optimizers for SavedModel loading; nothing here saves or loads Keras models.
-  Skipping it takes ~0.7 s of CPU off every process that imports TensorFlow (3.4 -> 2.7 s for
-  `import tensorflow`, measured here), i.e. every command that reads a seqio task. `tf.keras` stays
-  TF's lazy loader: the first use of it after the import imports Keras as before.
-  """
-
-  NAMES = ("keras", "tf_keras")
-
-  def __enter__(self):
-    sys.meta_path.insert(0, self)
-    return self
-
-  def __exit__(self, *exc):
-    if self in sys.meta_path:
-      sys.meta_path.remove(self)
-    return False
-
-  def find_spec(self, fullname, path=None, target=None):
-    del path, target
-    if fullname not in self.NAMES:
-      return None
-    # The real spec, so that TF's `find_spec("keras")` (it reads Keras' folder) still sees it; only
-    # executing the module fails.
-    sys.meta_path.remove(self)
-    try:
-      spec = importlib.util.find_spec(fullname)
-    finally:
-      sys.meta_path.insert(0, self)
-    if spec is None:
-      return None
-    spec.loader = _FailingLoader()
-    return spec
-
-
-class _FailingLoader:
-  def create_module(self, spec):
-    del spec
-
-  def exec_module(self, module):
-    raise ImportError(f"{module.__name__} is not imported while TensorFlow starts (flax_xalign.cli._process)")
 
 
 def _hide_accelerators_from_tf(tf) -> None:
