@@ -31,8 +31,8 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# `pip install`, done by uv (installed into the venv) where it can be: ~2x faster on a clean install,
-# the same resolution (tools/pip_install.sh says how); INSTALLER=pip uses pip only.
+# `pip install`, done by uv (installed into the venv) where it can be: the same resolution, faster on a
+# clean install (tools/pip_install.sh says how much); INSTALLER=pip uses pip only.
 INSTALL := bash tools/pip_install.sh
 
 PACKAGING_HASH := $(shell cat setup.py pyproject.toml 2>/dev/null | sha1sum | cut -c1-12)

@@ -1,7 +1,8 @@
 """tools/pip_install.sh (make install's installer): what it asks uv and pip to do, against a stand-in interpreter.
 
-The stand-in (`fake_python`) answers `-m pip config list` / `-m pip config get` with a fixed configuration,
-records every `-m uv ...` and `-m pip install ...` call in a log (failing the ones the test says to fail),
+The stand-in (`fake_python`) answers `-m pip config list` with a fixed configuration,
+records every `-m uv ...` and `-m pip ...` call in a log (failing the ones the test says to fail) and the
+SSL_CERT_FILE uv's install gets,
 and runs `-c` code with the real interpreter (the script parses pip's configuration with it). Nothing is
 installed.
 """
@@ -32,9 +33,9 @@ def _fake_python(tmp_path: pathlib.Path, *, fail: tuple[str, ...] = ()) -> pathl
   fake.write_text(f"""#!/usr/bin/env bash
 if [[ "$1" == -c ]]; then exec {shlex.quote(sys.executable)} "$@"; fi
 printf '%s\\n' "$*" >> {shlex.quote(str(log))}
+[[ "$*" != "-m uv pip install"* ]] || printf '%s' "${{SSL_CERT_FILE-unset}}" > {shlex.quote(str(tmp_path / "cert"))}
 case "$*" in
   "-m pip config list") printf %s {shlex.quote(PIP_CONFIG)} ;;
-  "-m pip config get global.cert") exit 1 ;;
 esac
 for prefix in {" ".join(shlex.quote(f) for f in fail)}; do [[ "$*" == "$prefix"* ]] && exit 3; done
 exit 0
@@ -56,8 +57,9 @@ def _run(tmp_path, *args, fail=(), **env):
 
 @pytest.mark.subprocess
 def test_uv_gets_pips_sources_constraints_and_the_arguments(tmp_path):
-  done, calls = _run(tmp_path, "-e", ".[test]", PIP_CERT="/etc/ssl/certs/ca.crt")
+  done, calls = _run(tmp_path, "-e", ".[test]")
   assert done.returncode == 0, done.stderr
+  assert (tmp_path / "cert").read_text() == "/etc/ssl/certs/ca.crt"  # pip's `cert`, as uv's SSL_CERT_FILE.
   install = [c for c in calls if c.startswith("-m uv pip install")]
   assert install == [
       f"-m uv pip install --python {tmp_path / 'python'} --compile-bytecode --index-strategy unsafe-best-match "
