@@ -35,6 +35,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from flax_xalign.errors import UserError, path_error
 
@@ -385,7 +386,11 @@ def remove_marked_folder(path: str | os.PathLike) -> None:
   import shutil
 
   path = os.fspath(path)
-  for name in os.listdir(path):
+  try:
+    names = os.listdir(path)
+  except FileNotFoundError:  # (gone already: renamed into place before a Ctrl-C was delivered)
+    return
+  for name in names:
     if name != MARK:
       child = os.path.join(path, name)
       if os.path.isdir(child) and not os.path.islink(child):
@@ -462,7 +467,60 @@ def interrupts_held(*, deliver: bool = True) -> Iterator[None]:
   finally:
     signal.signal(signal.SIGINT, previous)
   if came and deliver:
-    if callable(previous):
-      previous(signal.SIGINT, None)
-    elif previous == signal.SIG_DFL:
-      raise KeyboardInterrupt
+    _deliver_sigint(previous)
+
+
+# The open `interrupts_polled` block: (the SIGINTs it took and has not delivered, the handler it replaced).
+_POLLED: list[tuple[list[int], Any]] = []
+
+
+@contextlib.contextmanager
+def interrupts_polled() -> Iterator[None]:
+  """Takes a Ctrl-C (SIGINT) during the block only where its code calls `check_interrupt()`, and at its end.
+
+  For code that drives a native library which calls back into Python. A
+  KeyboardInterrupt raised inside such a callback is the library's to handle,
+  and TensorFlow's iterator does not: `TFE_Py_FastPathExecute` calls
+  `TensorShape.__len__`, and a Ctrl-C whose handler ran there was swallowed
+  (`xalign cache` wrote on to the end), while a native caller that meets an
+  exception it does not expect may crash (two of CI's interrupted writes died
+  of SIGSEGV). Inside the block a SIGINT is only recorded; `check_interrupt()`
+  delivers it to the handler the block replaced (KeyboardInterrupt under
+  Python's), as does the block's end when it ends normally (one that raised
+  is already stopping). Blocks nest: an inner one is the outer one. Outside
+  the main thread it does nothing and `check_interrupt()` never raises.
+  """
+  import signal
+  import threading
+
+  if threading.current_thread() is not threading.main_thread() or _POLLED:
+    yield
+    return
+  came: list[int] = []
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+  _POLLED.append((came, previous))
+  try:
+    yield
+  finally:
+    _POLLED.pop()
+    signal.signal(signal.SIGINT, previous)
+  if came:
+    _deliver_sigint(previous)
+
+
+def check_interrupt() -> None:
+  """Delivers a Ctrl-C the open `interrupts_polled` block took (KeyboardInterrupt under Python's handler)."""
+  if _POLLED and _POLLED[-1][0]:
+    came, previous = _POLLED[-1]
+    came.clear()
+    _deliver_sigint(previous)
+
+
+def _deliver_sigint(previous: Any) -> None:
+  """Gives a held SIGINT to `previous`, the handler that was in place: KeyboardInterrupt under Python's own."""
+  import signal
+
+  if callable(previous):
+    previous(signal.SIGINT, None)
+  elif previous == signal.SIG_DFL:
+    raise KeyboardInterrupt

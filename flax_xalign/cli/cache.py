@@ -144,7 +144,10 @@ def run(args: argparse.Namespace) -> None:
   with write.split_lock(args.output, args.split):  # A second writer of the split is refused now, not at its end.
     with fileio.interrupts_held():
       _import_libraries(gin=args.gin is not None)
-    _write(args)
+    # TensorFlow builds and runs the pipeline from here on: a Ctrl-C is taken between its steps, where
+    # `_write` and the row loop check for one, never inside its native code (see fileio.interrupts_polled).
+    with fileio.interrupts_polled():
+      _write(args)
 
 
 def _import_libraries(*, gin: bool) -> None:
@@ -217,16 +220,20 @@ def plan(args: argparse.Namespace, data: Any, *, workers: int, how: str = "",
 
 
 def _write(args: argparse.Namespace) -> None:
+  from flax_xalign import fileio
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.cli import cache_workers
   from flax_xalign.data.packed import write
 
   data = resolve(args)
+  fileio.check_interrupt()
   info, spec = plan(args, data, workers=args.workers,
                     parts=f"{args.workers} workers" if args.workers > 1 else None)
   vocabulary_bytes = vocabulary_asset.model_bytes(data.vocabulary)
   if args.workers == 1:
-    write.write_split(cache_workers.shard_rows(data, spec, 0), info, output=args.output,
+    rows = cache_workers.shard_rows(data, spec, 0)
+    fileio.check_interrupt()
+    write.write_split(rows, info, output=args.output,
                       vocabulary_bytes=vocabulary_bytes, max_rows=args.examples, shard_bytes=spec["shard_bytes"],
                       overwrite=args.overwrite)
     return

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from flax_xalign import fileio
 from flax_xalign.errors import UserError
 
 POLL_S = 1.0
@@ -98,6 +99,7 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
   try:
     while any(proc.is_alive() for proc in procs):
       time.sleep(POLL_S)
+      fileio.check_interrupt()  # (`xalign cache` waits with Ctrl-C polled)
       now = time.monotonic()
       if now - last >= report_every_s:
         last = now

@@ -9,6 +9,8 @@ through `format.open_split` (which checks every shard's size and sha256 against 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import io
 import json
 import os
 import random
@@ -22,6 +24,7 @@ import pytest
 
 from flax_xalign import fileio
 from flax_xalign.data.packed import format as format_lib
+from flax_xalign.data.vocab.spec import VocabularySpec
 from flax_xalign.errors import INTERRUPTED, UserError
 from tests.hardening import harness
 
@@ -235,6 +238,96 @@ def test_an_ignored_ctrl_c_stays_ignored_through_interrupts_held():
     signal.signal(signal.SIGINT, before)
 
 
+def _swallowing_library(swallowed: list) -> None:
+  """A stand-in for TensorFlow's iterator (TFE_Py_FastPathExecute calling TensorShape.__len__, seen swallowing
+  a KeyboardInterrupt): Python code run from a caller that discards whatever it raises, during which a Ctrl-C
+  (SIGINT) comes."""
+  try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)
+  except BaseException as e:  # noqa: BLE001 -- the native caller's behaviour this stands in for
+    swallowed.append(type(e).__name__)
+
+
+def test_the_stand_in_library_swallows_a_ctrl_c_raised_inside_it(python_sigint):
+  """The reference: without interrupts_polled, Python's handler raises inside the library and the Ctrl-C is lost."""
+  del python_sigint
+  swallowed = []
+  _swallowing_library(swallowed)
+  assert swallowed == ["KeyboardInterrupt"]
+
+
+def test_a_ctrl_c_inside_interrupts_polled_comes_at_the_next_check_not_inside_the_library(python_sigint):
+  del python_sigint
+  swallowed, reached, handler = [], [], signal.getsignal(signal.SIGINT)
+  with pytest.raises(KeyboardInterrupt):
+    with fileio.interrupts_polled():
+      fileio.check_interrupt()  # Nothing came yet.
+      _swallowing_library(swallowed)
+      reached.append("after the library")
+      with fileio.interrupts_polled():  # A nested block is the outer one.
+        fileio.check_interrupt()
+      reached.append("after the check")
+  assert swallowed == [] and reached == ["after the library"]
+  assert signal.getsignal(signal.SIGINT) is handler and not fileio._POLLED
+  fileio.check_interrupt()  # Outside a block it never raises.
+
+
+def test_interrupts_polled_delivers_at_its_end_drops_when_it_raised_and_keeps_an_ignored_ctrl_c(python_sigint):
+  del python_sigint
+  reached = []
+  with pytest.raises(KeyboardInterrupt):
+    with fileio.interrupts_polled():
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.05)
+      reached.append(True)
+  assert reached == [True]
+  with pytest.raises(ValueError):  # Already stopping: the Ctrl-C is not raised over the error.
+    with fileio.interrupts_polled():
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.05)
+      raise ValueError("the block's own error")
+  with fileio.interrupts_polled():  # A held Ctrl-C inside is handed to the polled block, not raised at once.
+    with fileio.interrupts_held():
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.05)
+    with pytest.raises(KeyboardInterrupt):
+      fileio.check_interrupt()
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  with fileio.interrupts_polled():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)
+    fileio.check_interrupt()
+  assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_a_ctrl_c_the_rows_iterator_would_swallow_stops_the_write_at_the_next_row(python_sigint, tmp_path):
+  """write_split over rows from the stand-in library: the Ctrl-C that comes while row 5 is made stops the write
+  (KeyboardInterrupt, nothing left), where Python's own handler would have let the library swallow it."""
+  del python_sigint
+  from tests.data.test_packed_verify import LENGTH, _rows
+  from flax_xalign.data.packed import write
+
+  swallowed, made = [], []
+
+  def rows():
+    for i, row in enumerate(_rows(40, seed=3)):
+      if i == 5:
+        _swallowing_library(swallowed)
+      made.append(i)
+      yield row
+
+  vocab = b"a stand-in vocabulary file"
+  spec = VocabularySpec(file="vocabulary.model", sha256=hashlib.sha256(vocab).hexdigest(), size=61, pieces=61)
+  info = write.split_info(task="synthetic_mix", split="train", length=LENGTH, pack=True, pair_layout="restart",
+                          both_directions=False, languages=("de", "en"), language_pairs=(), vocabulary=spec,
+                          task_definitions=None, seed=0, order={"examples": 40})
+  with pytest.raises(KeyboardInterrupt):
+    write.write_split(rows(), info, output=str(tmp_path / "cache"), vocabulary_bytes=vocab, log=io.StringIO())
+  assert swallowed == [] and made == list(range(6))
+  assert not (tmp_path / "cache").exists()  # No split, staging folder or lock (the lock made the folder).
+
+
 # --- Ctrl-C at random moments of a real write (a child process per run) ------------------------------
 
 INTERRUPTS, ROWS = 30, 3000
@@ -258,7 +351,8 @@ def _start_cache(gin_file, out, tmp_path):
   with open(tmp_path / "stdout", "wb") as stdout, open(tmp_path / "stderr", "wb") as stderr:
     return subprocess.Popen([sys.executable, "-m", "flax_xalign.cli.cache", f"--gin_file={gin_file}",
                              f"--output={out}", f"--examples={ROWS}"],
-                            cwd=harness.REPO, env=harness.child_env(), stdout=stdout, stderr=stderr,
+                            cwd=harness.REPO, env=harness.child_env(PYTHONFAULTHANDLER="1"), stdout=stdout,
+                            stderr=stderr,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -275,10 +369,11 @@ def test_ctrl_c_at_random_moments_of_a_write_is_one_line_130_and_no_half_split(t
   """INTERRUPTS runs, each SIGINTed at a seeded random moment: a third before the write (imports, the task's
   load: from STARTED to when an uninterrupted run's staging folder appeared), the rest from the moment its staging
   folder appears to a little after an uninterrupted write of the same split ended, its teardown included (both
-  measured first, so the moments cover the write on a fast machine as on a slow one). Every run is a fresh
-  interpreter: children forked after the imports were tried (7.1 -> 2.5 s to the staging folder) and one of
-  CI's 20 died of SIGSEGV, since TensorFlow has native threads running by then and a fork keeps only one.
-  About 15 s a run on an idle 2-core machine, a minute under load."""
+  measured first, so the moments cover the write on a fast machine as on a slow one). A Ctrl-C that came before
+  the command reported its write must stop it (130): one raised inside TensorFlow's iterator was swallowed
+  there (the write went on, exit 0) or crashed it (SIGSEGV, twice in CI) until the writer took Ctrl-C only
+  between rows (fileio.interrupts_polled). Every run is a fresh interpreter with Python's fault handler on, so
+  a crash prints its stacks. About 15 s a run on an idle 2-core machine, a minute under load."""
   gin_file = harness.write_run_gin(tmp_path / "run.gin", tiny_corpus, tag="intr")
   proc = _start_cache(gin_file, tmp_path / "whole", tmp_path)
   before_write = _wait_for_staging(proc, tmp_path / "whole")
@@ -297,6 +392,8 @@ def test_ctrl_c_at_random_moments_of_a_write_is_one_line_130_and_no_half_split(t
       moment = "write", rng.uniform(0.0, 1.2 * writing)
     time.sleep(moment[1])
     proc.send_signal(signal.SIGINT)
+    # Read after the signal was sent: a report that is not there yet comes after the Ctrl-C.
+    reported = "wrote " in (tmp_path / "stdout").read_text(errors="replace")
     try:
       code = proc.wait(180)
     except subprocess.TimeoutExpired:
@@ -307,7 +404,9 @@ def test_ctrl_c_at_random_moments_of_a_write_is_one_line_130_and_no_half_split(t
     outcomes.append((run, *moment, code, done, round(time.monotonic() - start, 1)))
     wrong = []
     if code not in (0, 130):
-      wrong.append(f"exit {code}")
+      wrong.append(f"exit {code}: {err[:14]}")
+    elif code == 0 and not reported:
+      wrong.append("exit 0: the Ctrl-C came before the write was reported, and it was lost")
     if code == 130 and err != [INTERRUPTED] or code != 130 and err:
       wrong.append(f"stderr {err[-6:]}")
     if _leftovers(out):

@@ -15,7 +15,9 @@ files it wrote), so only temporaries whose writer is dead are cleaned up, and
 `--overwrite` replaces only a split the mark shows `xalign cache` wrote and
 that holds nothing else. A Ctrl-C is held while a finished split is renamed
 into place (`fileio.interrupts_held`): the split is either the old one or the
-new one, never neither.
+new one, never neither. While rows are read, a Ctrl-C is taken between rows
+(`fileio.interrupts_polled`), never inside the iterator's native code, which
+swallowed it or crashed.
 """
 
 from __future__ import annotations
@@ -166,29 +168,31 @@ def write_rows(rows: Iterable[Mapping[str, Any]], directory: str, info: format_l
   dtype = format_lib.record_dtype(features, info.length)
   per_shard = max(1, shard_bytes // dtype.itemsize)
   parts, writer, in_shard, count = [], None, 0, 0
-  try:
-    for row in rows:
-      if max_rows is not None and count >= max_rows:
-        break
-      if writer is None:
-        name = f"{prefix}-{len(parts):05d}.array_record"
-        writer = array_record_module.ArrayRecordWriter(os.path.join(directory, name), "group_size:1")
-      try:
-        writer.write(format_lib.encode(row, dtype, bounds))
-      except ValueError as e:
-        raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
-                        "task's vocabulary or languages disagree with its rows.") from None
-      count, in_shard = count + 1, in_shard + 1
-      if in_shard == per_shard:
-        writer, open_writer = None, writer
-        open_writer.close()
-        parts.append((name, in_shard))
-        in_shard = 0
-      if progress is not None:
-        progress(count)
-  finally:
-    if writer is not None:  # Closed here also when the write stops (a Ctrl-C): no native writer outlives it.
-      with fileio.interrupts_held(deliver=False):
+  # A Ctrl-C is taken between rows, never inside the iterator's native code (fileio.interrupts_polled).
+  with fileio.interrupts_polled():
+    try:
+      for row in rows:
+        fileio.check_interrupt()
+        if max_rows is not None and count >= max_rows:
+          break
+        if writer is None:
+          name = f"{prefix}-{len(parts):05d}.array_record"
+          writer = array_record_module.ArrayRecordWriter(os.path.join(directory, name), "group_size:1")
+        try:
+          writer.write(format_lib.encode(row, dtype, bounds))
+        except ValueError as e:
+          raise UserError(f"row {count} of {info.task}/{info.split} does not fit the cache's layout ({e}); the "
+                          "task's vocabulary or languages disagree with its rows.") from None
+        count, in_shard = count + 1, in_shard + 1
+        if in_shard == per_shard:
+          writer, open_writer = None, writer
+          open_writer.close()
+          parts.append((name, in_shard))
+          in_shard = 0
+        if progress is not None:
+          progress(count)
+    finally:
+      if writer is not None:  # Closed here also when the write stops (a Ctrl-C): no native writer outlives it.
         writer.close()
   if in_shard:
     parts.append((name, in_shard))
