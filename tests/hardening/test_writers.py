@@ -328,6 +328,27 @@ def test_a_ctrl_c_the_rows_iterator_would_swallow_stops_the_write_at_the_next_ro
   assert not (tmp_path / "cache").exists()  # No split, staging folder or lock (the lock made the folder).
 
 
+def test_a_ctrl_c_held_through_the_rename_comes_after_it_and_keeps_the_split(python_sigint, tmp_path, monkeypatch):
+  """The Ctrl-C held while the split is renamed into place is delivered after the rename: KeyboardInterrupt (not
+  an OSError on the renamed staging folder), and the split stays, complete."""
+  del python_sigint
+  from tests.data.test_packed_verify import write_cache
+  from flax_xalign.data.packed import write
+
+  real = write._move_into_place
+
+  def move_then_ctrl_c(tmp, target):
+    real(tmp, target)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)
+
+  monkeypatch.setattr(write, "_move_into_place", move_then_ctrl_c)
+  with pytest.raises(KeyboardInterrupt):
+    write_cache(tmp_path / "cache")
+  assert format_lib.open_split(str(tmp_path / "cache"), "train").manifest.examples == 150
+  assert not _leftovers(tmp_path / "cache")
+
+
 # --- Ctrl-C at random moments of a real write (a child process per run) ------------------------------
 
 INTERRUPTS, ROWS = 30, 3000
