@@ -47,7 +47,7 @@ exit 0
 def _run(tmp_path, *args, fail=(), **env):
   tmp_path.mkdir(exist_ok=True)
   fake = _fake_python(tmp_path, fail=fail)
-  environ = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "PIP_CERT", "INSTALLER")}
+  environ = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "PIP_CERT", "INSTALLER", "COMPILE_BYTECODE")}
   environ.update(env)
   done = subprocess.run(["bash", str(SCRIPT), str(fake), *args], capture_output=True, text=True, env=environ,
                         timeout=60, check=False)
@@ -66,6 +66,19 @@ def test_uv_gets_pips_sources_constraints_and_the_arguments(tmp_path):
       "--find-links /opt/wheels --constraint /etc/pip/constraints.txt "
       "--extra-index-url file:///opt/pypi/simple --extra-index-url file:///opt/more/simple -e .[test]"]
   assert not any(c.startswith("-m pip install") for c in calls), calls
+
+
+@pytest.mark.subprocess
+def test_compile_bytecode_0_leaves_bytecode_to_the_importers_unless_none_may_write_it(tmp_path):
+  done, calls = _run(tmp_path, "pytest", COMPILE_BYTECODE="0", PYTHONDONTWRITEBYTECODE="")
+  assert done.returncode == 0, done.stderr
+  install = [c for c in calls if c.startswith("-m uv pip install")]
+  assert len(install) == 1 and "--compile-bytecode" not in install[0] and install[0].endswith(" pytest")
+  done, calls = _run(tmp_path / "dont_write", "pytest", COMPILE_BYTECODE="0", PYTHONDONTWRITEBYTECODE="1")
+  assert done.returncode == 0, done.stderr
+  assert [c for c in calls if c.startswith("-m uv pip install")][0].startswith(
+      f"-m uv pip install --python {tmp_path / 'dont_write' / 'python'} --compile-bytecode ")
+  assert "NOTICE: COMPILE_BYTECODE=0 ignored: PYTHONDONTWRITEBYTECODE is set" in done.stderr
 
 
 @pytest.mark.subprocess
