@@ -454,20 +454,8 @@ def interrupts_held(*, deliver: bool = True) -> Iterator[None]:
   Python's), and dropped when the block raised (it is already stopping).
   Outside the main thread (where signal handlers cannot be set) it holds nothing.
   """
-  import signal
-  import threading
-
-  if threading.current_thread() is not threading.main_thread():
+  with _sigint_recorded(deliver=deliver):
     yield
-    return
-  came: list[int] = []
-  previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
-  try:
-    yield
-  finally:
-    signal.signal(signal.SIGINT, previous)
-  if came and deliver:
-    _deliver_sigint(previous)
 
 
 # The open `interrupts_polled` block: (the SIGINTs it took and has not delivered, the handler it replaced).
@@ -490,21 +478,41 @@ def interrupts_polled() -> Iterator[None]:
   is already stopping). Blocks nest: an inner one is the outer one. Outside
   the main thread it does nothing and `check_interrupt()` never raises.
   """
+  if _POLLED:
+    yield
+    return
+  with _sigint_recorded(deliver=True) as record:
+    if record is None:
+      yield
+      return
+    _POLLED.append(record)
+    try:
+      yield
+    finally:
+      _POLLED.pop()
+
+
+@contextlib.contextmanager
+def _sigint_recorded(*, deliver: bool) -> Iterator[tuple[list[int], Any] | None]:
+  """SIGINT recorded instead of handled during the block: yields (the signals that came, the handler replaced).
+
+  The handler is put back when the block ends, and a recorded SIGINT given to it when the block ended
+  normally and `deliver`. Outside the main thread (signal handlers cannot be set there) it records
+  nothing and yields None.
+  """
   import signal
   import threading
 
-  if threading.current_thread() is not threading.main_thread() or _POLLED:
-    yield
+  if threading.current_thread() is not threading.main_thread():
+    yield None
     return
   came: list[int] = []
   previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
-  _POLLED.append((came, previous))
   try:
-    yield
+    yield came, previous
   finally:
-    _POLLED.pop()
     signal.signal(signal.SIGINT, previous)
-  if came:
+  if came and deliver:
     _deliver_sigint(previous)
 
 

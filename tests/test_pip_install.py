@@ -47,7 +47,8 @@ exit 0
 def _run(tmp_path, *args, fail=(), **env):
   tmp_path.mkdir(exist_ok=True)
   fake = _fake_python(tmp_path, fail=fail)
-  environ = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "PIP_CERT", "INSTALLER", "COMPILE_BYTECODE")}
+  environ = {k: v for k, v in os.environ.items()
+             if k not in ("SSL_CERT_FILE", "PIP_CERT", "INSTALLER", "COMPILE_BYTECODE")}
   environ.update(env)
   done = subprocess.run(["bash", str(SCRIPT), str(fake), *args], capture_output=True, text=True, env=environ,
                         timeout=60, check=False)
