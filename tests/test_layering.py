@@ -15,7 +15,7 @@ module at the top level, the module itself. Folders are ordered in *layers*:
     8  cli                  THE edge: every command, the gin edge, the experiment
                             drivers, the `xalign` console script
 
-plus the *core* (`errors`, `fileio`, `run_spec`, `run_dir`, the package
+plus the *core* (`errors`, `fileio`, `storage`, `run_spec`, `run_dir`, the package
 `__init__`), which every layer may import and which itself imports only the
 core, `data` and `models`, and the two t5x-spelled entry modules `train.py`
 and `eval.py`, which import only `cli`. The checks:
@@ -59,7 +59,7 @@ LAYERS = {
     "cli": 8,
 }
 CLI_LEVEL = LAYERS["cli"]
-CORE = {"__init__", "errors", "fileio", "run_spec", "run_dir"}
+CORE = {"__init__", "errors", "fileio", "storage", "run_spec", "run_dir"}
 ENTRY_MODULES = {"train", "eval"}  # `python -m flax_xalign.train` / `.eval`: the t5x spellings, thin fronts of cli/.
 CORE_MAY_IMPORT = {"data", "models"}
 MAX_LINES = 600
@@ -228,7 +228,7 @@ def test_no_import_points_up_the_layers(graph):
     elif high is not None and high > low:
       upward.append((a, b))
   assert not upward, ("imports against the order ops/models <- data <- tasks <- objectives/assets <- training "
-                      "<- runs <- evaluation <- interop <- cli (core: errors, fileio, run_spec, run_dir):\n"
+                      "<- runs <- evaluation <- interop <- cli (core: errors, fileio, storage, run_spec, run_dir):\n"
                       + _describe(graph, upward))
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class Asset(abc.ABC):
   def exists_in(self, directory: str) -> bool:
     import os
 
-    return all(os.path.exists(os.path.join(directory, f)) for f in self.files)
+    return all(storage.exists(os.path.join(directory, f)) for f in self.files)
 
 
 def check_fingerprint(asset: Asset, value: Value, expected: Mapping[str, Any] | None, *, where: str) -> None:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.assets import lang_vocab, registry
 from flax_xalign.assets.base import Asset, Value, content_hash
 from flax_xalign.data import cooc as cooc_data
@@ -218,7 +219,7 @@ class Cooc(Asset):
   def build(self, run: RunSpec) -> Value:
     settings = self.settings
     if settings.path:
-      if not all(os.path.exists(os.path.join(settings.path, f)) for f in FILES):
+      if not all(storage.exists(os.path.join(settings.path, f)) for f in FILES):
         raise UserError(f"cooc option 'path': {settings.path} has no {' and '.join(FILES)}; write them with "
                         f"`xalign cooc --task={run.task} --window={settings.window} "
                         f"--output={settings.path}`.")

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.assets import registry
 from flax_xalign.assets.base import Asset, Value
 from flax_xalign.errors import UserError
@@ -391,7 +392,7 @@ def check_header_settings(filename: str, header: Mapping[str, str], settings: Ma
 
 def read_lines(path: str) -> list[str]:
   try:
-    with open(path, encoding="utf-8") as f:
+    with storage.open_file(path, encoding="utf-8") as f:
       return f.read().splitlines()
   except (OSError, UnicodeDecodeError) as e:
     raise UserError(f"cannot read {path} ({e}).") from e

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.assets import registry
 from flax_xalign.assets.base import Asset, Value
 from flax_xalign.assets.dictionary import transliterated_language
@@ -58,7 +59,7 @@ class TokenMap(Asset):
   def load(self, directory: str) -> Value:
     path = os.path.join(directory, TOKEN_MAP_FILE)
     try:
-      with np.load(path) as data:
+      with np.load(storage.open_file(path, "rb")) as data:
         value = {k: np.asarray(data[k], np.int32) for k in ("queries", "targets", "candidates")}
     except (OSError, KeyError, ValueError) as e:
       raise UserError(f"{path} is not a token map written by flax_xalign ({e}).") from e

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.assets.base import Asset, Value
 from flax_xalign.data.vocab.specials import SpecialTokens, special_tokens_of
 from flax_xalign.errors import UserError
@@ -167,7 +168,7 @@ class VocabularyAsset(Asset):
   def load(self, directory: str) -> Value:
     path = os.path.join(directory, self.files[0])
     try:
-      with open(path, "rb") as f:
+      with storage.open_file(path, "rb") as f:
         data = f.read()
     except OSError as e:
       raise UserError(f"cannot read the run's vocabulary {path} ({e}).") from e
@@ -215,10 +216,10 @@ def load_run_vocabulary(directory: str, spec: "VocabularySpec") -> Any:
     or a `WordPieceVocabulary` for a "wordpiece" record.
   """
   path = os.path.join(directory, spec.file)
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise UserError(f"{path} is missing: the run's vocabulary is copied there when training starts. "
                     f"Restore it from checkpoints/<step>/assets/, or pass the {_WHAT[spec.kind]} explicitly.")
-  with open(path, "rb") as f:
+  with storage.open_file(path, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
   if digest != spec.sha256:
     raise UserError(f"{path} is not the vocabulary the run manifest records (sha256 differs); restore it "

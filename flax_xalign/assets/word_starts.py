@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.assets import registry
 from flax_xalign.assets.base import Asset, Value
 from flax_xalign.assets.vocabulary import WORDPIECE, kind_of, model_bytes
@@ -73,7 +74,7 @@ class WordStarts(Asset):
   def load(self, directory: str) -> Value:
     path = os.path.join(directory, FILENAME)
     try:
-      with np.load(path) as data:
+      with np.load(storage.open_file(path, "rb")) as data:
         return {"table": np.asarray(data["table"], np.bool_)}
     except (OSError, KeyError, ValueError) as e:
       raise UserError(f"{path} is not a word-start table written by flax_xalign ({e}); remove it and run again "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 
 MLM, EVALUATORS = "masked-token accuracy (evaluate)", "evaluators' results (EVALS)"
@@ -20,7 +21,7 @@ MLM, EVALUATORS = "masked-token accuracy (evaluate)", "evaluators' results (EVAL
 def layout_of(path: str) -> str | None:
   """MLM, EVALUATORS, or None (no file, or not a JSON object either writer made)."""
   try:
-    with open(path, encoding="utf-8") as f:
+    with storage.open_file(path, encoding="utf-8") as f:
       data = json.load(f)
   except (OSError, ValueError):
     return None

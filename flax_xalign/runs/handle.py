@@ -26,6 +26,7 @@ import hashlib
 import os
 from typing import Any, Mapping, Sequence
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.run_dir import RunDir
 from flax_xalign.run_spec import RunSpec
@@ -37,8 +38,8 @@ def _no_checkpoint(run_dir: RunDir) -> str:
   from flax_xalign.run_dir import is_run_dir
 
   path = run_dir.path
-  names = sorted(os.listdir(path)) if os.path.isdir(path) else []
-  if names and not is_run_dir(path) and not os.path.isfile(run_dir.config_gin):
+  names = sorted(storage.listdir(path)) if storage.isdir(path) else []
+  if names and not is_run_dir(path) and not storage.isfile(run_dir.config_gin):
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     return (f"{path} is not a flax_xalign run: it has no checkpoint and no checkpoints/ folder, and holds {shown}; "
             "pass the MODEL_DIR that python -m flax_xalign.train (or an import) wrote.")
@@ -169,8 +170,8 @@ class Run:
                         "differs); pass the SentencePiece model of that run.")
       return vocabulary
     step_copy = self.dir.step_assets(self.step if step is None else step)
-    if (not os.path.isfile(self.dir.file(self.spec.vocabulary.file))
-        and os.path.isfile(os.path.join(step_copy, self.spec.vocabulary.file))):
+    if (not storage.isfile(self.dir.file(self.spec.vocabulary.file))
+        and storage.isfile(os.path.join(step_copy, self.spec.vocabulary.file))):
       return load_run_vocabulary(step_copy, self.spec.vocabulary)
     return load_run_vocabulary(self.dir.assets, self.spec.vocabulary)
 

@@ -25,6 +25,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.run_dir import RunDir
 from flax_xalign.run_spec import RunSpec
@@ -78,7 +79,7 @@ def _missing_paths(args: Mapping[str, Any], splits: Sequence[str]) -> list[str]:
         if not glob.glob(pattern):
           missing.append(pattern)
   for key in ("dictionary", "data_dir"):
-    if isinstance(args.get(key), str) and args[key] and not os.path.exists(args[key]):
+    if isinstance(args.get(key), str) and args[key] and not storage.exists(args[key]):
       missing.append(args[key])
   return missing
 
@@ -89,7 +90,7 @@ def _run_vocabulary_file(run: RunSpec, model_dir: str, step: int | None) -> str 
   places = [run_dir.file(run.vocabulary.file)]
   if step is not None:
     places.insert(0, os.path.join(run_dir.step_assets(step), run.vocabulary.file))
-  return next((p for p in places if os.path.isfile(p)), None)
+  return next((p for p in places if storage.isfile(p)), None)
 
 
 def _moved_error(model_dir: str, task: str, path: str, recorded: str, others: int) -> UserError:
@@ -140,7 +141,7 @@ def prepared_definitions(run: RunSpec, *, model_dir: str | None = None, step: in
       recorded = _relocate_back(missing[0], recorded_args, args)
       raise _moved_error(model_dir or "the run", name, missing[0], recorded, len(missing) - 1)
     path = args.get("vocabulary_path")
-    if (model_dir and isinstance(path, str) and os.path.isabs(path) and not os.path.exists(path)
+    if (model_dir and isinstance(path, str) and os.path.isabs(path) and not storage.exists(path)
         and run.vocabulary.kind == "sentencepiece"):
       vocabulary = vocabulary or _run_vocabulary_file(run, model_dir, step)
       if vocabulary is None:

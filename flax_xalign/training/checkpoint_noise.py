@@ -20,6 +20,7 @@ here, so the set-up of a command that never checkpoints stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -59,6 +60,16 @@ def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limi
   The first write to fail raises while TensorStore's other writes of the same save may still be running,
   creating files and folders as they go: a single rmtree left the folder behind in CI. So it is removed
   until it has stayed absent for `settle_s` (at most `limit_s`)."""
+  from flax_xalign import storage
+
+  if storage.is_url(directory):
+    # In a bucket Orbax writes the step in place and marks it finished with commit_success.txt last:
+    # a failed save is a step folder without that marker (never a finished step).
+    step_dir = storage.join(directory, str(step))
+    if not storage.exists(storage.join(step_dir, "commit_success.txt")):
+      with contextlib.suppress(FileNotFoundError):
+        storage.rmtree(step_dir)
+    return
   prefix = f"{step}.orbax-checkpoint-tmp"
   deadline, absent_since = time.monotonic() + limit_s, None
   while time.monotonic() < deadline:

@@ -46,6 +46,7 @@ from etils import epath
 from flax_xalign import run_spec as run_spec_lib
 from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
+from flax_xalign import storage
 from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
 from flax_xalign.training import data_positions
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
@@ -249,7 +250,7 @@ class Checkpointer:
 
   def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig(), *,
                position: DataPosition = SEQIO_POSITION):
-    self.directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))  # Orbax wants absolute.
+    self.directory = storage.epath_of(RunDir(model_dir).checkpoints)  # Orbax wants absolute (or a URL).
     self.config, self.position = config, position
     self._saving: int | None = None
     self._manager = ocp.CheckpointManager(
@@ -409,7 +410,7 @@ def move_damaged_step(error: DamagedCheckpointError) -> epath.Path:
     target = base / f"{error.step}.{n}"
   if jax.process_index() == 0:
     base.mkdir(parents=True, exist_ok=True)
-    os.replace(os.fspath(error.step_dir), os.fspath(target))
+    storage.move(os.fspath(error.step_dir), os.fspath(target))  # (a bucket: a copy, then the delete)
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
 
@@ -435,7 +436,7 @@ def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback",
   training passes none: its restore reads the whole state and moves a step
   it cannot read.
   """
-  directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))
+  directory = storage.epath_of(RunDir(model_dir).checkpoints)
   if not directory.exists():
     return None, []
   damaged = []
@@ -484,7 +485,7 @@ def open_reader(directory: epath.Path, *, state: ocp.CheckpointHandler | None = 
 
 def checkpoints_dir(checkpoint_dir: str) -> epath.Path:
   """`checkpoint_dir` (absolute) or its `checkpoints/` folder; never creates anything."""
-  directory = epath.Path(os.path.abspath(checkpoint_dir))
+  directory = storage.epath_of(checkpoint_dir)
   if (directory / CHECKPOINTS).exists():
     directory = directory / CHECKPOINTS
   if not directory.exists():

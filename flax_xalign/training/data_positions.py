@@ -14,15 +14,19 @@ item only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import tempfile
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 
 DATA_ITERATOR, DATA_ITERATOR_CACHE = "data_iterator", "data_iterator_cache"
@@ -56,6 +60,27 @@ def _tf_iterator(iterator: Any) -> Any:
   return getattr(iterator, "tf_iterator", iterator)
 
 
+@contextlib.contextmanager
+def _local(folder: epath.Path, *, upload: bool) -> Iterator[str]:
+  """`folder` itself when it is local; in a bucket, a local temporary copy of it (uploaded after the block when
+  `upload`). tf.train.Checkpoint writes through TensorFlow's own file system, which is not our storage layer
+  (it ignores an emulator and is absent from a host without the GCS plugin): it only ever sees local files."""
+  if not storage.is_url(os.fspath(folder)):
+    yield os.fspath(folder)
+    return
+  with tempfile.TemporaryDirectory(prefix="xalign_iterator_") as local:
+    remote = os.fspath(folder)
+    if not upload:
+      for name in storage.listdir(remote):
+        with open(os.path.join(local, name), "wb") as f:
+          f.write(storage.read_bytes(storage.join(remote, name)))
+    yield local
+    if upload:
+      for name in sorted(os.listdir(local)):
+        with open(os.path.join(local, name), "rb") as f:
+          storage.write_object(storage.join(remote, name), f.read())
+
+
 class DataIteratorHandler(ocp.CheckpointHandler):
   """Saves each process's tf.data iterator (the seqio backend) with tf.train.Checkpoint."""
 
@@ -67,7 +92,8 @@ class DataIteratorHandler(ocp.CheckpointHandler):
 
     prefix = self._prefix(directory)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).write(str(prefix))
+    with _local(prefix.parent, upload=True) as local:
+      tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).write(os.path.join(local, prefix.name))
 
   def restore(self, directory: epath.Path, args: "DataIteratorRestore") -> Any:
     import tensorflow as tf
@@ -75,7 +101,9 @@ class DataIteratorHandler(ocp.CheckpointHandler):
     prefix = self._prefix(directory)
     if not prefix.parent.exists():
       _refuse_missing(directory, prefix.parent.name)
-    tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).read(str(prefix)).assert_consumed()
+    with _local(prefix.parent, upload=False) as local:
+      tf.train.Checkpoint(iterator=_tf_iterator(args.iterator)).read(
+          os.path.join(local, prefix.name)).assert_consumed()
     return args.iterator
 
 
@@ -136,12 +164,14 @@ def _tf_files_problem(step_dir: epath.Path) -> str | None:
   """What is wrong with this process's tf.train.Checkpoint files, or None when every tensor reads back (CRC)."""
   import tensorflow as tf
 
-  prefix = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}" / "iterator"
+  folder = step_dir / DATA_ITERATOR / f"process_{jax.process_index()}"
   try:
-    reader = tf.train.load_checkpoint(os.fspath(prefix))
-    dtypes = reader.get_variable_to_dtype_map()
-    tf.raw_ops.RestoreV2(prefix=os.fspath(prefix), tensor_names=list(dtypes), shape_and_slices=[""] * len(dtypes),
-                         dtypes=list(dtypes.values()))
+    with _local(folder, upload=False) as local:
+      prefix = os.path.join(local, "iterator")
+      reader = tf.train.load_checkpoint(prefix)
+      dtypes = reader.get_variable_to_dtype_map()
+      tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=list(dtypes), shape_and_slices=[""] * len(dtypes),
+                           dtypes=list(dtypes.values()))
   except Exception as e:  # pylint: disable=broad-except  (any failure to read back is damage)
     return f"{DATA_ITERATOR}/ is unreadable: {_first_line(e)}"
   return None

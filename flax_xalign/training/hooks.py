@@ -301,12 +301,15 @@ class CheckpointSaver:
     iterator: the train iterator (saved with the state).
     clock: the throughput, reset after the synchronous part of a save.
     last_saved: the step the run resumed from, if any.
+    on_saved: called after each save is started (the metrics logger's flush: in a bucket, the rows
+      logged since the last checkpoint are uploaded then, which is all a preemption may lose).
   """
 
   def __init__(self, checkpointer: Any, run_assets: Any, make_meta: Callable[[Mapping[str, Any]], Any],
-               iterator: Any, clock: Any, last_saved: int | None):
+               iterator: Any, clock: Any, last_saved: int | None, on_saved: Callable[[], None] | None = None):
     self.checkpointer, self.run_assets, self.make_meta = checkpointer, run_assets, make_meta
     self.iterator, self.clock, self.last_saved = iterator, clock, last_saved
+    self.on_saved = on_saved
 
   def __call__(self, info: StepInfo) -> None:
     values = self.run_assets.host_values(info.state.assets)
@@ -314,6 +317,8 @@ class CheckpointSaver:
     self.checkpointer.save(info.step, info.state.checkpointed(), self.iterator, meta,
                            assets=self.run_assets.assets, asset_values=values, force=True)
     self.last_saved = info.step
+    if self.on_saved is not None:
+      self.on_saved()
     self.clock.reset()  # Keep the synchronous part of saving out of tokens/s.
 
 

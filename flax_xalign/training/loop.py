@@ -166,7 +166,7 @@ def _hooks(trainer: Trainer, stop: hooks_lib.StopSignals, eval_batches: Callable
   saver = hooks_lib.CheckpointSaver(
       checkpointer, trainer.assets,
       lambda prints: {**make_meta(run, prints, loop_record), LOG_INTERVAL: progress.pending()},
-      train_iterator, clock, last_saved=resumed)
+      train_iterator, clock, last_saved=resumed, on_saved=logger.flush)
   guard = hooks_lib.NanGuard(trainer, last_saved=lambda: saver.last_saved)
   logs = dict(every=loop.log_every, last_step=loop.train_steps)
   saves = dict(every=loop.checkpoint_every, last_step=loop.train_steps, on_stop=True)

@@ -11,10 +11,19 @@ steps after the restored checkpoint are dropped (they belong to the part of the
 interrupted run that is about to be redone), so the file reads as one run. A
 line that is not JSON (the torn last line of a run killed mid-write) is
 dropped with a warning: it never blocks a resume.
+
+In a bucket (MODEL_DIR=gs://...) an object cannot be appended in place: rows
+are kept in memory and uploaded at every checkpoint and at the end
+(`flush`), each flush sending only its new rows (`storage.append_object`,
+GCS compose), so a preemption loses only rows after the last checkpoint,
+which a resume drops and redoes anyway. TensorBoard events go the same way:
+each flush writes a new events object (TensorBoard reads every events file
+of a folder).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -25,6 +34,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.errors import no_space_error
 from flax_xalign.fileio import write_atomically
 from flax_xalign.models import flops
@@ -58,24 +68,26 @@ class MetricsLogger:
   def __init__(self, model_dir: str, *, resume_step: int = 0, total_steps: int | None = None):
     self.is_chief = jax.process_index() == 0
     self.path = RunDir(model_dir).metrics
+    self.in_bucket = storage.is_url(self.path)
+    self._pending: list[str] = []  # Rows not yet uploaded (a bucket only).
     self.total_steps = total_steps
     self._writer = EventWriter(RunDir(model_dir).tensorboard) if self.is_chief else None
     if self.is_chief:
       self._truncate_after(resume_step)
 
   def _truncate_after(self, step: int) -> None:
-    if not os.path.exists(self.path):
+    if not storage.exists(self.path):
       return
     kept, torn = [], []
-    with open(self.path, encoding="utf-8", errors="replace") as f:
-      for number, line in enumerate(f, start=1):
-        if not line.strip():
-          continue
-        row = _parse_row(line)
-        if row is None:
-          torn.append(number)
-        elif row.get("step", 0) <= step:
-          kept.append(line if line.endswith("\n") else line + "\n")
+    text = storage.read_bytes(self.path).decode("utf-8", errors="replace")
+    for number, line in enumerate(io.StringIO(text, newline=None), start=1):  # (lines as `open` gives them)
+      if not line.strip():
+        continue
+      row = _parse_row(line)
+      if row is None:
+        torn.append(number)
+      elif row.get("step", 0) <= step:
+        kept.append(line if line.endswith("\n") else line + "\n")
     if torn:
       print(f"warning: dropped {len(torn)} unreadable line(s) of {self.path} (line {', '.join(map(str, torn))}; "
             "a run stopped mid-write leaves a torn last line).", file=sys.stderr, flush=True)
@@ -83,7 +95,10 @@ class MetricsLogger:
 
   def write(self, step: int, scalars: Mapping[str, Any], *, prefix: str = "") -> dict[str, Any]:
     row = {"step": int(step), **{f"{prefix}{k}": _to_python(v) for k, v in scalars.items()}}
-    if self.is_chief:
+    if self.is_chief and self.in_bucket:
+      self._pending.append(json.dumps(row) + "\n")
+      self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
+    elif self.is_chief:
       try:
         with open(self.path, "a") as f:
           f.write(json.dumps(row) + "\n")
@@ -124,12 +139,37 @@ class MetricsLogger:
     print("  ".join(parts), file=sys.stdout, flush=True)
 
   def flush(self) -> None:
+    if self._pending:
+      rows, self._pending = "".join(self._pending), []
+      storage.append_object(self.path, rows.encode("utf-8"))
     if self._writer is not None:
       self._writer.flush()
 
   def close(self) -> None:
+    self.flush()
     if self._writer is not None:
       self._writer.close()
+
+
+class _ObjectPerFlush:
+  """A binary file object whose bytes become one new object at each flush (`<name>.<n>`): an events file in a
+  bucket, where an object cannot grow."""
+
+  def __init__(self, url: str):
+    self.url, self.closed, self._buffer, self._count = url, False, bytearray(), 0
+
+  def write(self, data: bytes) -> None:
+    self._buffer += data
+
+  def flush(self) -> None:
+    if self._buffer:
+      storage.write_object(f"{self.url}.{self._count:05d}", bytes(self._buffer))
+      self._buffer.clear()
+      self._count += 1
+
+  def close(self) -> None:
+    self.flush()
+    self.closed = True
 
 
 class EventWriter:
@@ -150,9 +190,13 @@ class EventWriter:
       self._writer = None
       return
     self._event, self._summary = event_pb2.Event, summary_pb2.Summary
-    os.makedirs(directory, exist_ok=True)
     name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.v2"
-    self._writer = RecordWriter(open(os.path.join(directory, name), "ab"))  # noqa: SIM115  (closed by close())
+    if storage.is_url(directory):
+      stream = _ObjectPerFlush(storage.join(directory, name))
+    else:
+      os.makedirs(directory, exist_ok=True)
+      stream = open(os.path.join(directory, name), "ab")  # noqa: SIM115  (closed by close())
+    self._writer = RecordWriter(stream)
     self._writer.write(self._event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:

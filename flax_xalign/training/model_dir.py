@@ -18,6 +18,11 @@ EOPNOTSUPP) the owner record is the lock: held while its pid lives on this
 host; a record left by a dead process on this host is stale and taken over
 with a warning. On such a file system two runs started in the same instant
 can still both get through, and a record of another host is never taken over.
+
+In a bucket (MODEL_DIR=gs://...) there is no flock: MODEL_DIR/.lock is an
+object created only where none exists, holding the owner record and a lease
+the holder renews (`storage.BucketLock`); a run that died without a word is
+taken over once its lease has run out (at once from its own host).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import socket
 import sys
 from collections.abc import Iterator
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import makedirs
 from flax_xalign.run_dir import RunDir, check_model_dir  # noqa: F401  (check_model_dir: this module's public name)
@@ -58,6 +64,10 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
   """
   if (_process_index() if process_index is None else process_index) != 0:
     yield
+    return
+  if storage.is_url(model_dir):
+    with _bucket_lock(model_dir):
+      yield
     return
   makedirs(model_dir, setting="MODEL_DIR")
   path = RunDir(model_dir).lock
@@ -96,6 +106,33 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
     os.close(folder_fd)  # Closing the folder's descriptor releases its lock.
 
 
+@contextlib.contextmanager
+def _bucket_lock(model_dir: str) -> Iterator[None]:
+  held = storage.BucketLock(RunDir(model_dir).lock, _owner())
+  try:
+    before = held.acquire()
+  except storage.LockHeld as e:
+    raise _in_bucket_use(model_dir, e.owner, held.lease_s) from None
+  if before and not before.get("released"):
+    print(f"warning: MODEL_DIR {model_dir} was locked by pid {before.get('pid', '?')} on host "
+          f"{before.get('host', '?')}, whose lease ran out (or which has ended); taking the lock over.",
+          file=sys.stderr, flush=True)
+  try:
+    yield
+  finally:
+    held.release()
+
+
+def _in_bucket_use(model_dir: str, owner: dict, lease_s: float) -> UserError:
+  import time
+
+  left = max(0, int(float(owner.get("lease_until", 0) or 0) - time.time()))
+  return UserError(f"MODEL_DIR {model_dir} is in use by another run (pid {owner.get('pid', '?')} on host "
+                   f"{owner.get('host', '?')}, since {owner.get('started', '?')}); wait for it to finish or stop "
+                   f"it, or choose another MODEL_DIR. Its lease on {RunDir(model_dir).lock} is renewed while it "
+                   f"runs; if it is gone, the lock is free in {left} s (the lease is {lease_s:.0f} s).")
+
+
 def _owner_of(path: str) -> dict:
   """The owner record in the file at `path` ({} when it is gone or unreadable)."""
   try:
@@ -120,10 +157,14 @@ def _read_owner(fd: int) -> dict:
   return owner if isinstance(owner, dict) else {}
 
 
+def _owner() -> dict:
+  return {"pid": os.getpid(), "host": socket.gethostname(),
+          "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+          "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
+
+
 def _write_owner(fd: int) -> None:
-  owner = {"pid": os.getpid(), "host": socket.gethostname(),
-           "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-           "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
+  owner = _owner()
   os.ftruncate(fd, 0)
   os.lseek(fd, 0, os.SEEK_SET)
   os.write(fd, (json.dumps(owner) + "\n").encode("utf-8"))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.data.cooc.counting import PairCounts
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
@@ -200,17 +201,17 @@ def load_table(directory: str) -> CoocTable:
   table_path, manifest_path = os.path.join(directory, TABLE_FILE), os.path.join(directory, MANIFEST_FILE)
   fix = "count it again with `xalign cooc --task=NAME --output=DIR`"
   for path in (table_path, manifest_path):
-    if not os.path.isfile(path):
+    if not storage.isfile(path):
       raise UserError(f"{path} does not exist: {directory} holds no co-occurrence table; {fix}.")
   try:
-    with open(manifest_path, encoding="utf-8") as f:
+    with storage.open_file(manifest_path, encoding="utf-8") as f:
       info = json.load(f)
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise UserError(f"{manifest_path} is not a JSON manifest ({e}); {fix}.") from e
   if not isinstance(info, dict) or not isinstance(info.get("vocab_size"), int) or "window" not in info:
     raise UserError(f"{manifest_path} lacks vocab_size/window: it was not written by `xalign cooc`; {fix}.")
   try:
-    with np.load(table_path, allow_pickle=False) as data:
+    with np.load(storage.open_file(table_path, "rb"), allow_pickle=False) as data:
       arrays = {name: np.asarray(data[name]) for name in ("indptr", "indices", "log_x")}
   except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
     raise UserError(f"{table_path} is not a co-occurrence table (.npz with indptr, indices, log_x) ({e}); "

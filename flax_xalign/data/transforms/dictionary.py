@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import write_atomically
 
@@ -63,7 +64,7 @@ def save(path: str, pairs: np.ndarray, pieces: Sequence[str] | None = None) -> N
 def load(path: str) -> np.ndarray:
   """[n, 2] int32 pairs from a dictionary TSV; bad lines name the line."""
   pairs = []
-  with open(path, encoding="utf-8") as f:
+  with storage.open_file(path, encoding="utf-8") as f:
     header = f.readline().rstrip("\n").split("\t")
     if tuple(header[:2]) != HEADER[:2]:
       raise UserError(f"{path}:1: expected the header {'<TAB>'.join(HEADER)}, got {header!r}.")

@@ -62,6 +62,7 @@ import seqio
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
+from flax_xalign import storage
 from flax_xalign import errors
 from flax_xalign.data.sources import bible
 from flax_xalign.data.sources import paths
@@ -265,7 +266,7 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
     UserError: the file is missing, unreadable or lacks a special token.
   """
   path = str(path)
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise errors.UserError(
         f"SentencePiece model {path} does not exist; train one with `xalign vocab "
         "--input=FILE --vocab_size=N --output=PREFIX` or fix the path.")
@@ -427,7 +428,7 @@ def bible_vocabulary(vocab_size: int = 8000,
 
 def _manifest_inputs(path: pathlib.Path) -> Optional[dict]:
   try:
-    with open(path, encoding="utf-8") as f:
+    with storage.open_file(path, encoding="utf-8") as f:
       return json.load(f).get("inputs")
   except (OSError, ValueError, AttributeError):
     return None

