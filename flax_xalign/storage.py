@@ -57,8 +57,15 @@ def absolute(path: str | os.PathLike) -> str:
 
 
 def join(base: str | os.PathLike, *names: str) -> str:
-  """`base/name/...`: posix joins for a URL, `os.path.join` for a local path."""
+  """`base/name/...`: posix joins for a URL, `os.path.join` for a local path.
+
+  A name that is a URL replaces everything before it, as an absolute name does in `os.path.join` (an
+  output setting that names gs://... is written there, not in a local folder called `gs:`).
+  """
   base = os.fspath(base)
+  for i in range(len(names) - 1, -1, -1):
+    if is_url(names[i]):
+      return join(names[i], *names[i + 1:])
   if is_url(base):
     return posixpath.join(base.rstrip("/"), *names)
   return os.path.join(base, *names)
@@ -244,6 +251,47 @@ def move(source: str, target: str) -> None:
   fs.mv(inner, filesystem(target)[1], recursive=True)
 
 
+_LOCAL_COPIES: dict[str, str] = {}  # URL -> its copy in this process's scratch folder (`local_copy`).
+
+
+def local_copy(path: str) -> str:
+  """`path` itself when local; for a URL, a copy of the object in a scratch folder this process removes at exit.
+
+  For libraries that open a file by name through their own I/O (seqio's SentencePiece model through
+  TensorFlow's gfile, which ignores a GCS emulator and does not exist without TensorFlow). One download
+  per URL and process: what is copied is a run's own file (a vocabulary, its sha256 in the manifest), which
+  no reader rewrites. The copy keeps the object's name, so messages that show it still say what it is.
+  """
+  if not is_url(path):
+    return os.fspath(path)
+  url = absolute(path)
+  if url not in _LOCAL_COPIES:
+    import atexit
+    import shutil
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="flax_xalign_copy_")
+    atexit.register(shutil.rmtree, scratch, True)
+    target = os.path.join(scratch, basename(url))
+    with open(target, "wb") as f:
+      f.write(read_bytes(url))
+    _LOCAL_COPIES[url] = target
+  return _LOCAL_COPIES[url]
+
+
+def upload_folder(local: str, url: str) -> list[str]:
+  """Copies every file under the local folder `local` to the objects under `url` (one whole-object write
+  each); returns their names relative to `url`, sorted."""
+  names = []
+  for folder, _, files in os.walk(local):
+    for name in files:
+      relative = os.path.relpath(os.path.join(folder, name), local)
+      with open(os.path.join(folder, name), "rb") as f:
+        write_object(join(url, *relative.split(os.sep)), f.read())
+      names.append(relative.replace(os.sep, "/"))
+  return sorted(names)
+
+
 def check_store(path: str, *, setting: str) -> None:
   """For a URL: the bucket exists and this process can reach it, or one UserError; nothing for a local path.
 
@@ -341,8 +389,11 @@ class BucketLock:
       record = {}
     return (record if isinstance(record, dict) else {}), generation
 
-  def _write(self, record: dict, *, if_generation: int) -> bool:
-    """Writes `record` only where the object is still `if_generation` (0: absent); False where it is not."""
+  def _write(self, record: dict, *, if_generation: int, quick: bool = False) -> bool:
+    """Writes `record` only where the object is still `if_generation` (0: absent); False where it is not.
+
+    `quick`: one attempt of at most 10 s (the release: a store that went away must not hold up the exit
+    of a run that is already failing; the lease then runs out by itself)."""
     import json
 
     data = (json.dumps(record) + "\n").encode("utf-8")
@@ -354,7 +405,8 @@ class BucketLock:
 
     blob = self._blob()
     try:
-      blob.upload_from_string(data, content_type="application/json", if_generation_match=if_generation)
+      options = {"retry": None, "timeout": 10} if quick else {}
+      blob.upload_from_string(data, content_type="application/json", if_generation_match=if_generation, **options)
     except gexc.PreconditionFailed:
       return False
     self._generation = blob.generation
@@ -418,9 +470,9 @@ class BucketLock:
   def release(self) -> None:
     if self._stop is not None:
       self._stop.set()
-      self._thread.join(timeout=30)
+      self._thread.join(timeout=10)
     if self._generation is not None:
       try:
-        self._write(self._record(released=True), if_generation=self._generation)
+        self._write(self._record(released=True), if_generation=self._generation, quick=True)
       except Exception:  # noqa: BLE001  (the store went away: the lease runs out by itself)
         pass

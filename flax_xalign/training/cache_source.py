@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import jax
 
+from flax_xalign import storage
 from flax_xalign.data.packed import format as packed_format
 from flax_xalign.data.packed import read as packed_read
 from flax_xalign.data.sources.wheels import sha256_of
@@ -29,7 +30,8 @@ class CacheSource(DataSource):
   """A task's packed cache (see `DataSource`).
 
   Attributes:
-    directory: the cache folder (one sub-folder per split).
+    directory: the cache folder (one sub-folder per split): a local folder, or a bucket's URL whose splits are
+      staged on this host's disk when opened (`data.packed.staging`).
     verify: how each split is verified when first opened (`train.cache_verify`:
       "auto", "full" or "size"; `data.packed.format` says what each reads).
   """
@@ -127,7 +129,7 @@ class CacheSource(DataSource):
     packed = self._check_split(split, length=feature_lengths["tokens"], pack=pack, pair_layout=pair_layout,
                                both_directions=both_directions, links=links)
     if links:
-      for other in sorted(os.listdir(self.directory)):
+      for other in sorted(storage.listdir(self.directory)):
         if other != split and self.has_split(other):
           self.open_split(other).check_links(links)
     per_host = batch_size // hosts
@@ -140,10 +142,10 @@ def _check_vocabulary_file(path: str, packed: packed_format.PackedSplit) -> None
   """Refuses, in one line, a cache whose vocabulary is not the file `path` the run's task names (by sha256)."""
   if not os.path.isfile(path):
     raise UserError(f"the vocabulary {path} that this run's task names is missing; restore it, or drop the "
-                    f"task definition and train from the packed cache {packed.directory} with its own vocabulary.")
+                    f"task definition and train from the packed cache {packed.location} with its own vocabulary.")
   ours, theirs = sha256_of(path), packed.manifest.vocabulary.sha256
   if ours != theirs:
-    raise UserError(f"the packed cache {os.path.dirname(packed.directory)} was built with another vocabulary "
+    raise UserError(f"the packed cache {storage.dirname(packed.location)} was built with another vocabulary "
                     f"(sha256 {theirs[:12]}) than {path} (sha256 {ours[:12]}), which this run's task "
                     "names; rebuild the cache with this vocabulary (`xalign cache`), or point the task at the "
                     "cache's.")

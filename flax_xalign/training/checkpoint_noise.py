@@ -54,6 +54,19 @@ def out_of_memory(error: BaseException | None) -> bool:
              for e in _chain(error))
 
 
+def store_unreachable(error: BaseException | None) -> bool:
+  """Whether `error` or one it was raised from is an object store that could not be reached: TensorStore's
+  spent retries, a refused or failed connection of gcsfs (aiohttp) or google-cloud-storage (requests)."""
+  for e in _chain(error):
+    text = str(e)
+    if isinstance(e, ConnectionError) or "retry attempts failed" in text or "CURL error" in text:
+      return True
+    if type(e).__name__ in ("ClientConnectorError", "ServerDisconnectedError", "ClientOSError",
+                            "ConnectionError", "RetryError", "ServiceUnavailable"):
+      return True
+  return False
+
+
 def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limit_s: float = 20.0) -> None:
   """Removes `directory`'s temporary folder of step `step`, whose save failed.
 
@@ -87,11 +100,12 @@ def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limi
 
 
 class DiskFullLogFilter(logging.Filter):
-  """Drops Orbax's logged traceback of a save that failed for lack of space: `Checkpointer` reports it, once."""
+  """Drops Orbax's logged traceback of a save that failed for lack of space or because the bucket could not
+  be reached: `Checkpointer` reports either, once."""
 
   def filter(self, record: logging.LogRecord) -> bool:
     error = record.exc_info[1] if record.exc_info else None
-    return error is None or not disk_full(error)
+    return error is None or not (disk_full(error) or store_unreachable(error))
 
 
 def from_orbax_reads(tb: Any) -> bool:
@@ -125,6 +139,7 @@ def install() -> None:
     return
   _installed = True
   logging.getLogger("absl").addFilter(DiskFullLogFilter())
+  logging.getLogger("gcsfs").addFilter(DiskFullLogFilter())  # "out of retries", with a traceback: reported once
   logging.getLogger("asyncio").addFilter(AbandonedReadNoise())
   unraisable, excepthook = sys.unraisablehook, sys.excepthook
 

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from flax_xalign import storage
-from flax_xalign.errors import no_space_error
+from flax_xalign.errors import UserError, no_space_error
 from flax_xalign.fileio import write_atomically
 from flax_xalign.models import flops
 from flax_xalign.run_dir import RunDir
@@ -141,7 +141,12 @@ class MetricsLogger:
   def flush(self) -> None:
     if self._pending:
       rows, self._pending = "".join(self._pending), []
-      storage.append_object(self.path, rows.encode("utf-8"))
+      try:
+        storage.append_object(self.path, rows.encode("utf-8"))
+      except Exception as e:  # noqa: BLE001  (the store's clients raise many classes; all mean the same here)
+        raise UserError(f"could not append to {self.path} ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                        "the bucket could not be reached. The checkpoints are intact: rerun the same command once "
+                        "it is back (a resume rewrites the rows after the step it resumes from).") from None
     if self._writer is not None:
       self._writer.flush()
 

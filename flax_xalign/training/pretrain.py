@@ -16,6 +16,7 @@ the checkpoints hold.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -355,7 +356,7 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
           f"mesh {dict(partitioner.mesh.shape)}; languages {list(data.languages)}; "
           f"objectives {dict(c.objectives)}", flush=True)
     try:
-      return train_loop(
+      result = train_loop(
           trainer=trainer,
           train_iterator=train_iterator,
           new_train_iterator=train_batches,
@@ -372,12 +373,20 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
           before_training=before_training,
           checkpoint_hooks=hooks,
       )
-    finally:
-      try:
+    except BaseException:
+      # Already failing (e.g. the bucket went away): closing may fail the same way, and must not hide why.
+      with contextlib.suppress(Exception):
         checkpointer.close()
-      finally:
-        for logger in loggers:
+      for logger in loggers:
+        with contextlib.suppress(Exception):
           logger.close()
+      raise
+    try:
+      checkpointer.close()
+    finally:
+      for logger in loggers:
+        logger.close()
+    return result
 
 
 def _check_hooks(hooks: Sequence[CheckpointHook], checkpoint: checkpoints_lib.CheckpointConfig) -> None:
