@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from flax_xalign.errors import NO_SPACE_ERRNOS
+from flax_xalign.errors import NO_SPACE_ERRNOS, UserError
 
 _installed = False
 
@@ -67,6 +67,14 @@ def store_unreachable(error: BaseException | None) -> bool:
   return False
 
 
+def store_error(directory: Any, why: str) -> UserError:
+  """The one line for a checkpoint save into a bucket that failed because the store went away (`why`)."""
+  return UserError(f"could not write a checkpoint to {directory} ({why}): the store could not be reached or "
+                   "refused the write. A step in a bucket counts only once its commit_success.txt is written, so "
+                   "the steps before it are intact; rerun the same command once the store is back and it resumes "
+                   "from the newest complete step.")
+
+
 def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limit_s: float = 20.0) -> None:
   """Removes `directory`'s temporary folder of step `step`, whose save failed.
 
@@ -97,6 +105,31 @@ def remove_failed_save(directory: str, step: int, *, settle_s: float = 0.5, limi
     elif now - absent_since >= settle_s:
       return
     time.sleep(0.05)
+
+
+def bound_store_retries() -> None:
+  """TensorStore's retries of a failed GCS request, from FLAX_XALIGN_STORE_RETRIES (unset: TensorStore's own
+  32, backing off to 32 s: about a quarter of an hour of outage before a save fails).
+
+  Orbax builds every TensorStore context from the two module-level dicts set here (its
+  `tensorstore_utils.get_ts_context`); TensorStore's own context resource `gcs_request_retries` bounds the
+  retries of each request, so a store that stays away ends the save with an error instead of retrying on.
+  """
+  value = os.environ.get("FLAX_XALIGN_STORE_RETRIES")
+  if not value:
+    return
+  try:
+    retries = int(value)
+    if retries < 0:
+      raise ValueError
+  except ValueError:
+    raise UserError(f"FLAX_XALIGN_STORE_RETRIES={value!r} is not a count of retries; give e.g. 8, or unset it."
+                    ) from None
+  from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+  setting = {"max_retries": retries, "initial_delay": "0.5s", "max_delay": "8s"}
+  for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):  # pylint: disable=protected-access
+    context["gcs_request_retries"] = setting
 
 
 class DiskFullLogFilter(logging.Filter):

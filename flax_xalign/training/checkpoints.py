@@ -51,9 +51,9 @@ from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
 from flax_xalign.training import data_positions
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
-from flax_xalign.training.checkpoint_noise import disk_full as _disk_full
-from flax_xalign.training.checkpoint_noise import out_of_memory as _out_of_memory
-from flax_xalign.training.checkpoint_noise import remove_failed_save as _remove_failed_save
+from flax_xalign.training.checkpoint_noise import (  # pylint: disable=g-importing-member
+    bound_store_retries as _bound_store_retries, disk_full as _disk_full, out_of_memory as _out_of_memory,
+    remove_failed_save as _remove_failed_save, store_error as _store_error)
 from flax_xalign.training.data_positions import SEQIO_POSITION, DataPosition
 
 STATE, META, ASSETS = "state", "meta", "assets"
@@ -240,31 +240,6 @@ def damage_of(step_dir: epath.Path, item: str, error: BaseException) -> UserErro
   return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {_first_line(error)}")
 
 
-def bound_store_retries() -> None:
-  """TensorStore's retries of a failed GCS request, from FLAX_XALIGN_STORE_RETRIES (unset: TensorStore's own
-  32, backing off to 32 s: about a quarter of an hour of outage before a save fails).
-
-  Orbax builds every TensorStore context from the two module-level dicts set here (its
-  `tensorstore_utils.get_ts_context`); TensorStore's own context resource `gcs_request_retries` bounds the
-  retries of each request, so a store that stays away ends the save with an error instead of retrying on.
-  """
-  value = os.environ.get("FLAX_XALIGN_STORE_RETRIES")
-  if not value:
-    return
-  try:
-    retries = int(value)
-    if retries < 0:
-      raise ValueError
-  except ValueError:
-    raise UserError(f"FLAX_XALIGN_STORE_RETRIES={value!r} is not a count of retries; give e.g. 8, or unset it."
-                    ) from None
-  from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
-
-  setting = {"max_retries": retries, "initial_delay": "0.5s", "max_delay": "8s"}
-  for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):  # pylint: disable=protected-access
-    context["gcs_request_retries"] = setting
-
-
 class Checkpointer:
   """A CheckpointManager under `<model_dir>/checkpoints` with our four items.
 
@@ -277,7 +252,7 @@ class Checkpointer:
                position: DataPosition = SEQIO_POSITION):
     self.directory = storage.epath_of(RunDir(model_dir).checkpoints)  # Orbax wants absolute (or a URL).
     if storage.is_url(os.fspath(self.directory)):
-      bound_store_retries()
+      _bound_store_retries()
     self.config, self.position = config, position
     self._saving: int | None = None
     self._manager = ocp.CheckpointManager(
@@ -342,11 +317,7 @@ class Checkpointer:
         if not _disk_full(e):
           if storage.is_url(os.fspath(self.directory)) and not isinstance(e, UserError):
             self._saving = None  # (an async save fails at the next save or wait: which step it was is not known)
-            raise UserError(
-                f"could not write a checkpoint to {self.directory} ({_first_line(e)}): the store could "
-                "not be reached or refused the write. A step in a bucket counts only once its commit_success.txt "
-                "is written, so the steps before it are intact; rerun the same command once the store is back "
-                "and it resumes from the newest complete step.") from None
+            raise _store_error(self.directory, _first_line(e)) from None
           raise
         step, self._saving = self._saving, None
         self._remove_tmp(step)
