@@ -279,19 +279,6 @@ def local_copy(path: str) -> str:
   return _LOCAL_COPIES[url]
 
 
-def upload_folder(local: str, url: str) -> list[str]:
-  """Copies every file under the local folder `local` to the objects under `url` (one whole-object write
-  each); returns their names relative to `url`, sorted."""
-  names = []
-  for folder, _, files in os.walk(local):
-    for name in files:
-      relative = os.path.relpath(os.path.join(folder, name), local)
-      with open(os.path.join(folder, name), "rb") as f:
-        write_object(join(url, *relative.split(os.sep)), f.read())
-      names.append(relative.replace(os.sep, "/"))
-  return sorted(names)
-
-
 def check_store(path: str, *, setting: str) -> None:
   """For a URL: the bucket exists and this process can reach it, or one UserError; nothing for a local path.
 

@@ -228,7 +228,9 @@ def load_run_vocabulary(directory: str, spec: "VocabularySpec") -> Any:
     return _load_wordpiece(path, spec)
   from flax_xalign.data.vocab.sentencepiece import TextVocabulary  # Special spellings in text stay text.
 
-  vocabulary = TextVocabulary(path, extra_ids=0)
+  # seqio opens the model by name with TensorFlow's gfile, not our storage layer: a run in a bucket is read
+  # from a local copy.
+  vocabulary = TextVocabulary(storage.local_copy(path), extra_ids=0)
   if spec.factor == 1:
     return vocabulary
   from flax_xalign.tasks.synthetic import DoubledVocabulary
@@ -242,7 +244,8 @@ def _load_wordpiece(path: str, spec: "VocabularySpec") -> Any:
   if spec.factor != 1:
     raise UserError(f"the run manifest records a WordPiece vocabulary with factor={spec.factor}; only "
                     "SentencePiece vocabularies are doubled (synthetic languages).")
-  vocabulary = WordPieceVocabulary(path, lower_case=spec.lower_case)
+  vocabulary = WordPieceVocabulary(storage.read_bytes(path) if storage.is_url(path) else path,
+                                   lower_case=spec.lower_case)
   if vocabulary.special_tokens() != spec.specials or vocabulary.vocab_size != spec.size:
     raise UserError(f"{path} reads as {vocabulary.vocab_size} ids with specials {vocabulary.special_tokens()}, "
                     f"but the run manifest records {spec.size} and {spec.specials}; this flax_xalign reads "

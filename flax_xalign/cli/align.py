@@ -50,6 +50,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from flax_xalign import storage
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser, UserError
 
@@ -135,8 +136,8 @@ def check_files(args: argparse.Namespace) -> None:
 
   inputs = {"--input": args.input, "--gold": args.gold, "--vocabulary": args.vocabulary}
   if args.bible_gold:  # Its gold is written beside --output, then read back as --input and --gold.
-    folder = os.path.dirname(os.path.abspath(args.output))
-    inputs = {"--bible_gold": [os.path.join(folder, f"grc_en.{args.bible_gold}.{ext}") for ext in ("tsv", "pharaoh")]}
+    folder = _output_folder(args.output)
+    inputs = {"--bible_gold": [storage.join(folder, f"grc_en.{args.bible_gold}.{ext}") for ext in ("tsv", "pharaoh")]}
   common.check_outside_run(args.output, args.model_dir)
   fileio.check_output_file(args.output, inputs=inputs)
   if args.sweep:
@@ -144,6 +145,11 @@ def check_files(args: argparse.Namespace) -> None:
   for flag, path in inputs.items():
     if path and not args.bible_gold:
       fileio.check_input_file(path, setting=flag)
+
+
+def _output_folder(output: str) -> str:
+  """The folder (or bucket prefix) --output is written in."""
+  return storage.dirname(output) if storage.is_url(output) else os.path.dirname(os.path.abspath(output))
 
 
 def _plot_path(output: str) -> str:
@@ -158,7 +164,7 @@ def run(args: argparse.Namespace) -> None:
   if args.bible_gold:
     if args.input or args.gold:
       raise UserError("--bible_gold replaces --input and --gold; pass one or the other.")
-    args.input, args.gold = word_align.export_bible_gold(args.bible_gold, os.path.dirname(os.path.abspath(args.output)))
+    args.input, args.gold = word_align.export_bible_gold(args.bible_gold, _output_folder(args.output))
     args.gold_format = "pharaoh"
   elif not args.input:
     raise UserError("pass --input=FILE (source<TAB>target per line), or --bible_gold=test for the embedded verses.")

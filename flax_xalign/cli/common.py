@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flax_xalign import errors
+from flax_xalign import storage
 from flax_xalign.cli._process import setup_process
 
 # The run directory's flag: one spelling in every argparse command (gin commands bind MODEL_DIR);
@@ -53,7 +54,8 @@ def add_model_dir_flag(parser: argparse.ArgumentParser, *, help: str, required: 
 
 def existing_model_dir(path: str) -> str:
   """`path`, or a UserError when it is not a directory (before anything tries to read a run there)."""
-  if not os.path.isdir(path):
+  storage.check_store(path, setting=MODEL_DIR_FLAG)  # (a URL: its bucket exists and can be reached)
+  if not storage.isdir(path):
     raise errors.UserError(f"{MODEL_DIR_FLAG} {path} is not a directory; pass a MODEL_DIR written by "
                            "python -m flax_xalign.train or an import.")
   return path
@@ -70,15 +72,27 @@ def check_outside_run(path: str | os.PathLike | None, run: str | os.PathLike | N
   Checked whether or not the entry exists yet (an eval.json written by another
   command would be taken for the run's).
   """
-  from flax_xalign import fileio
   from flax_xalign import run_dir as run_dir_lib
 
-  if path is None or run is None or not os.fspath(path).strip() or not os.path.isdir(run):
+  if path is None or run is None or not os.fspath(path).strip():
     return
+  if storage.is_url(path) != storage.is_url(run) or not storage.isdir(run):
+    return  # (One in a bucket, the other on disk: the output cannot be one of the run's files.)
   own = (run_dir_lib.CHECKPOINTS, run_dir_lib.DAMAGED, run_dir_lib.CONFIG_GIN, run_dir_lib.METRICS,
          run_dir_lib.TENSORBOARD, run_dir_lib.EVAL_JSON, run_dir_lib.LOCK, run_dir_lib.ORIGIN, run_dir_lib.NOTICE)
+  folder = storage.absolute(run) if storage.is_url(run) else os.fspath(run)
   for entry in own:
-    if fileio.lies_in(os.path.abspath(os.path.expanduser(os.fspath(path))), os.path.join(run, entry)):
+    if _lies_in(os.fspath(path), storage.join(folder, entry)):
       raise errors.UserError(f"{setting} {os.fspath(path)} is {entry} of the run {run_setting} {os.fspath(run)} reads "
                       "(or lies in it); writing there would change that run: name a path outside the run's "
                       f"own files, e.g. {os.path.join(os.fspath(run), 'out', os.path.basename(os.fspath(path)))}.")
+
+
+def _lies_in(path: str, folder: str) -> bool:
+  """Whether `path` is `folder` or under it: symlinks followed on disk, names compared in a bucket (no links)."""
+  from flax_xalign import fileio
+
+  if storage.is_url(path):
+    url = storage.absolute(path)
+    return url == folder or url.startswith(folder + "/")
+  return fileio.lies_in(os.path.abspath(os.path.expanduser(path)), folder)

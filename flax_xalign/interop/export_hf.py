@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
 from flax_xalign.interop.progress import Progress
@@ -130,14 +131,17 @@ def write_hf_directory(output: str, hf_config: Mapping[str, Any], state: Mapping
   makedirs(output, setting="--output")
   write_atomically(os.path.join(output, "config.json"), json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
   # transformers reads safetensors whose metadata names the framework.
-  safetensors.numpy.save_file(dict(state), os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
+  if storage.is_url(output):  # (save_file writes a local file only: the same bytes, one whole object)
+    write_atomically(storage.join(output, "model.safetensors"),
+                     safetensors.numpy.save(dict(state), metadata={"format": "pt"}))
+  else:
+    safetensors.numpy.save_file(dict(state), os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
   for name, data in tokenizer.files.items():
     write_atomically(os.path.join(output, name), data)
   write_atomically(os.path.join(output, "tokenizer_config.json"), json.dumps(tokenizer.config, indent=2) + "\n")
   if notice:
-    with open(notice, encoding="utf-8") as f:
-      write_atomically(os.path.join(output, "NOTICE"), f.read())
-  return sorted(os.listdir(output))
+    write_atomically(os.path.join(output, "NOTICE"), storage.read_text(notice))
+  return sorted(storage.listdir(output))
 
 
 def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -158,7 +162,7 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
                     "xalign import_hf).")
   if layout not in hf.LAYOUTS:
     raise UserError(f"--layout must be one of {', '.join(hf.LAYOUTS)}, got {layout!r}.")
-  if os.path.isdir(output) and os.listdir(output):
+  if storage.isdir(output) and storage.listdir(output):
     raise UserError(f"{output} exists and is not empty; export into a new directory.")
   progress = Progress("export_hf", log)
 
@@ -181,10 +185,11 @@ def export_hf(checkpoint: str, output: str, *, layout: str, log: Callable[[str],
   hf_config, state = hf.hf_state_from_params(params, config, layout=layout, specials=tokenizer.specials)
   dropped = " (dropped the DWA pointer projections)" if config.pointer_head else ""
   progress.step("convert", f"converted to the {layout} layout: {len(state)} tensors{dropped}")
-  hf_config = {**hf_config, "flax_xalign": {"checkpoint": os.path.abspath(checkpoint), "step": int(step)}}
+  source = storage.absolute(checkpoint) if storage.is_url(checkpoint) else os.path.abspath(checkpoint)
+  hf_config = {**hf_config, "flax_xalign": {"checkpoint": source, "step": int(step)}}
   notice = handle.dir.notice
   files = write_hf_directory(output, hf_config, state, tokenizer,
-                             notice=notice if os.path.isfile(notice) else None)
+                             notice=notice if storage.isfile(notice) else None)
   progress.step("write", f"wrote {output}: {', '.join(files)}")
   log(f"export_hf: done in {progress.total():.1f} s")
   return {"hf_config": hf_config, "files": files, "seconds": progress.seconds}

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import makedirs
 
@@ -170,12 +171,12 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
     with open(path, "wb") as f:
       f.write(new_model)
     notice_path = handle.dir.notice
-    notice = open(notice_path, encoding="utf-8").read() if os.path.exists(notice_path) else None
+    notice = storage.read_text(notice_path) if storage.exists(notice_path) else None
     params = with_vocab_rows(trim_params(params, keep, run.model.vocab_size), config.padded_vocab_size)
     write_model_dir(output, config=config, params=params,
                     vocabulary=TextVocabulary(path, extra_ids=0), languages=run.languages,
                     language_pairs=run.language_pairs, notice=notice,
-                    origin={"trimmed_from": os.path.abspath(checkpoint), "step": int(step), "task": task,
+                    origin={"trimmed_from": _absolute(checkpoint), "step": int(step), "task": task,
                             "splits": list(splits), "normalizers": list(normalizers),
                             "pieces_before": int(run.model.vocab_size),
                             "pieces_after": int(len(keep))})
@@ -187,6 +188,10 @@ def trim_model_dir(checkpoint: str, task: str, output: str, *, splits: Sequence[
   return summary
 
 
+def _absolute(path: str) -> str:
+  return storage.absolute(path) if storage.is_url(path) else os.path.abspath(path)
+
+
 def import_trimmed(import_into: Callable[[str], Any], output: str, task: str, *,
                    normalizers: Sequence[str] = ()) -> dict[str, Any]:
   """Runs an import into a scratch MODEL_DIR beside `output`, then trims it into `output` (`--trim_vocab_to`)."""
@@ -195,9 +200,12 @@ def import_trimmed(import_into: Callable[[str], Any], output: str, task: str, *,
   from flax_xalign import tasks
 
   tasks.task_names(task)  # An unknown task fails before the import's work.
-  parent = os.path.dirname(os.path.abspath(output))
-  makedirs(parent, setting="--output")
-  scratch = tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(output)) + ".untrimmed.", dir=parent)
+  if storage.is_url(output):  # The untrimmed import is read once and dropped: it need not travel to the bucket.
+    scratch = tempfile.mkdtemp(prefix=storage.basename(output) + ".untrimmed.")
+  else:
+    parent = os.path.dirname(os.path.abspath(output))
+    makedirs(parent, setting="--output")
+    scratch = tempfile.mkdtemp(prefix=os.path.basename(os.path.abspath(output)) + ".untrimmed.", dir=parent)
   try:
     import_into(os.path.join(scratch, "model"))
     return trim_model_dir(os.path.join(scratch, "model"), task, output, normalizers=normalizers)

@@ -16,6 +16,7 @@ from typing import Any
 from etils import epath
 
 from flax_xalign import run_spec as run_spec_lib
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.run_dir import RunDir
 from flax_xalign.training import checkpoints as checkpoints_lib
@@ -24,7 +25,7 @@ from flax_xalign.training.checkpoints import DamagedCheckpointError, read_checkp
 
 def find_latest_step(model_dir: str) -> int | None:
   """The latest finished checkpoint step of MODEL_DIR, or None (no checkpoints/ folder, or no finished step)."""
-  directory = epath.Path(os.path.abspath(RunDir(model_dir).checkpoints))
+  directory = storage.epath_of(RunDir(model_dir).checkpoints)
   if not directory.exists():  # Checked first: a manager would create checkpoints/ in a mistyped path.
     return None
   with checkpoints_lib.open_reader(directory) as manager:
@@ -105,6 +106,15 @@ _READ_BACK: set[int] = set()
 
 
 def _state_files_key(state_dir: str) -> int:
+  if storage.is_url(state_dir):  # A bucket: each object's generation changes whenever it is rewritten.
+    fs, inner = storage.filesystem(state_dir)
+    try:
+      found = fs.find(inner, detail=True)
+    except FileNotFoundError:
+      found = {}
+    entries = [(name, int(info.get("size") or 0), str(info.get("generation") or info.get("updated") or ""))
+               for name, info in found.items()]
+    return hash((storage.absolute(state_dir), tuple(sorted(entries))))
   entries = []
   for folder, _, names in os.walk(state_dir):
     for name in names:

@@ -38,6 +38,7 @@ def _no_checkpoint(run_dir: RunDir) -> str:
   from flax_xalign.run_dir import is_run_dir
 
   path = run_dir.path
+  storage.check_store(path, setting="MODEL_DIR")  # A URL whose bucket is missing is that, not an untrained run.
   names = sorted(storage.listdir(path)) if storage.isdir(path) else []
   if names and not is_run_dir(path) and not storage.isfile(run_dir.config_gin):
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")

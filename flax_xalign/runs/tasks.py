@@ -146,7 +146,8 @@ def prepared_definitions(run: RunSpec, *, model_dir: str | None = None, step: in
       vocabulary = vocabulary or _run_vocabulary_file(run, model_dir, step)
       if vocabulary is None:
         raise _moved_error(model_dir, name, path, recorded_args.get("vocabulary_path", path), 0)
-      args["vocabulary_path"] = vocabulary
+      # A run in a bucket: seqio opens a task's vocabulary with TensorFlow's gfile, so it gets a local copy.
+      args["vocabulary_path"] = storage.local_copy(vocabulary)
     out.append({"kind": kind, "args": args})
   return out
 

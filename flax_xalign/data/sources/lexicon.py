@@ -37,6 +37,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from flax_xalign import errors
+from flax_xalign import storage
 from flax_xalign.data.sources import bible
 LEXICON_DIR = pathlib.Path(__file__).resolve().parents[1] / "lexicons"
 SHIPPED_GREEK_ENGLISH = LEXICON_DIR / "grc-en.train.txt"
@@ -112,11 +113,10 @@ def read_lexicon(path: str | os.PathLike) -> dict[str, list[str]]:
       exactly two white-space separated words (named as `path:line`).
   """
   path = os.fspath(path)
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise errors.UserError(f"lexicon {path} does not exist; pass a UTF-8 file with {_FORMAT}.")
   try:
-    with open(path, encoding="utf-8") as f:
-      lines = f.read().splitlines()
+    lines = storage.read_text(path).splitlines()
   except UnicodeDecodeError as e:
     raise errors.UserError(f"lexicon {path} is not UTF-8 ({e}).") from e
   lexicon: dict[str, list[str]] = {}

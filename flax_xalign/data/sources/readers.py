@@ -30,6 +30,7 @@ import os
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from flax_xalign import errors
+from flax_xalign import storage
 
 if TYPE_CHECKING:
   import conllu
@@ -83,7 +84,7 @@ def numbered_lines(path: PathLike) -> Iterator[tuple[int, str]]:
     UserError: the file is missing or is not UTF-8.
   """
   try:
-    with open(path, encoding="utf-8-sig") as f:
+    with storage.open_file(path, encoding="utf-8-sig") as f:
       for number, line in enumerate(f, start=1):
         yield number, line.rstrip("\r\n")
   except FileNotFoundError:
@@ -103,7 +104,7 @@ def _first_undecodable_line(path: PathLike) -> int:
   # The text decoder reads ahead in blocks, so the line an error surfaces at
   # is not the line at fault; find it from the bytes.
   number = 0
-  with open(path, "rb") as f:
+  with storage.open_file(path, "rb") as f:
     for number, raw in enumerate(f, start=1):
       try:
         raw.decode("utf-8")

@@ -270,7 +270,8 @@ def load_vocabulary(path: PathLike) -> seqio.SentencePieceVocabulary:
     raise errors.UserError(
         f"SentencePiece model {path} does not exist; train one with `xalign vocab "
         "--input=FILE --vocab_size=N --output=PREFIX` or fix the path.")
-  vocabulary = TextVocabulary(path, extra_ids=0)
+  # seqio opens the model by name with TensorFlow's gfile, not our storage layer: a URL is read from a local copy.
+  vocabulary = TextVocabulary(storage.local_copy(path), extra_ids=0)
   try:
     processor = vocabulary.tokenizer
   except Exception as e:  # SentencePiece raises several types on bad bytes.

@@ -24,12 +24,12 @@ the experiment drivers share one spelling.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation.lexicon import bli
 from flax_xalign.evaluation.lexicon import rsim
@@ -153,8 +153,9 @@ def _resolve_task(opts: LexiconOptions, run) -> tuple[str, str]:
     from flax_xalign.tasks.bible import BibleTasks  # Registering tasks imports seqio: only when asked.
 
     path = run.dir.file(spec.vocabulary.file)
-    if spec.vocabulary.kind != "sentencepiece" or spec.vocabulary.factor != 1 or not os.path.isfile(path):
+    if spec.vocabulary.kind != "sentencepiece" or spec.vocabulary.factor != 1 or not storage.isfile(path):
       raise UserError(f"--task=bible needs a plain SentencePiece vocabulary in {path}; pass --task=NAME instead.")
+    path = storage.local_copy(path)  # (seqio reads a task's vocabulary through TensorFlow's gfile, not our layer)
     normalize = opts.normalize or ""
     prefix = f"bli_bible_{spec.vocabulary.sha256[:10]}_{normalize or 'raw'}"
     task = BibleTasks(prefix=prefix, vocabulary_path=path, normalize=normalize).register().names()["grc_en_mlm_tlm"]
@@ -200,7 +201,7 @@ def _language_vocabularies(model_dir: str, spec, opts: LexiconOptions, *, use_fi
 
   src, tgt, min_count, split = opts.src, opts.tgt, opts.min_count, opts.split
   path = RunDir(model_dir).file(lang_vocab.FILENAME)
-  if use_file and min_count is None and split == "train" and os.path.isfile(path):
+  if use_file and min_count is None and split == "train" and storage.isfile(path):
     asset = lang_vocab.LangVocab(languages=(src, tgt), min_count=0, split=split)
     value = asset.load(model_dir)
     sides = [lang_vocab.side_language(x) for x in lang_vocab.sides_of_header(path, asset.loaded_header)]
@@ -277,7 +278,7 @@ def _representations(model, params, spec, sentences_of: Callable, opts: LexiconO
 def _read_gold_lexicon(opts: LexiconOptions):
   from flax_xalign.data.sources import lexicon
 
-  if not os.path.isfile(opts.gold):
+  if not storage.isfile(opts.gold):
     raise UserError(f"--gold {opts.gold} does not exist; pass a MUSE file (source target per line) or "
                     f"'{TOKEN_MAP_GOLD}'.")
   return lexicon.read_lexicon(opts.gold)

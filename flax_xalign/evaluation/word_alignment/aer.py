@@ -29,11 +29,11 @@ File formats (one line per sentence pair, in corpus order):
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.fileio import save_figure, write_atomically  # noqa: F401  (also aer.write_atomically)
 
@@ -112,11 +112,10 @@ _NAACL_HELP = "expected 'sentence_id i j' or 'sentence_id i j S|P' (1-indexed in
 
 
 def _read_lines(path: str) -> list[str]:
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise UserError(f"alignment file {path} does not exist; check the path.")
   try:
-    with open(path, encoding="utf-8") as f:
-      return f.read().splitlines()
+    return storage.read_text(path).splitlines()
   except UnicodeDecodeError as e:
     raise UserError(f"{path} is not UTF-8 text ({e}); alignment files are plain text.") from e
 
@@ -204,11 +203,10 @@ def read_pairs(path: str, *, setting: str = "--input") -> list[tuple[list[str], 
 
   `setting` names where the path came from (a flag, an evaluator option) in the messages.
   """
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     raise UserError(f"{setting} {path} does not exist; pass a UTF-8 file with {PAIRS_FORMAT}.")
   try:
-    with open(path, encoding="utf-8") as f:
-      lines = f.read().splitlines()
+    lines = storage.read_text(path).splitlines()
   except UnicodeDecodeError as e:
     raise UserError(f"{setting} {path} is not UTF-8 ({e}).") from e
   while lines and not lines[-1].strip():

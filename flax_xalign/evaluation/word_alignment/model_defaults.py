@@ -30,6 +30,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from flax_xalign import storage
 from flax_xalign.run_spec import RunSpec
 
 # Objectives that put both sides of a pair into one attention segment.
@@ -67,13 +68,17 @@ def _origin(model_dir: str) -> dict[str, Any] | None:
   from flax_xalign.run_dir import RunDir
 
   path = RunDir(model_dir).origin
-  if not os.path.isfile(path):
+  if not storage.isfile(path):
     return None
   try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    return json.loads(storage.read_text(path))
   except (OSError, ValueError):
     return None  # Only a hint for defaults; the run itself is read elsewhere.
+
+
+def _identity(path: str) -> str:
+  """What tells two names of one run apart from two runs: symlinks followed locally, a URL as written."""
+  return storage.absolute(path) if storage.is_url(path) else os.path.realpath(path)
 
 
 def lineage(run: Any) -> list[tuple[str, RunSpec]]:
@@ -84,12 +89,12 @@ def lineage(run: Any) -> list[tuple[str, RunSpec]]:
   """
   from flax_xalign.runs.checkpoints import read_run_spec
 
-  chain, seen = [(run.path, run.spec)], {os.path.realpath(run.path)}
+  chain, seen = [(run.path, run.spec)], {_identity(run.path)}
   while len(chain) < _MAX_LINEAGE:
     source = chain[-1][1].init_from_checkpoint
-    if not source or not os.path.isdir(source) or os.path.realpath(source) in seen:
+    if not source or not storage.isdir(source) or _identity(source) in seen:
       break
-    seen.add(os.path.realpath(source))
+    seen.add(_identity(source))
     try:
       chain.append((source, read_run_spec(source)[1]))
     except Exception:  # noqa: BLE001 - an unreadable source only ends the hints.

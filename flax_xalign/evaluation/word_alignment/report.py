@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flax_xalign import ops
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation.word_alignment import aer
 from flax_xalign.fileio import write_atomically
@@ -114,9 +115,8 @@ def describe(run: Any, *, label: str | None = None) -> ModelSummary:
   from flax_xalign.models.flops import count_params
 
   origin = None
-  if os.path.isfile(run.dir.origin):
-    with open(run.dir.origin, encoding="utf-8") as f:
-      origin = json.load(f)
+  if storage.isfile(run.dir.origin):
+    origin = json.loads(storage.read_text(run.dir.origin))
   model = run.model
   shapes = jax.eval_shape(lambda key: model.init(key, batch=1, length=8), jax.random.key(0))
   return ModelSummary(label=label or run.path, model_dir=run.path, step=run.step, run=run.spec,

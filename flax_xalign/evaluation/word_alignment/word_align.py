@@ -72,6 +72,7 @@ import jax
 import numpy as np
 
 from flax_xalign import ops
+from flax_xalign import storage
 from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.data.vocab.specials import SpecialTokens, check_pair_layout, special_tokens_of
 from flax_xalign.errors import UserError
@@ -471,13 +472,13 @@ def export_bible_gold(split: str, directory: str, *, data_dir: str | None = None
   """
   from flax_xalign.data.sources import bible
   pairs, sure = bible_gold(split, data_dir=data_dir)
-  tsv = os.path.join(directory, f"grc_en.{split}.tsv")
-  gold = os.path.join(directory, f"grc_en.{split}.pharaoh")
+  tsv = storage.join(directory, f"grc_en.{split}.tsv")
+  gold = storage.join(directory, f"grc_en.{split}.pharaoh")
   files = {tsv: "".join(f"{' '.join(a)}\t{' '.join(b)}\n" for a, b in pairs),
            gold: "".join(aer.format_links(links) + "\n" for links in sure),
-           os.path.join(directory, "grc_en.NOTICE"): bible.LICENSE_NOTICE}
+           storage.join(directory, "grc_en.NOTICE"): bible.LICENSE_NOTICE}
   for path, text in files.items():  # Checked first: a file of that name that is not this gold is the user's.
-    if os.path.exists(path) and _read_text(path) != text:
+    if storage.exists(path) and _read_text(path) != text:
       raise UserError(f"{path} exists and is not the embedded {split} gold; the aligner writes the gold files "
                       "beside --output: move that file, or write --output into another folder.")
   for path, text in files.items():
@@ -487,7 +488,7 @@ def export_bible_gold(split: str, directory: str, *, data_dir: str | None = None
 
 def _read_text(path: str) -> str | None:
   try:
-    with open(path, encoding="utf-8") as f:
+    with storage.open_file(path, encoding="utf-8") as f:
       return f.read()
   except (OSError, UnicodeDecodeError):
     return None
