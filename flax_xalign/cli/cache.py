@@ -5,6 +5,7 @@ r"""Writes a task's rows once as a packed dataset (ArrayRecord shards + manifest
   xalign cache --task=bible_grc_en_mlm_tlm --split=validation --output=cache/bible --length=512
   python -m flax_xalign.train ... --gin.train.data=\"cache:cache/bible\"
   xalign cache --gin_file=my_run.gin --output=cache/mine   # the run's own task and settings
+  xalign cache --gin_file=my_run.gin --output=gs://bucket/cache   # written locally, then uploaded
 
 With gin flags (--gin_file, --gin.NAME=VALUE, --gin_search_paths) the run's
 settings fill in what is not given as a flag: the task (MIXTURE_OR_TASK_NAME,
@@ -18,6 +19,11 @@ training, when built). `--examples N` writes the first N rows of the endless
 shuffled stream (a mixture keeps its sampling rates); `--epochs E` (default 1)
 writes E passes (a mixture is then read task by task, every row once per pass,
 rates aside). README "Packed datasets".
+
+A bucket (`--output=gs://BUCKET/FOLDER`): the split is written into a local
+temporary folder as above, then uploaded, its manifest last
+(`flax_xalign.data.packed.upload`); runs read it as `cache:gs://BUCKET/FOLDER`,
+staged on each host's disk (`flax_xalign.data.packed.staging`).
 
 Word links: the rows also carry `link_groups` (the tasks' given word links,
 what DWA / SO with label_source 'links', 'intersection' or 'union' read) with
@@ -46,7 +52,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser = ArgumentParser(prog="xalign cache", description=__doc__.splitlines()[0])
   parser.add_argument("--task", help="registered seqio task or mixture (default: the gin run's MIXTURE_OR_TASK_NAME)")
   parser.add_argument("--split", default="train", help="the task's split to write (default train)")
-  parser.add_argument("--output", required=True, help="cache folder; the split goes to OUTPUT/<split>/")
+  parser.add_argument("--output", required=True, help="cache folder or bucket URL (gs://...); the split goes to "
+                      "OUTPUT/<split>/")
   parser.add_argument("--length", type=int, help="row length, TASK_FEATURE_LENGTHS['tokens'] (default: the gin "
                       "run's, else 512)")
   amount = parser.add_mutually_exclusive_group()
@@ -135,6 +142,21 @@ def task_has_links(definitions) -> bool:
 
 
 def run(args: argparse.Namespace) -> None:
+  from flax_xalign import fileio
+  from flax_xalign import storage
+
+  if storage.is_url(args.output):
+    # A bucket: the split is written into a local folder exactly as below, then uploaded (`data.packed.upload`).
+    with fileio.interrupts_held():  # (see _import_libraries)
+      from flax_xalign.data.packed import upload
+
+    with upload.written_locally(args.output, args.split, overwrite=args.overwrite) as local:  # Checks first.
+      _run_local(argparse.Namespace(**{**vars(args), "output": local, "overwrite": False}))
+    return
+  _run_local(args)
+
+
+def _run_local(args: argparse.Namespace) -> None:
   from flax_xalign import fileio
 
   with fileio.interrupts_held():  # (see _import_libraries)

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 from array_record.python import array_record_module
 
+from flax_xalign import storage
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.data.vocab.specials import SpecialTokens
 from flax_xalign.errors import UserError
@@ -255,10 +256,23 @@ def verify_mode(verify: str, total_bytes: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PackedSplit:
-  """A verified split of a cache: its folder, manifest and shard paths."""
+  """A verified split of a cache: its folder, manifest and shard paths.
+
+  Attributes:
+    directory: the local folder the shards are read from.
+    manifest: what the split holds.
+    origin: the split as the user named it when that is not `directory`: a bucket's split, read from its
+      local staged copy (`data.packed.staging`); "" for a local cache.
+  """
 
   directory: str
   manifest: Manifest
+  origin: str = ""
+
+  @property
+  def location(self) -> str:
+    """The split as the user named it (a bucket's URL, or the local folder): what messages name."""
+    return self.origin or self.directory
 
   @property
   def paths(self) -> list[str]:
@@ -285,7 +299,7 @@ class PackedSplit:
       wanted.append(("languages", list(m.languages), sorted(set(languages)), "train.languages"))
     for what, cached, run, setting in wanted:
       if cached != run:
-        raise UserError(f"the packed cache {self.directory} was built with {what} {cached!r}, this run uses "
+        raise UserError(f"the packed cache {self.location} was built with {what} {cached!r}, this run uses "
                         f"{run!r} ({setting}); rebuild it with `xalign cache` for this run's "
                         "settings, or set them to the cache's.")
 
@@ -294,12 +308,12 @@ class PackedSplit:
     m = self.manifest
     if links and not m.links:
       raise UserError(f"this run's objectives learn from given word links (link_groups), and the packed cache "
-                      f"{self.directory} was written without them; rebuild it with `xalign cache --links "
+                      f"{self.location} was written without them; rebuild it with `xalign cache --links "
                       f"--task={m.task} --split={m.split} ...`, or train from seqio (train.data='seqio').")
 
   def check_batch(self, batch_size: int) -> None:
     if self.manifest.examples < batch_size:
-      raise UserError(f"the packed cache {self.directory} holds {self.manifest.examples} rows, fewer than one "
+      raise UserError(f"the packed cache {self.location} holds {self.manifest.examples} rows, fewer than one "
                       f"global batch (BATCH_SIZE={batch_size}); rebuild it with more rows (--examples or "
                       "--epochs) or lower BATCH_SIZE.")
 
@@ -309,6 +323,8 @@ def split_dir(root: str, split: str) -> str:
 
 
 def has_split(root: str, split: str) -> bool:
+  if storage.is_url(root):
+    return storage.isfile(storage.join(root, split, MANIFEST))
   return os.path.isfile(os.path.join(split_dir(root, split), MANIFEST))
 
 
@@ -319,8 +335,14 @@ def open_split(root: str, split: str, *, verify: str = "full") -> PackedSplit:
   and a seeded sample of its records for their size and value bounds; with
   `verify` "full" (or "auto" below `FULL_BELOW_BYTES`) every shard's sha256
   too (a progress line on stderr per GiB hashed, for large caches).
+
+  A URL `root` (gs://...) is staged on this host first and its local copy opened (`staging.open_split`).
   """
   verify = parse_verify(verify)
+  if storage.is_url(root):  # ArrayRecord reads local files only: the split is staged on this host's disk first.
+    from flax_xalign.data.packed import staging
+
+    return staging.open_split(root, split, verify=verify)
   directory = split_dir(root, split)
   path = os.path.join(directory, MANIFEST)
   if not os.path.isfile(path):

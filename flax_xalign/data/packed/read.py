@@ -101,7 +101,7 @@ class PackedBatches:
     dtype = format_lib.record_dtype(m.features, m.length)
     missing = sorted(set(features or ()) - set(dtype.names))
     if missing:
-      raise UserError(f"the packed cache {packed.directory} holds no feature {', '.join(missing)} (its rows "
+      raise UserError(f"the packed cache {packed.location} holds no feature {', '.join(missing)} (its rows "
                       f"carry {', '.join(dtype.names)}); rebuild it with `xalign cache`.")
     where = f"the packed cache {packed.directory}"
     # `decode` refuses a record of another size than `dtype`'s before reading its bytes (here, on every batch,
