@@ -49,7 +49,8 @@
 # very same command is started on every worker, at the same time. Each
 # worker's process feeds its own share of the global batch; all hosts must run
 # the same code and flags, so re-run `setup` after changing the code. MODEL_DIR
-# must be storage every worker sees (gs://...). `kill` sends SIGTERM, which jax's
+# must be storage every worker sees (gs://...; docs/buckets.md: only process 0 writes the run's files, the
+# lock is an object with a lease, a missing bucket is refused before training). `kill` sends SIGTERM, which jax's
 # preemption service passes to every worker so all save at one step. To run the
 # same multi-process code path on one machine (CPU), see docs/MULTIHOST.md.
 #
