@@ -161,6 +161,18 @@ def listdir(path: str) -> list[str]:
   return sorted({posixpath.basename(e.rstrip("/")) for e in entries} - {""})
 
 
+def glob(pattern: str) -> list[str]:
+  """The paths matching `pattern`, sorted: `glob.glob` for a local pattern, the store's own match for a URL
+  (each match a full URL)."""
+  if not is_url(pattern):
+    import glob as glob_lib
+
+    return sorted(glob_lib.glob(pattern))
+  fs, inner = filesystem(pattern)
+  head = _URL.match(absolute(pattern)).group(0)
+  return sorted(head + match for match in fs.glob(inner))
+
+
 def makedirs(path: str) -> None:
   """os.makedirs(exist_ok=True) for a local path; nothing for a URL (an object store has no folders)."""
   if not is_url(path):

@@ -57,7 +57,7 @@ import os
 import stat
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from flax_xalign import errors
+from flax_xalign import errors, storage
 from flax_xalign.fileio import utf8_lines
 from flax_xalign.data.vocab import normalize as normalize_lib
 from flax_xalign.data.vocab import sentencepiece as vocab_lib
@@ -103,11 +103,13 @@ def _normalise_links(task: str, links: Optional[Mapping[str, str]],
 
 
 def _absolute(path: str) -> str:
-  return os.path.abspath(os.path.expanduser(path))
+  return storage.absolute(path)  # (a URL, gs://bucket/corpus/*.txt, is kept: the lines are read through storage)
 
 
 def _not_readable_as_text(path: str) -> Optional[str]:
   """Why a glob's match cannot be read as a text file (None: a regular file or a folder)."""
+  if storage.is_url(path):  # An object is a file: a store has no links, pipes or permission bits to check.
+    return None
   if os.path.islink(path) and not os.path.exists(path):
     return "is a symbolic link to nothing (its target is gone, or the links loop)"
   try:
@@ -124,7 +126,7 @@ def _not_readable_as_text(path: str) -> Optional[str]:
 def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
   paths = []
   for pattern in globs:
-    matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    matches = storage.glob(pattern if storage.is_url(pattern) else os.path.expanduser(pattern))
     for match in matches:  # Never drop a shard silently: a match that is no file is an error.
       problem = _not_readable_as_text(match)
       if problem:
@@ -136,12 +138,12 @@ def _expand(task: str, split: str, globs: Sequence[str]) -> List[str]:
       raise errors.UserError(
           f"Task {task!r}, split {split!r}: {kind} {pattern} {what} (working "
           f"directory {os.getcwd()}); fix the path in its files= setting.")
-    folders = [m for m in matches if os.path.isdir(m)]
+    folders = [m for m in matches if storage.isdir(m)]
     if folders and glob.escape(pattern) == pattern:
       raise errors.UserError(
           f"Task {task!r}, split {split!r}: {pattern} is a folder, not a file; give its files, e.g. "
           f"{os.path.join(pattern, '*.txt')}, in the files= setting.")
-    paths.extend(m for m in matches if os.path.isfile(m))
+    paths.extend(m for m in matches if storage.isfile(m))
     if not paths and folders:
       raise errors.UserError(
           f"Task {task!r}, split {split!r}: {pattern} matches only folders ({folders[0]}, ...); give a glob "

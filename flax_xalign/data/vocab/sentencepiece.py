@@ -300,7 +300,8 @@ class LazyVocabulary(TextVocabulary):
     if not self._sentencepiece_model_file:
       path = str(self._resolve())
       load_vocabulary(path)  # Validates before we commit to the path.
-      self._sentencepiece_model_file = path
+      # seqio reads the model by name through TensorFlow's gfile: a URL is read from this process's local copy.
+      self._sentencepiece_model_file = storage.local_copy(path)
     return self._sentencepiece_model_file
 
   def _model_context(self):
