@@ -122,20 +122,17 @@ def main(argv: list[str] | None = None) -> dict:
   args = parse_args(argv)
   from flax_xalign import fileio
 
-  saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "EPATH_USE_TF", "FLAX_XALIGN_CACHE_STAGING")}
+  from tests.gcs import environment
+
   with tempfile.TemporaryDirectory(dir=args.workdir) as work:
     server = None if args.emulator else _server(work)
-    os.environ.update(server.env() if server else {"STORAGE_EMULATOR_HOST": args.emulator, "EPATH_USE_TF": "false"})
-    try:
-      result = measure(work, args=args)
-    finally:
-      if server is not None:
-        server.stop()
-      for k, v in saved.items():
-        if v is None:
-          os.environ.pop(k, None)
-        else:
-          os.environ[k] = v
+    values = server.env() if server else {"STORAGE_EMULATOR_HOST": args.emulator, "EPATH_USE_TF": "false"}
+    with environment({**values, "FLAX_XALIGN_CACHE_STAGING": os.environ.get("FLAX_XALIGN_CACHE_STAGING")}):
+      try:
+        result = measure(work, args=args)
+      finally:
+        if server is not None:
+          server.stop()
   gb = result["bytes"] / 1e9
   print(f"\ncache: {result['rows']:,} rows of {result['length']}, {gb:.2f} GB in {result['shards']} shard(s); "
         f"fake-gcs-server on 127.0.0.1, {result['threads']} download threads")

@@ -14,6 +14,7 @@ token from STORAGE_EMULATOR_HOST.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -100,15 +101,28 @@ def gcs(tmp_path_factory):
   stops it (a fault) must start it again on the same port before it ends (`GcsServer.start`).
   """
   server = GcsServer(tmp_path_factory.mktemp("gcs")).start()
-  saved = {k: os.environ.get(k) for k in (*server.env(), "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING",
-                                          "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-  os.environ.update(server.env())
-  for k in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING"):
-    os.environ.pop(k, None)  # Derived from STORAGE_EMULATOR_HOST by the storage layer, as a user's would be.
+  # TensorStore's endpoint and token are derived from STORAGE_EMULATOR_HOST by the storage layer, as a user's
+  # would be: unset here, so that a value left by another server cannot win.
+  with environment({**server.env(), "TENSORSTORE_GCS_HTTP_URL": None, "GOOGLE_AUTH_TOKEN_FOR_TESTING": None,
+                    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": None}):
+    try:
+      yield server
+    finally:
+      server.stop()
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str | None]):
+  """os.environ with `values` set (None: unset) for the block; every one of them as it was after."""
+  saved = {k: os.environ.get(k) for k in values}
+  for k, v in values.items():
+    if v is None:
+      os.environ.pop(k, None)
+    else:
+      os.environ[k] = v
   try:
-    yield server
+    yield
   finally:
-    server.stop()
     for k, v in saved.items():
       if v is None:
         os.environ.pop(k, None)
