@@ -299,22 +299,17 @@ def main(argv: list[str] | None = None) -> dict:
   args = parse_args(argv)
   from flax_xalign import fileio
 
-  saved = {k: os.environ.get(k) for k in _ENV}
+  from tests.gcs import environment
+
   with tempfile.TemporaryDirectory(dir=args.workdir) as work:
     server = None if args.emulator else _server(work, args.bucket)
-    for k in _ENV[2:]:
-      os.environ.pop(k, None)
-    os.environ.update(server.env() if server else {"STORAGE_EMULATOR_HOST": args.emulator, "EPATH_USE_TF": "false"})
-    try:
-      result = summarise(measure(work, args), args)
-    finally:
-      if server is not None:
-        server.stop()
-      for k, v in saved.items():
-        if v is None:
-          os.environ.pop(k, None)
-        else:
-          os.environ[k] = v
+    values = server.env() if server else {"STORAGE_EMULATOR_HOST": args.emulator, "EPATH_USE_TF": "false"}
+    with environment({**{k: None for k in _ENV}, **values}):
+      try:
+        result = summarise(measure(work, args), args)
+      finally:
+        if server is not None:
+          server.stop()
   report(result)
   fileio.write_atomically(args.output, json.dumps(result, indent=1))
   print(json.dumps(result), flush=True)
