@@ -71,7 +71,10 @@ def _same_path(a: str, b: str) -> bool:
 
 
 def lies_in(path: str, folder: str) -> bool:
-  """Whether `path` is `folder` or lies under it (symlinks followed)."""
+  """Whether `path` is `folder` or lies under it (symlinks followed; in a bucket, which has none, the names)."""
+  if storage.is_url(path) or storage.is_url(folder):
+    path, folder = storage.absolute(path), storage.absolute(folder)
+    return path == folder or path.startswith(folder + "/")
   path, folder = os.path.realpath(path), os.path.realpath(folder)
   return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -149,10 +152,7 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
   if os.path.isdir(folder):
     if not writable_folder(folder):
       raise UserError(f"{setting} {text} is not writable; choose a writable folder or fix its permissions.")
-    if os.listdir(folder) and not (owned is not None and owned(folder)):
-      kind = f" that is not {what}" if owned is not None else ""
-      raise UserError(f"{setting} {text} is a non-empty folder{kind}; choose a new or empty folder (nothing in it "
-                      "was touched).")
+    _refuse_foreign_folder(folder, text, setting=setting, owned=owned, what=what)
   else:
     _check_parent(folder, setting)
   return folder
@@ -163,9 +163,8 @@ def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=No
   storage.check_store(text, setting=setting)
   url = storage.absolute(text)
   for flag, source in _inputs(inputs):
-    source_url = storage.absolute(source) if storage.is_url(source) else None
-    if source_url is not None and (source_url == url or (folder and source_url.startswith(url + "/"))):
-      where = "is" if source_url == url else "holds"
+    if storage.is_url(source) and (lies_in(source, url) if folder else storage.absolute(source) == url):
+      where = "is" if storage.absolute(source) == url else "holds"
       raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
                       f"another {'folder' if folder else 'file'}.")
   if not folder:
@@ -175,11 +174,16 @@ def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=No
     return url
   if storage.isfile(url):
     raise UserError(f"{setting} {text} is an object (a file), not a folder; choose another folder.")
-  if storage.listdir(url) and not (owned is not None and owned(url)):
+  _refuse_foreign_folder(url, text, setting=setting, owned=owned, what=what)
+  return url
+
+
+def _refuse_foreign_folder(folder: str, text: str, *, setting: str, owned, what: str) -> None:
+  """A non-empty output folder (local or in a bucket) that `owned` does not recognise is refused."""
+  if storage.listdir(folder) and not (owned is not None and owned(folder)):
     kind = f" that is not {what}" if owned is not None else ""
     raise UserError(f"{setting} {text} is a non-empty folder{kind}; choose a new or empty folder (nothing in it "
                     "was touched).")
-  return url
 
 
 def check_input_file(path: str | os.PathLike, *, setting: str) -> str:
@@ -479,7 +483,7 @@ def check_own_folder(folder: str | os.PathLike, command: str, *, setting: str = 
     raise UserError(f"{folder} holds no mark of {command} ({MARK}), so --overwrite will not remove it "
                     f"(it was written by hand or by an older version); remove it yourself or choose another "
                     f"{setting}.")
-  foreign = sorted(set(os.listdir(folder)) - set(mark["files"]) - {MARK})
+  foreign = sorted(set(storage.listdir(folder)) - set(mark["files"]) - {MARK})
   if foreign:
     raise UserError(f"{folder} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which {command} "
                     f"did not write, so --overwrite will not remove it; move {'them' if len(foreign) > 1 else 'it'} "

@@ -72,6 +72,7 @@ def check_outside_run(path: str | os.PathLike | None, run: str | os.PathLike | N
   Checked whether or not the entry exists yet (an eval.json written by another
   command would be taken for the run's).
   """
+  from flax_xalign import fileio
   from flax_xalign import run_dir as run_dir_lib
 
   if path is None or run is None or not os.fspath(path).strip():
@@ -82,17 +83,8 @@ def check_outside_run(path: str | os.PathLike | None, run: str | os.PathLike | N
          run_dir_lib.TENSORBOARD, run_dir_lib.EVAL_JSON, run_dir_lib.LOCK, run_dir_lib.ORIGIN, run_dir_lib.NOTICE)
   folder = storage.absolute(run) if storage.is_url(run) else os.fspath(run)
   for entry in own:
-    if _lies_in(os.fspath(path), storage.join(folder, entry)):
+    if fileio.lies_in(storage.absolute(path), storage.join(folder, entry)):
       raise errors.UserError(f"{setting} {os.fspath(path)} is {entry} of the run {run_setting} {os.fspath(run)} reads "
                       "(or lies in it); writing there would change that run: name a path outside the run's "
                       f"own files, e.g. {os.path.join(os.fspath(run), 'out', os.path.basename(os.fspath(path)))}.")
 
-
-def _lies_in(path: str, folder: str) -> bool:
-  """Whether `path` is `folder` or under it: symlinks followed on disk, names compared in a bucket (no links)."""
-  from flax_xalign import fileio
-
-  if storage.is_url(path):
-    url = storage.absolute(path)
-    return url == folder or url.startswith(folder + "/")
-  return fileio.lies_in(os.path.abspath(os.path.expanduser(path)), folder)

@@ -95,19 +95,21 @@ class MetricsLogger:
 
   def write(self, step: int, scalars: Mapping[str, Any], *, prefix: str = "") -> dict[str, Any]:
     row = {"step": int(step), **{f"{prefix}{k}": _to_python(v) for k, v in scalars.items()}}
-    if self.is_chief and self.in_bucket:
-      self._pending.append(json.dumps(row) + "\n")
-      self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
-    elif self.is_chief:
+    if not self.is_chief:
+      return row
+    line = json.dumps(row) + "\n"
+    if self.in_bucket:
+      self._pending.append(line)  # Uploaded at the next checkpoint (`flush`).
+    else:
       try:
         with open(self.path, "a") as f:
-          f.write(json.dumps(row) + "\n")
+          f.write(line)
       except OSError as e:
         error = no_space_error(e, self.path)
         if error is None:
           raise
         raise error from e
-      self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
+    self._writer.write_scalars(step, {k: v for k, v in row.items() if k != "step"})
     return row
 
   def tick(self, step: int, seconds_per_step: float | None) -> None:

@@ -58,15 +58,7 @@ def check_output(url: str, split: str, *, overwrite: bool) -> str:
                       "run reads it); add --overwrite to replace it, or choose another --output.")
     raise UserError(f"{target} already exists; choose another --output, remove it, or add --overwrite to "
                     "replace it.")
-  mark = fileio.read_mark(target)
-  if mark is None or mark["command"] != write.COMMAND:
-    raise UserError(f"{target} holds no mark of {write.COMMAND} ({fileio.MARK}), so --overwrite will not remove "
-                    "it; remove it yourself or choose another --output.")
-  foreign = sorted(set(names) - set(mark["files"]) - {fileio.MARK})
-  if foreign:
-    raise UserError(f"{target} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which "
-                    f"{write.COMMAND} did not write, so --overwrite will not remove it; move it out or choose "
-                    "another --output.")
+  fileio.check_own_folder(target, write.COMMAND)  # Only a split this command wrote, holding only what it wrote.
   return target
 
 
