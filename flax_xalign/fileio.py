@@ -101,22 +101,25 @@ def _inputs(inputs) -> list[tuple[str, str]]:
   return out
 
 
-def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inputs=None) -> str:
+def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inputs=None, inside_ok=()) -> str:
   """The absolute path of an output file, checked before any work; UserError names what is wrong.
 
   Refused: an empty name, a folder, a path under a file, a folder that cannot be
-  written, a file that cannot be replaced, and a path that is one of `inputs`
-  ({flag: path, list of paths or None}; symlinks followed).
+  written, a file that cannot be replaced, a path that is one of `inputs`
+  ({flag: path, list of paths or None}; symlinks followed) and a path inside an
+  input folder, unless that input's flag is in `inside_ok` (a run, whose own
+  files `cli.common.check_outside_run` guards, may hold a new file).
   """
   text = os.fspath(path) if path is not None else ""
   if not text.strip():
     raise UserError(f"{setting} is empty; name the file to write.")
   if storage.is_url(text):
-    return _check_output_url(text, setting=setting, inputs=inputs, folder=False)
+    return _check_output_url(text, setting=setting, inputs=inputs, folder=False, inside_ok=inside_ok)
   path = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
     if _same_path(path, source):
       raise UserError(f"{setting} {text} is the {flag} file; the output would replace it: name another file.")
+  _refuse_inside_input(path, text, setting=setting, inputs=inputs, inside_ok=inside_ok)
   if os.path.isdir(path):
     raise UserError(f"{setting} {text} is a folder; name a file to write (e.g. {os.path.join(text, 'out.txt')}).")
   _check_parent(path, setting)
@@ -127,26 +130,28 @@ def check_output_file(path: str | os.PathLike, *, setting: str = "--output", inp
 
 
 def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", inputs=None,
-                        owned=None, what: str = "") -> str:
+                        owned=None, what: str = "", inside_ok=()) -> str:
   """The absolute path of an output folder, checked before any work; UserError names what is wrong.
 
   Refused: an empty name, a file, a path under a file, an unwritable folder, a
-  folder that is or holds one of `inputs` (see `check_output_file`), and a
-  non-empty folder that `owned(folder)` does not recognise as this command's
-  (`owned` None: any non-empty folder is refused). `what` names the kind of
-  folder `owned` recognises, for the message ("a flax_xalign run (...)").
+  folder that is, holds or lies inside one of `inputs` (see `check_output_file`),
+  and a non-empty folder that `owned(folder)` does not recognise as this
+  command's (`owned` None: any non-empty folder is refused). `what` names the
+  kind of folder `owned` recognises, for the message ("a flax_xalign run (...)").
   """
   text = os.fspath(path) if path is not None else ""
   if not text.strip():
     raise UserError(f"{setting} is empty; name the folder to write.")
   if storage.is_url(text):
-    return _check_output_url(text, setting=setting, inputs=inputs, folder=True, owned=owned, what=what)
+    return _check_output_url(text, setting=setting, inputs=inputs, folder=True, owned=owned, what=what,
+                             inside_ok=inside_ok)
   folder = os.path.abspath(os.path.expanduser(text))
   for flag, source in _inputs(inputs):
     if os.path.lexists(source) and lies_in(source, folder):
       where = "is" if _same_path(source, folder) else "holds"
       raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
                       "another folder.")
+  _refuse_inside_input(folder, text, setting=setting, inputs=inputs, inside_ok=inside_ok)
   if os.path.exists(folder) and not os.path.isdir(folder):
     raise UserError(f"{setting} {text} is a file, not a folder; choose another folder or move the file.")
   if os.path.isdir(folder):
@@ -158,7 +163,8 @@ def check_output_folder(path: str | os.PathLike, *, setting: str = "--output", i
   return folder
 
 
-def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=None, what: str = "") -> str:
+def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=None, what: str = "",
+                      inside_ok=()) -> str:
   """`check_output_file` / `check_output_folder` of a URL: the bucket is there, no input is or lies under it."""
   storage.check_store(text, setting=setting)
   url = storage.absolute(text)
@@ -167,6 +173,7 @@ def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=No
       where = "is" if storage.absolute(source) == url else "holds"
       raise UserError(f"{setting} {text} {where} the {flag} {source}; writing there would replace it: name "
                       f"another {'folder' if folder else 'file'}.")
+  _refuse_inside_input(url, text, setting=setting, inputs=inputs, inside_ok=inside_ok)
   if not folder:
     if storage.isdir(url):
       raise UserError(f"{setting} {text} holds objects under it (a folder); name a file to write "
@@ -176,6 +183,16 @@ def _check_output_url(text: str, *, setting: str, inputs, folder: bool, owned=No
     raise UserError(f"{setting} {text} is an object (a file), not a folder; choose another folder.")
   _refuse_foreign_folder(url, text, setting=setting, owned=owned, what=what)
   return url
+
+
+def _refuse_inside_input(path: str, text: str, *, setting: str, inputs, inside_ok) -> None:
+  """An output inside an input folder (a bundle, a data folder) is refused: writing there changes the input."""
+  for flag, source in _inputs(inputs):
+    if flag in inside_ok or storage.is_url(source) != storage.is_url(path):
+      continue
+    if lies_in(path, source) and not lies_in(source, path) and storage.isdir(source):
+      raise UserError(f"{setting} {text} lies inside the {flag} {source}; writing there would change that input: "
+                      f"name a path outside it.")
 
 
 def _refuse_foreign_folder(folder: str, text: str, *, setting: str, owned, what: str) -> None:

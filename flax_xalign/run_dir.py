@@ -154,7 +154,7 @@ def check_model_dir(path: object, *, setting: str = "MODEL_DIR", writable: bool 
                     f"--gin.{setting}=\\\"runs/demo\\\".")
   text = os.fspath(path)
   if storage.is_url(text):  # A bucket: the store is asked (does it exist, can it be reached) before any work.
-    storage.check_store(text, setting=setting)
+    storage.check_run_store(text, setting=setting)
     return storage.absolute(text)
   expanded = os.path.expanduser(text)
   if expanded.startswith("~"):

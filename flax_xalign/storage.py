@@ -199,8 +199,22 @@ def open_file(path: str, mode: str = "r", **kwargs):
   return fs.open(inner, mode, **kwargs)
 
 
+_FENCED: dict[str, str] = {}  # URL prefix -> why this process may no longer write under it (`BucketLock`).
+
+
+def check_fence(path: str | os.PathLike) -> None:
+  """UserError where `path` lies under a run whose bucket lock another writer took over from this process."""
+  if not _FENCED or not is_url(path):
+    return
+  url = absolute(path)
+  for folder, why in _FENCED.items():
+    if url == folder or url.startswith(folder + "/"):
+      raise UserError(why)
+
+
 def write_object(path: str, data: bytes) -> None:
   """Writes one whole object (the store's atomic write: readers see the old object or the new one)."""
+  check_fence(path)
   fs, inner = filesystem(path)
   fs.pipe_file(inner, data)
 
@@ -211,6 +225,7 @@ def append_object(path: str, data: bytes) -> None:
   Stores without compose (S3) rewrite the object: O(size) per append, which
   is why growing files are flushed in batches (at checkpoints), not per line.
   """
+  check_fence(path)
   fs, inner = filesystem(path)
   if not data:
     return
@@ -236,6 +251,7 @@ def remove(path: str) -> None:
     except FileNotFoundError:
       pass
     return
+  check_fence(path)
   fs, inner = filesystem(path)
   try:
     fs.rm_file(inner)
@@ -250,6 +266,7 @@ def rmtree(path: str) -> None:
 
     shutil.rmtree(path)
     return
+  check_fence(path)
   fs, inner = filesystem(path)
   fs.rm(inner, recursive=True)
 
@@ -259,6 +276,8 @@ def move(source: str, target: str) -> None:
   if not is_url(source):
     os.replace(source, target)
     return
+  check_fence(source)
+  check_fence(target)
   fs, inner = filesystem(source)
   fs.mv(inner, filesystem(target)[1], recursive=True)
 
@@ -314,6 +333,21 @@ def check_store(path: str, *, setting: str) -> None:
                     "may not see it); create it or fix the name.")
 
 
+def check_run_store(path: str, *, setting: str) -> None:
+  """`check_store`, and a run (checkpoints) only where Orbax can write it: a local folder or gs://.
+
+  Orbax's TensorStore layer (orbax-checkpoint 0.12) drives only local files and
+  GCS: it turns `s3://b/run` into the local path `s3:/b/run`. An S3 bucket
+  holds a run only mounted as a local folder (mountpoint-s3, s3fs-fuse).
+  """
+  check_store(path, setting=setting)
+  if is_url(path) and scheme(path) != "gs":
+    raise UserError(f"{setting}={path}: a run's checkpoints are written and read by Orbax, which reaches only "
+                    f"local folders and gs:// (not {scheme(path)}://); keep the run in gs:// or a local folder "
+                    "(an S3 bucket mounted as a folder, e.g. with mountpoint-s3, is one). Outputs, task files, "
+                    f"vocabularies and packed caches may live on {scheme(path)}://.")
+
+
 # --- one writer of a folder in a bucket: a create-if-absent object with a lease ---------------------------------
 
 LEASE_S_DEFAULT = 120.0  # A holder renews every third of it; a record older than it belongs to a dead writer.
@@ -343,13 +377,16 @@ class BucketLock:
   The holder renews the lease every third of it (a daemon thread, a conditional write each time) and
   writes a released record when it ends; a writer killed without a word leaves a record that any newcomer
   may take over once the lease has run out (at once on the same host, where its pid is seen to be dead).
-  The object stays after the run, like a local .lock file. Stores other than GCS (s3://) have no
-  conditional writes through this layer: there the record alone is the lock, checked and then written,
-  and two writers starting in the same instant may both get through (docs/safety.md says so).
+  The object stays after the run, like a local .lock file. Where a renewal finds that another writer took
+  the lock over (this process stalled, or could not reach the store, for longer than the lease), the run's
+  folder (`fence`) is fenced: every later write of this process under it is refused (`check_fence`), so
+  the two runs never mix their files. A run lives only on GCS or a local disk (`check_run_store`): the
+  record-only branch for other stores serves no run today.
   """
 
-  def __init__(self, url: str, owner: dict):
+  def __init__(self, url: str, owner: dict, *, fence: str | None = None):
     self.url, self.owner = absolute(url), dict(owner)
+    self.fence = absolute(fence) if fence is not None else dirname(self.url)
     self.lease_s = lease_seconds()
     self._generation: int | None = None
     self._stop = None
@@ -455,16 +492,29 @@ class BucketLock:
       while not self._stop.wait(self.lease_s / 3):
         try:
           if not self._write(self._record(), if_generation=self._generation):
-            self.lost = f"the lock {self.url} was taken over by another writer"
-            import sys
-
-            print(f"warning: {self.lost}; this run no longer holds its MODEL_DIR.", file=sys.stderr, flush=True)
+            self._taken_over()
             return
         except Exception as e:  # noqa: BLE001  (a store briefly unreachable: the next renewal retries)
           self.lost = f"renewing {self.url} failed ({type(e).__name__})"
 
     self._thread = threading.Thread(target=renew, name="bucket-lock-lease", daemon=True)
     self._thread.start()
+
+  def _taken_over(self) -> None:
+    import sys
+
+    try:
+      holder = self._read()[0]
+    except Exception:  # noqa: BLE001  (who holds it is a detail of the message)
+      holder = {}
+    who = f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}" if holder else "another writer"
+    self.lost = (f"{self.fence} was taken over by {who} while this run held it (its lease of {self.lease_s:g} s "
+                 "ran out unrenewed: this process stalled or could not reach the store for that long)")
+    _FENCED[self.fence] = (f"{self.lost}; this run stopped writing there so the two runs do not mix. Its "
+                           "checkpoints up to the last one are intact; let the other run go on, or stop it and "
+                           "rerun this command to resume.")
+    self._generation = None  # (nothing to release: the lock is no longer ours)
+    print(f"warning: {self.lost}; this run stops at its next write there.", file=sys.stderr, flush=True)
 
   def release(self) -> None:
     if self._stop is not None:

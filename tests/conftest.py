@@ -21,7 +21,7 @@ import pytest
 
 from tests import testlib
 
-pytest_plugins = ["tests.tiers", "tests.shared_run", "tests.scheduling", "tests.gcs", "pytester"]
+pytest_plugins = ["tests.tiers", "tests.shared_run", "tests.scheduling", "tests.gcs", "tests.s3", "pytester"]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -186,3 +186,23 @@ def test_an_output_folder_is_new_empty_or_owned_and_holds_no_input(tmp_path):
   assert check_output_folder(str(tmp_path / "empty")) == str(tmp_path / "empty")
   with pytest.raises(UserError, match="lies under .*notes.txt, which is a file"):
     check_output_folder(str(user / "notes.txt" / "out"))
+
+
+def test_an_output_inside_an_input_folder_is_refused_unless_that_input_may_hold_it(tmp_path):
+  """Issue 47 (R13): `gpu_run --out=B/out` wrote its results into the bundle it read."""
+  from flax_xalign.errors import UserError
+  from flax_xalign.fileio import check_output_file, check_output_folder
+
+  bundle = tmp_path / "bundle"
+  (bundle / "start").mkdir(parents=True)
+  for out in (bundle / "out", bundle / "start" / "new"):
+    with pytest.raises(UserError, match="lies inside the bundle .*would change that input"):
+      check_output_folder(str(out), setting="--out", inputs={"bundle": str(bundle)})
+    assert not out.exists()
+  with pytest.raises(UserError, match="lies inside the --data_dir"):
+    check_output_file(str(bundle / "links.txt"), inputs={"--data_dir": str(bundle)})
+  # A run may hold a new entry (check_outside_run guards its own files); a file input's folder is no input.
+  assert check_output_folder(str(bundle / "hf"), inputs={"--model_dir": str(bundle)},
+                             inside_ok=("--model_dir",)) == str(bundle / "hf")
+  (tmp_path / "pairs.tsv").write_text("a\tb\n")
+  assert check_output_file(str(tmp_path / "links.txt"), inputs={"--input": str(tmp_path / "pairs.tsv")})

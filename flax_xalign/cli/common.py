@@ -53,8 +53,8 @@ def add_model_dir_flag(parser: argparse.ArgumentParser, *, help: str, required: 
 
 
 def existing_model_dir(path: str) -> str:
-  """`path`, or a UserError when it is not a directory (before anything tries to read a run there)."""
-  storage.check_store(path, setting=MODEL_DIR_FLAG)  # (a URL: its bucket exists and can be reached)
+  """`path`, or a UserError when it does not exist or is not a directory (before anything reads a run there)."""
+  storage.check_run_store(path, setting=MODEL_DIR_FLAG)  # (a URL: its bucket exists and Orbax can reach it)
   if not storage.isdir(path):
     raise errors.UserError(f"{MODEL_DIR_FLAG} {path} is not a directory; pass a MODEL_DIR written by "
                            "python -m flax_xalign.train or an import.")

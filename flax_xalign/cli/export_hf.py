@@ -33,8 +33,9 @@ def run(args: argparse.Namespace) -> dict:
   from flax_xalign.fileio import check_output_folder
   from flax_xalign.interop.export_hf import export_hf
 
+  common.existing_model_dir(args.model_dir)  # "does not exist", not the library's "holds no checkpoint".
   common.check_outside_run(args.output, args.model_dir)
-  check_output_folder(args.output, inputs={"--model_dir": args.model_dir})
+  check_output_folder(args.output, inputs={"--model_dir": args.model_dir}, inside_ok=("--model_dir",))
   return export_hf(args.model_dir, args.output, layout=args.layout)
 
 

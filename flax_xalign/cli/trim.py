@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> dict:
   from flax_xalign.interop.trim import trim_model_dir
 
   common.check_outside_run(args.output, args.model_dir)
-  check_output_folder(args.output, inputs={"--model_dir": args.model_dir})
+  check_output_folder(args.output, inputs={"--model_dir": args.model_dir}, inside_ok=("--model_dir",))
   summary = trim_model_dir(args.model_dir, args.task, args.output, splits=tuple(args.splits.split(",")),
                            normalizers=tuple(n for n in args.normalize.split(",") if n))
   print(json.dumps(summary))

@@ -80,6 +80,7 @@ class Run:
         given step that is missing or damaged.
     """
     run_dir = model_dir if isinstance(model_dir, RunDir) else RunDir(os.fspath(model_dir))
+    storage.check_run_store(run_dir.path, setting="MODEL_DIR")  # (s3://: Orbax cannot read a run there)
     latest = run_checkpoints.find_latest_step(run_dir.path)
     if latest is None:
       raise UserError(_no_checkpoint(run_dir))

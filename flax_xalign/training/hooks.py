@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping
 import jax
 import numpy as np
 
+from flax_xalign import storage
 from flax_xalign.errors import UserError
 
 
@@ -312,6 +313,7 @@ class CheckpointSaver:
     self.on_saved = on_saved
 
   def __call__(self, info: StepInfo) -> None:
+    storage.check_fence(os.fspath(self.checkpointer.directory))  # (the bucket lock was taken over: stop here)
     values = self.run_assets.host_values(info.state.assets)
     meta = self.make_meta(self.run_assets.fingerprints(info.state.assets))
     self.checkpointer.save(info.step, info.state.checkpointed(), self.iterator, meta,

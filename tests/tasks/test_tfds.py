@@ -265,3 +265,29 @@ def test_readers_refuse_unknown_languages_and_splits(data_dir):
   with _mocked(data_dir), pytest.raises(errors.UserError, match=r"no split 'validation'; it has test, train"):
     tfds_sources.load_pawsx("de", "validation", data_dir=data_dir)
   assert os.path.isdir(data_dir)
+
+
+@pytest.mark.contract
+def test_a_data_dir_in_a_bucket_is_read_through_the_storage_layer(gcs, data_dir, toy_corpus):
+  """data_dir=gs://... (issue 46): TFDS reads its prepared metadata (split sizes: the mixture's rates) through
+  etils.epath, which the storage layer points at gcsfs, so a real GCS server on 127.0.0.1 serves it; the
+  records themselves are read by TensorFlow's own GCS file system, which cannot be pointed at an emulator (it
+  always asks www.googleapis.com): here mock_data stands in for them, as in every test of this file."""
+  from flax_xalign import storage
+
+  for folder, _, names in os.walk(data_dir):
+    for name in names:
+      with open(os.path.join(folder, name), "rb") as f:
+        storage.write_object("gs://bucket/tfds/" + os.path.relpath(os.path.join(folder, name), data_dir), f.read())
+  spec_ = tfds_tasks.TfdsTasks(prefix="tt_gcs", languages=("de", "en"), vocabulary_path=str(toy_corpus[1]),
+                               data_dir="gs://bucket/tfds", bitext=("para_crawl",)).register()
+  with _mocked("gs://bucket/tfds"):
+    mixture = seqio.get_mixture_or_task(spec_.mixture_name)
+    rates = {t.name.removeprefix("tt_gcs_"): mixture.get_rate(t) for t in mixture.tasks}
+    examples = _examples_of("tt_gcs_para_crawl_de_en")
+  sizes = {"wiki40b_de": 1000, "wiki40b_en": 3000, "mc4_de": 20000, "mc4_en": 90000, "para_crawl_de_en": 500}
+  assert rates == pytest.approx({k: n ** ALPHA for k, n in sizes.items()})
+  assert [ex["tokens_b"] for ex in examples] == _encode(spec_.mixture_name, EN[:3])
+  assert tfds_sources.split_size("para_crawl/ende", "train", "gs://bucket/tfds") == 500
+  with pytest.raises(errors.UserError, match="is not prepared in gs://bucket/tfds_none"):
+    tfds_sources.prepared_builder("wiki40b/de", "gs://bucket/tfds_none")
