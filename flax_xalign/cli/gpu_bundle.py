@@ -20,28 +20,38 @@ make itself (grid: `flax_xalign.cli.experiments.gpu_grids`):
 
 The bundle must fit what one device call carries: with the checkout, 64 MiB; the bundle's own limit is
 --max_mib (default 56). One that would not fit is refused with one line naming its biggest part, and no
-bundle.json is written (the host refuses a folder without one). Intermediate work (the full e5 import,
-eflomal's links, the assets' runs) goes to --work (default OUTPUT.work), kept for a rebuild and never
-carried.
+bundle.json is written (the host refuses a folder without one). The bundle is assembled in a staging folder
+beside --output and replaces it only when whole and within the limit, so a refused, failed or interrupted
+build leaves an earlier bundle as it was. Intermediate work (eflomal's links, the tiny start, the assets'
+runs) goes to --work (default OUTPUT.work), kept for a rebuild and never carried; the start weights the host
+makes go to --host_work (default /tmp/xalign_gpu-KEY, KEY from the output's path: one per bundle). Both are
+this command's folders (a mark says so): a folder of someone else's is refused, and work kept there is
+reused only when a fingerprint of its inputs says it was made for this build (`experiments.gpu_folders`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import lzma
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax_xalign.cli.experiments.gpu_folders import (  # noqa: F401  (check_output, prepare_output: tests')
+    BUNDLE_JSON, HOST_START_COMMAND, HOST_WORK_COMMAND, INPUTS_SUFFIX, MARKER, WORK_COMMAND, BuildPaths,
+    check_host_start, check_output, check_paths, inputs_fingerprint, made_for, prepare_output, record_made_for,
+    staged)
 from flax_xalign.errors import ArgumentParser, UserError
 
 MIB = 1 << 20
-MARKER = ".xalign_gpu_bundle"  # Written first: --overwrite removes a folder only when it holds this.
+INTERRUPTED_EXIT = 128 + signal.SIGINT  # errors.interrupted()'s status, after its one line
 HOST_PYTHON_TAG = "3.12"
 # What the host lacks, pinned: gin for the trainer's flags; grain, array-record for packed caches (ArrayRecord).
 HOST_WHEELS = ("gin-config==0.5.0", "grain==0.2.18", "array-record==0.8.6", "portpicker==1.6.0",
@@ -61,38 +71,26 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--start_dir", default="", help="--grid=tiny: the MODEL_DIR the grid starts from (default: "
                       "a 4-layer model initialised here, with a vocabulary of the grid's text)")
   parser.add_argument("--work", default="", help="intermediate files (default OUTPUT.work)")
-  parser.add_argument("--host_work", default="/tmp/xalign_gpu",
-                      help="where run.sh keeps runs on the host (the induced dictionaries name their source there)")
+  parser.add_argument("--host_work", default="", help="where run.sh keeps runs on the host (the induced "
+                      "dictionaries name their source there; default /tmp/xalign_gpu-KEY, KEY from --output's path)")
   parser.add_argument("--wheels", choices=("download", "none"), default="download",
                       help="download the host's missing wheels (needs the package index) or carry none")
-  parser.add_argument("--max_mib", type=float, default=56.0, help="the bundle's size limit in MiB (default 56)")
+  parser.add_argument("--max_mib", type=_positive_mib, default=56.0, help="the bundle's size limit in MiB (default 56)")
   parser.add_argument("--overwrite", action="store_true", help="replace a bundle this command wrote before")
   return parser.parse_args(argv)
 
 
-# ---------------------------------------------------------------------------- the output folder
+def _positive_mib(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB") from None
+  if not 0 < value < float("inf"):
+    raise argparse.ArgumentTypeError(f"{text!r} is not a size: give a number of MiB above 0")
+  return value
 
 
-def check_output(path: str, *, overwrite: bool, inputs: Mapping[str, str]) -> str:
-  """The bundle folder's absolute path, checked before any work and changing nothing (UserError): not one of
-  the inputs nor holding one, writable, and new, empty, or (with --overwrite) a bundle this command wrote."""
-  from flax_xalign.fileio import check_output_folder
-
-  return check_output_folder(path, inputs={k: v for k, v in inputs.items() if v},
-                             owned=lambda f: os.path.exists(os.path.join(f, MARKER)) and overwrite,
-                             what="a GPU bundle written by xalign gpu_bundle (pass --overwrite to replace it)")
-
-
-def prepare_output(folder: str) -> str:
-  """The checked bundle folder (`check_output`), emptied and marked as this command's."""
-  if os.path.isdir(folder) and os.listdir(folder):
-    if not os.path.exists(os.path.join(folder, MARKER)):  # check_output let it through: it must be ours.
-      raise UserError(f"--output {folder} is not a GPU bundle written by xalign gpu_bundle; choose another folder")
-    shutil.rmtree(folder)
-  os.makedirs(folder, exist_ok=True)
-  with open(os.path.join(folder, MARKER), "w", encoding="utf-8") as f:
-    f.write("written by xalign gpu_bundle; --overwrite may remove this folder\n")
-  return folder
+# ---------------------------------------------------------------------------- the bundle's size
 
 
 def folder_bytes(path: str) -> int:
@@ -104,6 +102,7 @@ class Budget:
 
   def __init__(self, root: str, limit_mib: float):
     self.root = root
+    self.limit_mib = limit_mib  # (printed as given: --max_mib=0.01 is not 0)
     self.limit = int(limit_mib * MIB)
     self.parts: dict[str, int] = {}
 
@@ -112,32 +111,54 @@ class Budget:
         os.path.getsize(os.path.join(self.root, part)) if os.path.exists(os.path.join(self.root, part)) else 0)
     self.parts[part] = size
     total = sum(self.parts.values())
-    print(f"  {part}: {size / MIB:.2f} MiB (bundle so far {total / MIB:.2f} MiB of {self.limit / MIB:.0f})",
+    print(f"  {part}: {size / MIB:.2f} MiB (bundle so far {total / MIB:.2f} MiB of {self.limit_mib:g})",
           flush=True)
     if total > self.limit:
       biggest = max(self.parts, key=self.parts.get)
-      raise UserError(f"the bundle would be {total / MIB:.1f} MiB, over --max_mib={self.limit / MIB:.0f}; its "
-                      f"biggest part is {biggest} ({self.parts[biggest] / MIB:.1f} MiB): make it smaller "
+      raise UserError(f"the bundle would be {_mib(total)} MiB, over --max_mib={self.limit_mib:g}; its "
+                      f"biggest part is {biggest} ({_mib(self.parts[biggest])} MiB): make it smaller "
                       "(fewer cache rows or suite sentences in the grid)")
     return size
+
+
+def _mib(size: int) -> str:
+  """MiB to one decimal, or to two significant digits below 0.1 MiB (20 KiB is not "0.0 MiB")."""
+  return f"{size / MIB:.1f}" if size >= 0.1 * MIB else f"{size / MIB:.2g}"
 
 
 # ---------------------------------------------------------------------------- the parts
 
 
 def bible_links(args: argparse.Namespace, work: str) -> str:
-  """eflomal's links of the Bible (`xalign eflomal --bible`), made in WORK unless --bible_links gives them."""
+  """eflomal's links of the Bible (`xalign eflomal --bible`), made in WORK unless --bible_links gives them;
+  WORK's are reused only when the record written once they were complete says they are eflomal's of the Bible."""
   if args.bible_links:
     return os.path.abspath(args.bible_links)
   target = os.path.join(work, "bible_links")
-  if not os.path.isfile(os.path.join(target, "train.links")):
+  made = inputs_fingerprint((), command="xalign eflomal --bible", symmetrize="grow-diag-final-and")
+  if not (made_for(target, made) and os.path.isfile(os.path.join(target, "train.links"))):
     from flax_xalign.cli import eflomal
 
     print("eflomal: aligning the Bible for the link-labelled tasks", flush=True)
-    code = eflomal.main(["--bible", f"--output_dir={target}"])
-    if code:
-      raise UserError(f"xalign eflomal --bible --output_dir={target} failed (exit {code})")
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(target + INPUTS_SUFFIX)
+    check_nested(eflomal.main(["--bible", f"--output_dir={target}"]),
+                 f"xalign eflomal --bible --output_dir={target} failed")
+    record_made_for(target, made)
   return target
+
+
+class NestedInterrupt(Exception):
+  """A command run in-process stopped at a Ctrl-C and printed its one line: this one ends with 130, silently."""
+
+
+def check_nested(code: int, failed: str) -> None:
+  """After a command run in-process: 130 (Ctrl-C, its line printed) ends this one the same way; any other
+  failure is one UserError, `failed` (what failed) with the exit status."""
+  if code == INTERRUPTED_EXIT:
+    raise NestedInterrupt(failed)
+  if code:
+    raise UserError(f"{failed} (exit {code}); see above")
 
 
 def alignment_peers(links: str, *, verses: int | None = None) -> dict[str, Any]:
@@ -185,17 +206,17 @@ TsvBitextTask.normalize = 'nfd_strip_marks'
   return path
 
 
-def start_weights(args: argparse.Namespace, grid: Any, out: str, host_start: str, *, debian_data: str,
+def start_weights(args: argparse.Namespace, grid: Any, out: str, host_start: str, *, work: str, debian_data: str,
                   languages: Sequence[str], links: str) -> dict[str, Any]:
   """The start weights in their carried form in OUT/start/, and as the MODEL_DIR `host_start` the host will
-  make from them (made here the same way, from the carried form: the assets and suite are built against it)."""
+  make from them (made here the same way, from the carried form: the assets and suite are built against it).
+  `host_start` is replaced only when this command made it and it holds only what it made (`check_host_start`)."""
+  from flax_xalign import fileio
+
   target = os.path.join(out, "start")
   if grid.start == "tiny":
-    start_dir = args.start_dir or tiny_start(os.path.join(os.path.dirname(host_start), "tiny_start"),
-                                             debian_data=debian_data, languages=languages, links=links)
-    if not os.path.isdir(os.path.join(start_dir, "checkpoints")):
-      raise UserError(f"--start_dir {start_dir} is not a MODEL_DIR (no checkpoints/); pass a run, or leave "
-                      "--start_dir out for a 4-layer model initialised here")
+    start_dir = args.start_dir or tiny_start(os.path.join(work, "tiny_start"), debian_data=debian_data,
+                                             languages=languages, links=links)
     shutil.copytree(start_dir, os.path.join(target, "model"),
                     ignore=shutil.ignore_patterns("*.lock", "events.out.*"))
     start = {"kind": "model_dir", "path": "start/model"}
@@ -205,8 +226,11 @@ def start_weights(args: argparse.Namespace, grid: Any, out: str, host_start: str
     start = {"kind": "e5_q4", "path": f"start/{E5_SOURCE}"}
   from flax_xalign.cli import gpu_run
 
-  shutil.rmtree(host_start, ignore_errors=True)
+  check_host_start(host_start)  # (checked before any work; again before its removal)
+  if os.path.lexists(host_start):
+    shutil.rmtree(host_start)
   gpu_run.make_start(os.path.join(out, start["path"]), start["kind"], host_start)
+  fileio.write_mark(host_start, HOST_START_COMMAND, os.listdir(host_start))
   return start
 
 
@@ -218,8 +242,26 @@ TINY_VOCAB_SIZE = 300
 
 
 def tiny_start(output: str, *, debian_data: str, languages: Sequence[str], links: str) -> str:
+  """The tiny grid's start when --start_dir is not given: `_make_tiny_start` into `output` (in the build's work
+  folder), reused by a rebuild only when its fingerprint (`made_for`) says it was made from these inputs."""
+  made = inputs_fingerprint([*(os.path.join(debian_data, "help", f"{lang}.train.txt") for lang in ("en", *languages)),
+                             os.path.join(links, "train.tsv")], languages=list(languages), model=TINY_MODEL,
+                            vocab_size=TINY_VOCAB_SIZE)
+  if made_for(output, made) and os.path.isdir(os.path.join(output, "checkpoints")):
+    print(f"tiny start: {output}, made from these inputs by an earlier build", flush=True)
+    return output
+  for stale in (output + INPUTS_SUFFIX, output + ".spm.model", output + ".spm.vocab"):  # The work folder's (ours).
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(stale)
+  shutil.rmtree(output, ignore_errors=True)
+  _make_tiny_start(output, debian_data=debian_data, languages=languages, links=links)
+  record_made_for(output, made)
+  return output
+
+
+def _make_tiny_start(output: str, *, debian_data: str, languages: Sequence[str], links: str) -> None:
   """A 4-layer model initialised from seed 0, with a SentencePiece vocabulary of the help text and the Bible
-  verses the grid reads (the tiny grid's start when --start_dir is not given)."""
+  verses the grid reads, as the new MODEL_DIR `output`."""
   import itertools
   import random
 
@@ -233,8 +275,6 @@ def tiny_start(output: str, *, debian_data: str, languages: Sequence[str], links
   from flax_xalign.models.encoder import Encoder
   from flax_xalign.objectives.model import PretrainingModel
 
-  if os.path.isdir(os.path.join(output, "checkpoints")):
-    return output
   lines = []
   for lang in ("en", *languages):
     with open(os.path.join(debian_data, "help", f"{lang}.train.txt"), encoding="utf-8") as f:
@@ -252,7 +292,6 @@ def tiny_start(output: str, *, debian_data: str, languages: Sequence[str], links
   write_model_dir(output, config=config, params=params, vocabulary=vocabulary, languages=sorted({"en", *languages}),
                   task_feature_lengths={"tokens": 32})
   print(f"tiny start: a 4-layer model, {vocabulary.vocab_size} pieces -> {output}", flush=True)
-  return output
 
 
 def _save_e5_trimmed(path: str, *, debian_data: str, languages: Sequence[str], links: str) -> None:
@@ -277,8 +316,7 @@ def _save_e5_trimmed(path: str, *, debian_data: str, languages: Sequence[str], l
   # language embeddings, so the Bible runs' grc needs no id of its own).
   code = e5_cli.main(["--trim_vocab_to=gpu_trim", "--trim_normalize=nfd_strip_marks", f"--save_trimmed_source={path}",
                       f"--languages={','.join(sorted({'en', *languages}))}"])
-  if code:
-    raise UserError(f"writing e5-small's trimmed source {path} failed (exit {code})")
+  check_nested(code, f"writing e5-small's trimmed source {path} failed")
 
 
 def write_caches(grid: Any, out: str, tasks_file: str) -> dict[str, dict[str, Any]]:
@@ -289,11 +327,11 @@ def write_caches(grid: Any, out: str, tasks_file: str) -> dict[str, dict[str, An
     folder = os.path.join(out, "caches", name)
     common = [f"--gin_file={tasks_file}", f"--task={spec.task}", f"--output={folder}", f"--length={spec.length}"]
     print(f"cache {name}: {spec.task}, {spec.rows} train rows of {spec.length}", flush=True)
-    if cache_cli.main([*common, "--split=train", f"--examples={spec.rows}"]):
-      raise UserError(f"xalign cache of {spec.task} (train) failed; see above")
+    check_nested(cache_cli.main([*common, "--split=train", f"--examples={spec.rows}"]),
+                 f"xalign cache of {spec.task} (train) failed")
     if spec.eval_rows:
-      if cache_cli.main([*common, "--split=validation", f"--examples={spec.eval_rows}"]):
-        raise UserError(f"xalign cache of {spec.task} (validation) failed; see above")
+      check_nested(cache_cli.main([*common, "--split=validation", f"--examples={spec.eval_rows}"]),
+                   f"xalign cache of {spec.task} (validation) failed")
     caches[name] = {"task": spec.task, "length": spec.length, "rows": spec.rows, "eval_rows": spec.eval_rows,
                     "links": spec.links, "path": os.path.relpath(folder, out)}
   return caches
@@ -322,8 +360,7 @@ def write_assets(grid: Any, bundle: Mapping[str, Any], out: str, work: str, task
                                 start_dir=host_start, steps=1)
       argv = [a for a in argv if not a.startswith("--gin.train.data=")] + [f"--gin_file={tasks_file}"]
       print(f"assets of {key}", flush=True)
-      if assets_cli.main(argv):
-        raise UserError(f"xalign assets for {key} failed; see above")
+      check_nested(assets_cli.main(argv), f"xalign assets for {key} failed")
       kept = [f for f in sorted(os.listdir(model_dir)) if f in CARRIED_ASSET_FILES]
       for f in kept:  # xz: the co-occurrence table's 17 MB carry as 4 (the host unpacks them, byte for byte).
         os.makedirs(os.path.join(out, "assets", key), exist_ok=True)
@@ -384,19 +421,13 @@ exec "$py" -m flax_xalign.cli.gpu_run "$here" --out="$OUT" "$@"
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
-  from flax_xalign.cli import gpu_run
   from flax_xalign.cli.experiments import gpu_grids
 
   grid = gpu_grids.grid_named(args.grid)
-  debian_data = os.path.abspath(os.path.expanduser(args.debian_data))
-  out = check_output(args.output, overwrite=args.overwrite,
-                     inputs={"--debian_data": debian_data, "--bible_links": args.bible_links,
-                             "--start_dir": args.start_dir})
-  if not os.path.isfile(os.path.join(debian_data, "manifest.json")):
-    raise UserError(f"--debian_data {args.debian_data} is not an `xalign debian_data` output (no manifest.json)")
-  languages = _languages(args, debian_data)
+  paths = check_paths(args, grid)
+  languages = _languages(args, paths.debian_data)
   print(f"GPU bundle, grid {grid.name}: {grid.description}", flush=True)
-  if grid.measured is not None:  # Refused before any work (or any removal) when even the estimate does not fit.
+  if grid.measured is not None:  # Refused before any work when even the estimate does not fit.
     parts = gpu_grids.estimate_bytes(grid)
     print(f"  estimated {sum(parts.values()) / MIB:.1f} MiB (from the bundle measured {grid.measured.when})",
           flush=True)
@@ -404,17 +435,35 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
       biggest = max(parts, key=parts.get)
       raise UserError(f"the bundle would be about {sum(parts.values()) / MIB:.1f} MiB, over --max_mib="
                       f"{args.max_mib:g}; its biggest part is {biggest} ({parts[biggest] / MIB:.1f} MiB)")
-  out = prepare_output(out)
-  work = os.path.abspath(args.work or out.rstrip("/") + ".work")
-  host_work = os.path.abspath(args.host_work)
-  host_start = os.path.join(host_work, "start")
-  os.makedirs(work, exist_ok=True)
-  os.makedirs(host_work, exist_ok=True)
-  budget = Budget(out, args.max_mib)
   started = time.monotonic()
+  with staged(paths.output) as staging:  # The old bundle is replaced only by a whole one within --max_mib.
+    bundle = assemble(args, grid, paths, staging, languages=languages)
+  out = paths.output
+  rel = os.path.relpath(out, os.getcwd()) if out.startswith(os.getcwd()) else out
+  print(f"bundle {out}: {bundle['bytes'] / MIB:.1f} MiB in {len(bundle['files'])} files, built in "
+        f"{time.monotonic() - started:.0f} s "
+        f"({', '.join(f'{k} {v / MIB:.1f}' for k, v in bundle['parts'].items())} MiB). On the host: bash {rel}/run.sh",
+        flush=True)
+  return bundle
+
+
+def assemble(args: argparse.Namespace, grid: Any, paths: BuildPaths, out: str, *,
+             languages: Sequence[str]) -> dict[str, Any]:
+  """The bundle's every part in `out` (the staging folder, renamed to `paths.output` afterwards), bundle.json
+  last; refused (UserError) as soon as it passes --max_mib."""
+  from flax_xalign import fileio
+  from flax_xalign.cli import gpu_run
+  from flax_xalign.cli.experiments import gpu_grids
+
+  work, host_work, debian_data = paths.work, paths.host_work, paths.debian_data
+  host_start = os.path.join(host_work, "start")
+  fileio.mark_new_folder(work, WORK_COMMAND, setting="--work")  # (checked: new, empty or already ours)
+  fileio.mark_new_folder(host_work, HOST_WORK_COMMAND, setting="--host_work")
+  budget = Budget(out, args.max_mib)
 
   links = bible_links(args, work)
-  start = start_weights(args, grid, out, host_start, debian_data=debian_data, languages=languages, links=links)
+  start = start_weights(args, grid, out, host_start, work=work, debian_data=debian_data, languages=languages,
+                        links=links)
   budget.add("start")
   tasks_file = tasks_gin(os.path.join(work, "tasks.gin"), debian_data=debian_data, languages=languages, links=links,
                          vocabulary=os.path.join(host_start, "vocabulary.model"))
@@ -439,7 +488,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
   if args.wheels == "download":
     download_wheels(out)
   budget.add("wheels")
-  rel = os.path.relpath(out, os.getcwd()) if out.startswith(os.getcwd()) else out
+  final = paths.output
+  rel = os.path.relpath(final, os.getcwd()) if final.startswith(os.getcwd()) else final
   with open(os.path.join(out, "run.sh"), "w", encoding="utf-8") as f:
     f.write(RUN_SH.format(grid=grid.name, rel=rel, budget=grid.budget_s, work=host_work))
   os.chmod(os.path.join(out, "run.sh"), 0o755)
@@ -448,13 +498,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
   bundle["bytes"] = sum(budget.parts.values())
   bundle["files"] = {os.path.relpath(os.path.join(d, f), out): os.path.getsize(os.path.join(d, f))
                      for d, _, names in os.walk(out) for f in names if f != MARKER}
-  from flax_xalign.fileio import write_atomically
-
-  write_atomically(os.path.join(out, "bundle.json"), json.dumps(bundle, indent=1, sort_keys=True))
-  print(f"bundle {out}: {bundle['bytes'] / MIB:.1f} MiB in {len(bundle['files'])} files, built in "
-        f"{time.monotonic() - started:.0f} s "
-        f"({', '.join(f'{k} {v / MIB:.1f}' for k, v in budget.parts.items())} MiB). On the host: bash {rel}/run.sh",
-        flush=True)
+  fileio.write_atomically(os.path.join(out, BUNDLE_JSON), json.dumps(bundle, indent=1, sort_keys=True))
   return bundle
 
 
@@ -484,7 +528,10 @@ def _languages(args: argparse.Namespace, debian_data: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign.cli import common
 
-  return common.main_of(parse_args, build, argv)
+  try:
+    return common.main_of(parse_args, build, argv)
+  except NestedInterrupt:  # (the nested command printed the one `interrupted` line; the staging folder is gone)
+    return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":
