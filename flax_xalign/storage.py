@@ -333,6 +333,13 @@ def check_store(path: str, *, setting: str) -> None:
                     "may not see it); create it or fix the name.")
 
 
+def check_local(path: str | os.PathLike | None, *, setting: str, reason: str) -> None:
+  """UserError where `path` is a URL given to a flag that only a local path can serve (`reason`: why)."""
+  if path is not None and is_url(path):
+    raise UserError(f"{setting}={os.fspath(path)}: {reason}, so it takes a local path only; copy the data to this "
+                    f"host first (e.g. gcloud storage cp -r {os.fspath(path)} .).")
+
+
 def check_run_store(path: str, *, setting: str) -> None:
   """`check_store`, and a run (checkpoints) only where Orbax can write it: a local folder or gs://.
 

@@ -63,7 +63,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
+  from flax_xalign import storage
   from flax_xalign.fileio import check_output_folder
+
+  for flag in ("data_dir", "save_trimmed_source", "from_trimmed_source"):
+    storage.check_local(getattr(args, flag), setting=f"--{flag}", reason="the e5-small wheel and its trimmed "
+                        "source are read and written as local files")
 
   if args.from_trimmed_source:  # The GPU host's path: no wheel, no task registry, no TensorFlow.
     from flax_xalign.interop import e5_trimmed

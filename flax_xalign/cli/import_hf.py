@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> None:
   from flax_xalign.interop.import_hf import import_hf
   from flax_xalign.interop.trim import import_maybe_trimmed
 
+  from flax_xalign import storage
+
+  storage.check_local(args.source, setting="--source", reason="a Hugging Face folder is read by libraries that "
+                      "open its files by name")
   check_output_folder(args.output, inputs={"--source": args.source})
   languages = _codes(args.languages, "--languages")
   pair = _codes(args.language_pair, "--language_pair")

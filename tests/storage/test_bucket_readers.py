@@ -123,6 +123,29 @@ def test_export_hf_writes_its_folder_into_the_bucket(gcs, run, capfd):
       assert data == (local / name).read_bytes(), name
 
 
+def test_import_hf_writes_a_run_into_the_bucket_that_reads_back_as_the_local_import(gcs, run, capfd):
+  """The HF folder is local (a download, a hub cache); the run it becomes may be a bucket's."""
+  import numpy as np
+
+  from flax_xalign.runs import Run
+
+  hf = run["root"] / "hf_for_import"
+  if not hf.exists():
+    _ok(capfd, "export_hf", [f"--model_dir={run['local']}", f"--output={hf}", "--layout=xlmr"])
+  local = run["root"] / "imported"
+  for output in (str(local), f"gs://bucket/{NAME}_imported"):
+    _ok(capfd, "import_hf", [f"--source={hf}", f"--output={output}"])
+  assert f"{NAME}_imported/checkpoints/0/commit_success.txt" in gcs.objects("bucket", f"{NAME}_imported/")
+  ours, theirs = Run.open(f"gs://bucket/{NAME}_imported"), Run.open(str(local))
+  assert ours.spec.model == theirs.spec.model
+  a, b = ours.params(), theirs.params()
+  import jax
+
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_trim_reads_the_bucket_run_and_writes_the_trimmed_run_into_the_bucket(gcs, run, capfd):
   from flax_xalign.runs import Run
 
