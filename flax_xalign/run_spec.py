@@ -15,7 +15,9 @@ The manifest holds facts, not settings that may change between a run and its
 resumption (steps, batch size, learning rate live in config.gin). The one
 exception is `optimizer`, a record of the optimiser settings of the invocation
 that wrote the checkpoint: objectives' checks read it (MLM-GC refuses a run
-without LR warmup), resumption never compares it.
+without LR warmup), and resumption compares only what of it shapes the saved
+optimiser state (`optimizer.state_settings`: whether `trainable` freezes, the
+moments' dtype); the rest may change.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class RunSpec:
     bitext_both_directions: each training pair was also seen as (b, a).
     optimizer: the optimiser settings of the invocation that wrote this
       manifest (`dataclasses.asdict(OptimizerConfig)`); {} in manifests
-      written before it was recorded, or by imports. A record for checks,
-      free to change on resume (not in `COMPATIBILITY_FIELDS`).
+      written before it was recorded, or by imports. A record for checks;
+      on resume only its state-shaping fields are compared
+      (`optimizer.state_settings`), not the rest (not in `COMPATIBILITY_FIELDS`).
   """
 
   task: str

@@ -48,6 +48,15 @@ def disk_full(error: BaseException | None) -> bool:
              or any(os.strerror(code) in str(e) for code in NO_SPACE_ERRNOS) for e in _chain(error))
 
 
+def no_space_reason(error: BaseException | None) -> str:
+  """What `disk_full` found, in the system's words ('No space left on device'), for a line of our own."""
+  for e in _chain(error):
+    for code in NO_SPACE_ERRNOS:
+      if (isinstance(e, OSError) and e.errno == code) or os.strerror(code) in str(e):
+        return os.strerror(code)
+  return os.strerror(NO_SPACE_ERRNOS[0])
+
+
 def out_of_memory(error: BaseException | None) -> bool:
   """Whether `error` or one it was raised from is XLA's out-of-memory (also wrapped by Orbax or TensorStore)."""
   return any("RESOURCE_EXHAUSTED" in str(e) or "Out of memory while trying to allocate" in str(e)

@@ -22,10 +22,12 @@ shards, seed, processes), since the iterator state only fits the pipeline that
 wrote it.
 
 A step whose files are missing, truncated or unreadable is *damaged*
-(`DamagedCheckpointError`). With `CheckpointConfig.on_damaged="fallback"` (the
-default) the run moves it to `MODEL_DIR/checkpoints_damaged/<step>` (nothing is
-deleted) and resumes from the newest complete step; with "error" it stops and
-says what to do. Disk-full errors while saving become one UserError, and the
+(`DamagedCheckpointError`); one that does not fit this run's settings
+(`checkpoint_fit`), or that the accelerator had no memory to restore, is not,
+and stays where it is. With `CheckpointConfig.on_damaged="fallback"` (the
+default) the run moves a damaged step to `MODEL_DIR/checkpoints_damaged/<step>`
+(nothing is deleted) and resumes from the newest complete step; with "error"
+it stops and says what to do. Disk-full errors while saving become one UserError, and the
 temporary folder of the failed save is removed.
 """
 
@@ -48,12 +50,14 @@ from flax_xalign.assets.base import Asset, check_fingerprint
 from flax_xalign.errors import UserError
 from flax_xalign import storage
 from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
-from flax_xalign.training import data_positions
+from flax_xalign.training import checkpoint_fit, data_positions
+# The resume checks live beside the restore's own (checkpoint_fit); callers know them by these names too.
+from flax_xalign.training.checkpoint_fit import COMPATIBILITY_FIELDS, check_compatible  # noqa: F401
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
 # command-line process set-up calls (flax_xalign.cli.setup_process); a library import installs nothing.
 from flax_xalign.training.checkpoint_noise import (  # pylint: disable=g-importing-member
-    bound_store_retries as _bound_store_retries, disk_full as _disk_full, out_of_memory as _out_of_memory,
-    remove_failed_save as _remove_failed_save, store_error as _store_error)
+    bound_store_retries as _bound_store_retries, disk_full as _disk_full, no_space_reason as _no_space_reason,
+    out_of_memory as _out_of_memory, remove_failed_save as _remove_failed_save, store_error as _store_error)
 from flax_xalign.training.data_positions import SEQIO_POSITION, DataPosition
 
 STATE, META, ASSETS = "state", "meta", "assets"
@@ -67,8 +71,6 @@ LOOP_SETTINGS = (("batch_size", "BATCH_SIZE"), ("task_feature_lengths", "TASK_FE
                  ("task", "MIXTURE_OR_TASK_NAME"), ("data_shards", "train.data_shards"), ("seed", "train.seed"),
                  ("data", "train.data"))
 LOOP_DEFAULTS = {"data": "seqio"}  # Records from before a setting was recorded hold its default.
-# Run-manifest fields whose mismatch makes a checkpoint unusable for this run.
-COMPATIBILITY_FIELDS = ("vocabulary", "model", "languages", "pair_layout", "bitext_both_directions")
 
 
 class AssetsHandler(ocp.CheckpointHandler):
@@ -196,29 +198,6 @@ def loop_record(*, batch_size: int, task_feature_lengths: Mapping[str, int], tas
           "train_steps": int(train_steps), "processes": jax.process_count(), "data": source}
 
 
-def check_compatible(saved: "run_spec_lib.RunSpec", run: "run_spec_lib.RunSpec", *, where: str) -> None:
-  """Refuses to resume when vocabulary, model, languages or the bitext layout differ."""
-  for field in COMPATIBILITY_FIELDS:
-    ours, theirs = getattr(run, field), getattr(saved, field)
-    if field == "vocabulary":
-      ours, theirs = ours.fingerprint(), theirs.fingerprint()
-    elif field == "model":
-      # The attention kernel computes the same function on the same parameters:
-      # a run may resume on another backend with another one.
-      ours, theirs = ({k: v for k, v in dataclasses.asdict(c).items() if k != "attention_implementation"}
-                      for c in (ours, theirs))
-    elif field == "languages":
-      ours, theirs = list(ours), list(theirs)
-    if ours != theirs:
-      raise UserError(
-          f"{where} holds a checkpoint made with a different {field}:\n"
-          f"  checkpoint: {json.dumps(theirs, sort_keys=True)}\n"
-          f"  this run:   {json.dumps(ours, sort_keys=True)}\n"
-          "Use a new MODEL_DIR for this configuration, or rerun with the settings the "
-          "checkpoint was made with. Nothing in the directory was changed."
-      )
-
-
 def check_meta_step(step_dir: epath.Path, meta: Mapping[str, Any]) -> None:
   """DamagedCheckpointError when the meta of a step folder records another step (the folder was renamed)."""
   recorded = meta.get(STEP_KEY)
@@ -229,10 +208,13 @@ def check_meta_step(step_dir: epath.Path, meta: Mapping[str, Any]) -> None:
 
 def damage_of(step_dir: epath.Path, item: str, error: BaseException) -> UserError:
   """What a failed read of `item` means: missing or unreadable (DamagedCheckpointError: an older step may be
-  asked for), or an accelerator out of memory while restoring, which says nothing about the files (seen on
-  a GPU shared by ten processes: every step would have been "damaged")."""
+  asked for), or what says nothing about the files: an accelerator out of memory while restoring (seen on
+  a GPU shared by ten processes: every step would have been "damaged"), or a restore target that does not
+  fit the saved tree (other settings: `checkpoint_fit`)."""
   if not (step_dir / item).exists():
     return DamagedCheckpointError(step_dir, f"{item}/ is missing")
+  if checkpoint_fit.is_layout_error(error):
+    return checkpoint_fit.layout_error(step_dir)
   if _out_of_memory(error):
     return UserError(f"out of accelerator memory restoring {step_dir}/{item} ({_first_line(error)}); the "
                      "checkpoint is not damaged. Free the accelerator (other processes on it hold memory; "
@@ -322,7 +304,7 @@ class Checkpointer:
         step, self._saving = self._saving, None
         self._remove_tmp(step)
         where = self.directory / str(step) if step is not None else self.directory
-        raise UserError(f"no space left writing {where} ({_first_line(e)}); free space or choose another "
+        raise UserError(f"no space left writing {where} ({_no_space_reason(e)}); free space or choose another "
                         "MODEL_DIR. The checkpoints before it are intact; rerun the same command to resume."
                         ) from None
 
@@ -348,13 +330,22 @@ class Checkpointer:
     `iterator` None leaves the data iterator alone (a fresh one). Assets the
     checkpoint does not hold (an objective added on resume) are left out of
     the returned values. Raises DamagedCheckpointError naming what is missing
-    or unreadable; an iterator state that reads back but does not fit the
-    iterator is a UserError with the fresh-iterator advice.
+    or unreadable; a state whose saved tree does not fit `abstract_state`
+    (other settings) and an iterator state that reads back but does not fit
+    the iterator are UserErrors that move nothing.
     """
     step_dir = self.directory / str(step)
     _, fingerprints = self.read_run(step)
     position = self.position if iterator is not None else None
     self.check_step(step, (STATE, META) + ((position.item,) if position else ()))
+    if not (step_dir / STATE / "_METADATA").exists():
+      raise DamagedCheckpointError(step_dir, f"{STATE}/ is unreadable: its _METADATA is missing")
+    try:  # The target is checked against the saved tree first: a misfit is other settings, never damage.
+      saved_tree = self._manager.item_metadata(step)[STATE]
+    except Exception as e:  # pylint: disable=broad-except
+      raise damage_of(step_dir, STATE, e) from None
+    if saved_tree is not None:
+      checkpoint_fit.check_state_layout(step_dir, saved_tree.tree, abstract_state)
     try:
       state = self._manager.restore(step, args=ocp.args.Composite(**{
           STATE: ocp.args.StandardRestore(abstract_state)}))[STATE]

@@ -72,8 +72,8 @@ class DataSource(abc.ABC):
                    pair_layout: str = "restart", both_directions: bool = False, links: bool = False) -> None:
     """Refuses (UserError, one line) data of `splits` that cannot feed this run; nothing is read yet.
 
-    Called once before MODEL_DIR is created, with every split the run will
-    read (train and the evaluation split). A source whose rows are made at
+    Called before MODEL_DIR is created for every split the run will read:
+    the train split first, then the evaluation split. A source whose rows are made at
     the run's settings (seqio) has nothing to check; a packed cache's rows
     were made once, and each split must have been made for this run.
     """

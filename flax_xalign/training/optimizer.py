@@ -9,7 +9,7 @@ parameter name, not rank, because scanned layers stack a LayerNorm scale into a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import optax
@@ -36,12 +36,30 @@ class OptimizerConfig:
   mu_dtype: str | None = None
 
   def __post_init__(self):
+    from flax_xalign.errors import UserError
+
     if self.mu_dtype not in (None, "bfloat16", "float32"):
-      from flax_xalign.errors import UserError
       raise UserError(f"OptimizerConfig.mu_dtype must be None, 'bfloat16' or 'float32', got {self.mu_dtype!r}")
-    if isinstance(self.trainable, str):  # A bare string would be read as a tuple of letters.
-      object.__setattr__(self, "trainable", (self.trainable,))
-    object.__setattr__(self, "trainable", tuple(self.trainable))
+    # A bare string would be read as a tuple of letters; anything but strings fails later, deep in a step.
+    trainable = (self.trainable,) if isinstance(self.trainable, str) else self.trainable
+    if not isinstance(trainable, (list, tuple)) or not all(isinstance(p, str) and p.strip("/") for p in trainable):
+      raise UserError(f"OptimizerConfig.trainable={self.trainable!r} must be a list of parameter-path prefixes "
+                      "(non-empty strings), e.g. --gin.OptimizerConfig.trainable=\"['mlm_head']\", or [] to train "
+                      "every parameter.")
+    object.__setattr__(self, "trainable", tuple(trainable))
+
+
+def state_settings(record: Mapping[str, Any], *, param_dtype: str) -> dict[str, Any]:
+  """What of an optimiser record (`dataclasses.asdict(OptimizerConfig)`) shapes the optimiser state's arrays.
+
+  A non-empty `trainable` wraps the chain in the freeze transform, which adds
+  entries to the state (which parameters train changes none); `mu_dtype` is
+  the first moment's dtype (None: the parameters', `param_dtype`). A saved
+  state restores only into a run whose settings give the same; the other
+  fields (learning rate, betas, ...) may change on resume. A record from
+  before a field was recorded holds its default.
+  """
+  return {"trainable": bool(record.get("trainable")), "mu_dtype": record.get("mu_dtype") or param_dtype}
 
 
 def learning_rate_schedule(config: OptimizerConfig, total_steps: int) -> optax.Schedule:

@@ -154,10 +154,14 @@ def _check_links_arrive(data: DataSource, settings: Sequence[str]) -> None:
   """UserError when objectives learn from given word links that no task of the run's data carries.
 
   Such a run would train the objective at loss 0 (a task without links gives
-  zero link groups). Decided for our file tasks, whose loaders say which
-  splits have a links file; a task whose loader does not say (a plain seqio
-  task) is given the benefit of the doubt. A packed cache refuses itself when
-  its batches are built (`CacheSource.batches`), also before MODEL_DIR.
+  zero link groups). `settings` name the objectives' resolved configs (the
+  objects the run trains with, however gin spelt them). Decided for every
+  task flax_xalign registered: our file tasks' loaders say which splits have
+  a links file, and our other loaders (the Bible's, TFDS text, synthetic)
+  never give links; a task whose loader is not ours and does not say (a plain
+  seqio task, a user's Python loader) is given the benefit of the doubt. A
+  packed cache refuses itself when its batches are built
+  (`CacheSource.batches`), also before MODEL_DIR.
   """
   if data.kind != "seqio":
     return
@@ -165,15 +169,21 @@ def _check_links_arrive(data: DataSource, settings: Sequence[str]) -> None:
 
   members = tables.task_names(data.name)
   loaders = [tables.text_loader(name) for name in members]
-  if any(loader is None or not hasattr(loader, "links") for loader in loaders):
+  if any(loader is None or not (hasattr(loader, "links") or _our_loader(loader)) for loader in loaders):
     return
-  if any("train" in dict(loader.links) for loader in loaders):
+  if any("train" in dict(getattr(loader, "links", ())) for loader in loaders):
     return
   raise UserError(
       f"{' and '.join(settings)} read(s) given word links (not 'self'), but no task of "
       f"{data.name!r} ({', '.join(members)}) has a links file for its train split: the term would train at loss "
       "0. Give the bitext task links (TsvBitextTask.links = {'train': 'FILE.pharaoh'}) or use label_source "
       "'self'.")
+
+
+def _our_loader(loader: Any) -> bool:
+  """Whether flax_xalign defines `loader` (a function or an object of one of our classes)."""
+  module = loader.__module__ if callable(loader) and hasattr(loader, "__code__") else type(loader).__module__
+  return str(module).startswith("flax_xalign.")
 
 
 def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
@@ -277,17 +287,20 @@ def pretrain(config: TrainConfig | None = None, /, *, hooks: Sequence[Checkpoint
     resume = (latest, saved, step_fingerprints)
   elif c.init_from_checkpoint:
     _check_warm_start(c.init_from_checkpoint, run)
+  # Every split the run reads is made for it (a cache's rows were made once): refused here, not at the first
+  # evaluation after MODEL_DIR was written; the train split first, so that a refused cache is not preceded by
+  # a warning about its evaluation split.
+  check = dict(feature_lengths=c.task_feature_lengths, pair_layout=c.pair_layout,
+               both_directions=c.bitext_both_directions, links="link_groups" in assembly.batch_features)
+  data.check_splits(["train"], **check)
   eval_every = c.eval_every
   if eval_every and not data.has_split(c.eval_split):
     print(f"warning: {data.where} has no {c.eval_split!r} split; training without evaluation "
           f"({data.how_to_add_split(c.eval_split)}, name another with train.eval_split, or set EVAL_EVERY=0)",
           file=sys.stderr, flush=True)
     eval_every = 0
-  # Every split the run reads is made for it (a cache's rows were made once): refused here, not at the first
-  # evaluation after MODEL_DIR was written.
-  data.check_splits(["train", *([c.eval_split] if eval_every else [])], feature_lengths=c.task_feature_lengths,
-                    pair_layout=c.pair_layout, both_directions=c.bitext_both_directions,
-                    links="link_groups" in assembly.batch_features)
+  if eval_every:
+    data.check_splits([c.eval_split], **check)
   run, run_assets = asset_setup.prepare(run, assets, model_dir=model_dir, resume=resume)
   if c.assets_only:
     written = []
@@ -415,7 +428,8 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
     raise UserError(
         f"{model_dir} holds an imported model, not a training run; train from it in a new MODEL_DIR with "
         f"--gin.INIT_FROM_CHECKPOINT=\"{model_dir}\" (train.init_from_checkpoint).")
-  checkpoints_lib.check_compatible(saved, run, where=where)
+  # Every setting that shapes the saved state (the optimiser's too) is compared here, before any restore.
+  checkpoints_lib.check_compatible(saved, run, where=where, model_dir=model_dir)
   saved_loop = meta.get(checkpoints_lib.LOOP)
   if not fresh_data_iterator:
     checkpoints_lib.check_loop(saved_loop, loop, step=step, where=where)

@@ -143,3 +143,15 @@ def test_the_unchanged_cache_passes_every_check_the_cases_above_fail(built, tiny
     source = resolve_task(TASK, data=f"cache:{built['cache']}", verify=verify, vocabulary_files=files)
     source.check_splits(["train", "validation"], feature_lengths={"tokens": 19})
     assert sorted(source._opened) == ["train", "validation"]  # pylint: disable=protected-access
+
+
+def test_a_train_split_refused_for_its_row_length_is_not_preceded_by_the_evaluation_warning(cache, tmp_path, capfd):
+  """The 2026-11-27 probe's N1 / 2026-12-01's V08: the refusal came after a warning that the cache has no
+  validation split (training without evaluation), a warning about a run that was never going to start."""
+  shutil.rmtree(os.path.join(cache, "validation"))
+  model_dir = tmp_path / "m"
+  outcome = harness.run_main(capfd, "train", harness.train_argv(
+      _cache_only_gin(tmp_path, cache, eval_every=2), model_dir, "--gin.TRAIN_STEPS=2",
+      "--gin.TASK_FEATURE_LENGTHS={'tokens': 21}"))
+  harness.assert_user_error(outcome, "row length", "21", model_dir=model_dir, before=None)
+  assert not harness.warning_lines(outcome.err), outcome.err

@@ -41,6 +41,10 @@ CASES = [
     ("other_batch_size_and_seed_named_together", ["--gin.BATCH_SIZE=4", "--gin.SEED=1"], "",
      ("BATCH_SIZE", "seed", "fresh_data_iterator")),
     ("bad_value_on_resume", ["--gin.LOG_EVERY=0"], "", ("LOG_EVERY",)),
+    # The optimiser state's layout (issue 47, T16): refused before any restore, never called damage.
+    ("other_trainable", ["--gin.OptimizerConfig.trainable=['mlm_head']"], "",
+     ("OptimizerConfig.trainable", "INIT_FROM_CHECKPOINT", "not damaged")),
+    ("other_mu_dtype", ["--gin.OptimizerConfig.mu_dtype='bfloat16'"], "", ("OptimizerConfig.mu_dtype",)),
 ]
 
 
@@ -109,3 +113,15 @@ def test_train_steps_below_the_newest_checkpoint_is_refused_and_changes_nothing(
   outcome = harness.run_main(capfd, "train", harness.train_argv(trained["gin"], trained_copy, "--gin.TRAIN_STEPS=3"))
   harness.assert_user_error(outcome, "step 4", "TRAIN_STEPS=3", "nothing to train", model_dir=trained_copy,
                             before=before)
+
+
+def test_freezing_parameters_on_resume_moves_no_checkpoint(trained, trained_copy, capfd):
+  """T16 of the 2026-12-01 probe: both sound checkpoints were moved to checkpoints_damaged/ ("state/ is
+  unreadable"). Another `trainable` is other settings: one line naming it, both steps where they were."""
+  outcome = harness.run_main(capfd, "train", harness.train_argv(
+      trained["gin"], trained_copy, "--gin.TRAIN_STEPS=6", "--gin.OptimizerConfig.trainable=['mlm_head']"))
+  harness.assert_user_error(outcome, "OptimizerConfig.trainable=[] in the checkpoint, ['mlm_head'] in this run")
+  assert len(harness.error_message(outcome.err).splitlines()) == 1, outcome.err
+  assert harness.checkpoint_steps(trained_copy) == [2, 4]
+  assert not (trained_copy / "checkpoints_damaged").exists()
+  assert "damaged" not in outcome.err.replace("not damaged", ""), outcome.err

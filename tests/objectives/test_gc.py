@@ -350,7 +350,7 @@ def test_optimizer_record_round_trips_and_old_manifests_still_load():
   loaded = run_spec_lib.RunSpec.from_json(old)
   assert loaded.optimizer == {}
   base.get("gc").check(loaded)  # Nothing recorded: nothing to refuse.
-  # A resume may change the optimiser: compatibility does not compare it.
+  # A resume may change the optimiser's schedule: compatibility compares only what shapes its state.
   checkpoints.check_compatible(run, run.replace(optimizer={"warmup_steps": 5}), where="x")
 
 
