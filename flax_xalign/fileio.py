@@ -341,9 +341,9 @@ def output_lock(folder: str | os.PathLike, *, name: str = ".xalign.lock", settin
   holder. The lock is `flock`'s: the kernel drops it when its holder dies,
   SIGKILL included, so a killed writer never blocks the next one (no stale
   lock to detect). The file holds the holder's pid, host and command, for that
-  message, and is removed when the block ends (with the folder, when the lock
-  created it and it is still empty). Re-entered by the process that holds it,
-  it is simply held on.
+  message, and is removed when the block ends (with every folder the lock
+  created, innermost first, that is still empty). Re-entered by the process
+  that holds it, it is simply held on.
   """
   folder = os.path.abspath(os.fspath(folder))
   path = os.path.join(folder, name)
@@ -354,7 +354,9 @@ def output_lock(folder: str | os.PathLike, *, name: str = ".xalign.lock", settin
     finally:
       _held_locks[path] -= 1
     return
-  created = not os.path.isdir(folder)
+  import pathlib
+
+  created = [p for p in (folder, *map(str, pathlib.PurePath(folder).parents)) if not os.path.isdir(p)]
   fd = _lock(path, folder, setting)
   _held_locks[path] = 1
   try:
@@ -366,9 +368,9 @@ def output_lock(folder: str | os.PathLike, *, name: str = ".xalign.lock", settin
     except FileNotFoundError:
       pass
     os.close(fd)
-    if created:  # A folder made for the lock alone goes again (a writer that failed early leaves nothing).
-      with contextlib.suppress(OSError):
-        os.rmdir(folder)
+    with contextlib.suppress(OSError):  # Folders made for the lock alone go, innermost first, while empty.
+      for made in created:  # (`folder` and its missing parents: a writer that failed early leaves nothing)
+        os.rmdir(made)
 
 
 def _lock(path: str, folder: str, setting: str) -> int:

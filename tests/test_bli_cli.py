@@ -129,7 +129,7 @@ def test_zero_coverage_and_no_checkpoint(checkpoint, tmp_path, capsys):
   code = bli_main.main([f"--checkpoint={empty}", "--src=de", "--tgt=en"])
   _expect_error(capsys, code, "no checkpoint")
   code = bli_main.main([f"--checkpoint={tmp_path / 'missing'}", "--src=de", "--tgt=en"])
-  _expect_error(capsys, code, "is not a directory")
+  _expect_error(capsys, code, "does not exist")
 
 
 def test_reads_the_model_dirs_lang_vocab_file_with_sides_swapped(shared_run_copy, gold_file, capsys):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import os
 import signal
 import sys
 import time
@@ -76,7 +77,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   if rest:
     from flax_xalign.cli import gin_cli
 
-    args.gin = gin_cli.parse_args(rest, description=parser.description)  # Unknown flags end here.
+    args.gin = gin_cli.parse_args(rest, description=parser.description, prog=parser.prog)  # Unknown flags end here.
     if not args.gin.gin_file and not args.gin.gin_bindings:
       parser.error(f"unrecognized arguments: {' '.join(rest)}")
   elif args.task is None:
@@ -163,13 +164,21 @@ def _run_local(args: argparse.Namespace) -> None:
     from flax_xalign.data.packed import write
 
   write.check_output(args.output, args.split, overwrite=args.overwrite)  # Before TF and the task load.
+  data = None
+  if not os.path.isdir(args.output):
+    # No writer can hold the split's lock in a folder that is not there yet, so nothing is lost by checking
+    # the task (and the gin run) first: a bad --task is then refused before any folder is made.
+    with fileio.interrupts_held():
+      _import_libraries(gin=args.gin is not None)
+    with fileio.interrupts_polled():
+      data = resolve(args)
   with write.split_lock(args.output, args.split):  # A second writer of the split is refused now, not at its end.
     with fileio.interrupts_held():
       _import_libraries(gin=args.gin is not None)
     # TensorFlow builds and runs the pipeline from here on: a Ctrl-C is taken between its steps, where
     # `_write` and the row loop check for one, never inside its native code (see fileio.interrupts_polled).
     with fileio.interrupts_polled():
-      _write(args)
+      _write(args, data)
 
 
 def _import_libraries(*, gin: bool) -> None:
@@ -241,13 +250,14 @@ def plan(args: argparse.Namespace, data: Any, *, workers: int, how: str = "",
   return info, spec
 
 
-def _write(args: argparse.Namespace) -> None:
+def _write(args: argparse.Namespace, data: Any = None) -> None:
+  """Writes the split of `args` (`data`: its `resolve`d source, None: resolved here, holding the lock)."""
   from flax_xalign import fileio
   from flax_xalign.assets import vocabulary as vocabulary_asset
   from flax_xalign.cli import cache_workers
   from flax_xalign.data.packed import write
 
-  data = resolve(args)
+  data = resolve(args) if data is None else data
   fileio.check_interrupt()
   info, spec = plan(args, data, workers=args.workers,
                     parts=f"{args.workers} workers" if args.workers > 1 else None)

@@ -56,35 +56,60 @@ def existing_model_dir(path: str) -> str:
   """`path`, or a UserError when it does not exist or is not a directory (before anything reads a run there)."""
   storage.check_run_store(path, setting=MODEL_DIR_FLAG)  # (a URL: its bucket exists and Orbax can reach it)
   if not storage.isdir(path):
-    raise errors.UserError(f"{MODEL_DIR_FLAG} {path} is not a directory; pass a MODEL_DIR written by "
+    what = "is not a directory" if storage.exists(path) else "does not exist"
+    raise errors.UserError(f"{MODEL_DIR_FLAG} {path} {what}; pass a MODEL_DIR written by "
                            "python -m flax_xalign.train or an import.")
   return path
+
+
+def run_own_entries() -> tuple[str, ...]:
+  """The names directly in a MODEL_DIR that belong to the run: what its writers put there.
+
+  Derived from the code that writes them, so a new entry cannot be forgotten:
+  every `RunDir` property naming an entry of the folder (checkpoints/,
+  config.gin, metrics.jsonl, tensorboard/, eval.json, .lock, origin.json,
+  NOTICE, ...), every built-in asset's files (`assets.registry.prepared_files`:
+  vocabulary.model or .txt, dictionary.tsv, induced_dictionary.tsv, cooc.npz
+  and cooc.json, ...), an import's model.gin and a step's assets/ item name.
+  """
+  from flax_xalign import run_dir as run_dir_lib
+  from flax_xalign.assets import registry as asset_registry
+  from flax_xalign.models.config import MODEL_GIN_FILE
+
+  probe = run_dir_lib.RunDir(os.path.join(os.sep, "run"))
+  names = set()
+  for attribute in vars(run_dir_lib.RunDir).values():
+    if isinstance(attribute, property):
+      value = attribute.fget(probe)
+      if isinstance(value, str) and os.path.dirname(value) == probe.path:
+        names.add(os.path.basename(value))
+  names.update(asset_registry.prepared_files())
+  names.update((MODEL_GIN_FILE, run_dir_lib.STEP_ASSETS))
+  return tuple(sorted(names))
 
 
 def check_outside_run(path: str | os.PathLike | None, run: str | os.PathLike | None, *, setting: str = "--output",
                       run_setting: str = "--model_dir") -> None:
   """Refuses (UserError) an output that is or lies in one of the own files or folders of the run the command reads.
 
-  A run's checkpoints, config.gin, metrics, eval.json, lock, origin and notice
-  (`run_dir`'s names) are the run's: `--output=MODEL_DIR/config.gin` would
-  replace the run's settings, `--output=MODEL_DIR/checkpoints/9` would add a
-  step to it. A new file or folder beside them (`MODEL_DIR/links.txt`) is fine.
-  Checked whether or not the entry exists yet (an eval.json written by another
-  command would be taken for the run's).
+  A run's checkpoints, config.gin, metrics, eval.json, lock, origin, notice
+  and asset files (vocabulary.model, dictionary.tsv, ...: `run_own_entries`)
+  are the run's: `--output=MODEL_DIR/config.gin` would replace the run's
+  settings, `--output=MODEL_DIR/vocabulary.model` its tokenizer,
+  `--output=MODEL_DIR/checkpoints/9` would add a step to it. A new file or
+  folder beside them (`MODEL_DIR/links.txt`) is fine. Checked whether or not
+  the entry exists yet (an eval.json written by another command would be
+  taken for the run's).
   """
   from flax_xalign import fileio
-  from flax_xalign import run_dir as run_dir_lib
 
   if path is None or run is None or not os.fspath(path).strip():
     return
   if storage.is_url(path) != storage.is_url(run) or not storage.isdir(run):
     return  # (One in a bucket, the other on disk: the output cannot be one of the run's files.)
-  own = (run_dir_lib.CHECKPOINTS, run_dir_lib.DAMAGED, run_dir_lib.CONFIG_GIN, run_dir_lib.METRICS,
-         run_dir_lib.TENSORBOARD, run_dir_lib.EVAL_JSON, run_dir_lib.LOCK, run_dir_lib.ORIGIN, run_dir_lib.NOTICE)
   folder = storage.absolute(run) if storage.is_url(run) else os.fspath(run)
-  for entry in own:
+  for entry in run_own_entries():
     if fileio.lies_in(storage.absolute(path), storage.join(folder, entry)):
       raise errors.UserError(f"{setting} {os.fspath(path)} is {entry} of the run {run_setting} {os.fspath(run)} reads "
                       "(or lies in it); writing there would change that run: name a path outside the run's "
                       f"own files, e.g. {os.path.join(os.fspath(run), 'out', os.path.basename(os.fspath(path)))}.")
-

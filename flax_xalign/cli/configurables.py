@@ -25,6 +25,11 @@ _TASKS_REGISTERED = False
 # The gin names of the task families' definitions (registered by `register_tasks`).
 TASK_CONFIGURABLES = ("TextTask", "TsvBitextTask", "AlphaMixture", "SyntheticTasks", "BibleTasks",
                       "CodeSwitchedTask", "TfdsTasks", "DebianTasks")
+# The configurables a command's entry never calls: evaluations read the model, its objectives and its
+# training settings from the run's saved config, so a binding of one is refused (`gin_cli.check_bindings_read`).
+_TRAINING_ONLY = ("EncoderConfig", "OptimizerConfig", "MaskingConfig", "CheckpointConfig", "DwaConfig", "SoConfig",
+                  "train", "train_job")
+NOT_CALLED_BY = {"eval_job": _TRAINING_ONLY}
 
 
 def eval_job(job=None, evals=()):
@@ -36,7 +41,11 @@ def eval_job(job=None, evals=()):
     # A string stays one (registry.plan names it as such) rather than becoming a list of its letters.
     return gin.get_configurable("flax_xalign.evaluators")(evals=evals if isinstance(evals, str) else list(evals))
   if job is None:
-    raise RuntimeError("Required bindings for `eval_job` not provided in config: ['job']")
+    from flax_xalign.errors import UserError
+
+    raise UserError("nothing to evaluate: no gin file sets eval_job.job, and --gin_file replaces the default "
+                    "runs/eval.gin; add --gin_file=runs/eval.gin (masked-token accuracy, or EVALS) or "
+                    "--gin_file=runs/eval_pairs.gin (pair transfer); see xalign eval --help.")
   return job()
 
 
@@ -56,12 +65,45 @@ def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, 
     given["assets_only"] = True
   from flax_xalign.training.pretrain import pretrain
 
+  _check_run_configured(given, prog="xalign assets" if assets_only else "xalign train")
   config = gin.get_configurable("flax_xalign.train")(**given)
   hooks = []
   if evals and not config.assets_only:
     hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every,
                                           num_layers=getattr(config.encoder, "num_layers", None)))
   return pretrain(config, hooks=hooks)
+
+
+# How a user sets each required TrainConfig field (runs/pretrain.gin binds the macros).
+_REQUIRED_TRAIN = {"model_dir": "MODEL_DIR", "mixture_or_task_name": "MIXTURE_OR_TASK_NAME",
+                   "task_feature_lengths": "TASK_FEATURE_LENGTHS", "batch_size": "BATCH_SIZE",
+                   "train_steps": "TRAIN_STEPS", "encoder": "a model size (models/*.gin)",
+                   "objectives": "objectives (objectives/*.gin)"}
+
+
+def _check_run_configured(given, *, prog: str) -> None:
+  """One line naming what to pass when the gin files bind no run (`xalign train` with no flags).
+
+  Without it the run's TrainConfig fails on its missing fields with a TypeError.
+  """
+  import dataclasses
+
+  from flax_xalign.errors import UserError
+  from flax_xalign.training.config import TrainConfig
+
+  missing = []
+  for field in dataclasses.fields(TrainConfig):
+    required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+    if required and field.name not in given:
+      try:
+        gin.query_parameter(f"flax_xalign.train.{field.name}")
+      except ValueError:
+        missing.append(_REQUIRED_TRAIN.get(field.name, f"train.{field.name}"))
+  if missing:
+    raise UserError(f"no run to {'build' if 'assets' in prog else 'train'}: nothing sets {', '.join(missing)}; "
+                    "pass a run's gin files and its folder, e.g. --gin_file=runs/pretrain.gin "
+                    "--gin_file=models/tiny.gin --gin.MODEL_DIR=\\\"runs/demo\\\" (an experiment's gin "
+                    f"file sets the rest); see {prog} --help.")
 
 
 def register() -> None:

@@ -30,7 +30,9 @@ from collections.abc import Sequence
 
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser
-from flax_xalign.fileio import makedirs
+
+# The mark (`fileio.write_mark`) of a folder --bible created: only such a folder is written into again.
+BIBLE_COMMAND = "xalign eflomal --bible"
 
 
 def parse_args(argv: Sequence[str]):
@@ -77,10 +79,18 @@ def run(args) -> None:
     statistical.write_links(args.output, _combine(result, args.symmetrize))
     print(f"wrote {args.output}: {args.symmetrize}, {len(pairs)} lines ({result.seconds:.1f} s)")
     return
-  own = {f"{split}.{ext}" for split in bible.SPLITS for ext in ("tsv", "links")} | {"NOTICE"}
-  fileio.check_output_folder(args.output_dir, setting="--output_dir",
-                             owned=lambda folder: set(os.listdir(folder)) <= own,
-                             what="an earlier --bible output (<split>.tsv, <split>.links, NOTICE)")
+  from flax_xalign import storage
+
+  storage.check_local(args.output_dir, setting="--output_dir", reason="the Bible's splits and links are written "
+                      "as local files, marked and locked (eflomal reads local files)")
+  own = {f"{split}.{ext}" for split in bible.SPLITS for ext in ("tsv", "links")} | {"NOTICE", fileio.MARK}
+
+  def owned(folder: str) -> bool:  # The names alone prove nothing: a user's own train.tsv looks the same.
+    mark = fileio.read_mark(folder)
+    return bool(mark) and mark["command"] == BIBLE_COMMAND and set(os.listdir(folder)) <= own
+
+  fileio.check_output_folder(args.output_dir, setting="--output_dir", owned=owned,
+                             what=f"an earlier --bible output (marked by {BIBLE_COMMAND}, {fileio.MARK})")
   result, _ = bible_links(args.output_dir, symmetrize=args.symmetrize, verbose=True)
   print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
 
@@ -89,7 +99,9 @@ def bible_links(output_dir: str, *, symmetrize: str = "grow-diag-final-and", ver
   """eflomal over every New Testament verse pair; `<split>.tsv` + `<split>.links` per split into `output_dir`.
 
   Returns (the `statistical.EflomalResult` over all pairs, {split: indices of its pairs in that result}).
+  A folder it creates (or finds empty) is marked as --bible's, so a rerun may write into it again.
   """
+  from flax_xalign import fileio
   from flax_xalign.data.sources import bible
   from flax_xalign.evaluation.word_alignment import aer
   from flax_xalign.evaluation.word_alignment import statistical
@@ -100,14 +112,19 @@ def bible_links(output_dir: str, *, symmetrize: str = "grow-diag-final-and", ver
     print(f"eflomal: aligning all {len(pairs)} New Testament verse pairs ...", flush=True)
   result = statistical.run_eflomal(pairs)
   links = _combine(result, symmetrize)
-  makedirs(output_dir, setting="--output_dir")
+  fileio.mark_new_folder(output_dir, BIBLE_COMMAND, setting="--output_dir")
+  written = []
   for split, indices in splits.items():
     tsv = os.path.join(output_dir, f"{split}.tsv")
     aer.write_atomically(tsv, "".join(f"{' '.join(pairs[k][0])}\t{' '.join(pairs[k][1])}\n" for k in indices))
     statistical.write_links(os.path.join(output_dir, f"{split}.links"), [links[k] for k in indices])
+    written += [f"{split}.tsv", f"{split}.links"]
     if verbose:
       print(f"wrote {tsv} and {split}.links ({len(indices)} pairs)", flush=True)
   aer.write_atomically(os.path.join(output_dir, "NOTICE"), bible.LICENSE_NOTICE)
+  mark = fileio.read_mark(output_dir)
+  if mark and mark["command"] == BIBLE_COMMAND:
+    fileio.write_mark(output_dir, BIBLE_COMMAND, [*written, "NOTICE"])
   return result, splits
 
 

@@ -35,7 +35,11 @@ PACKAGE_GIN_DIR = os.path.join(_PACKAGE, "gin_configs")
 REPO_GIN_DIR = os.path.join(os.path.dirname(_PACKAGE), "gin_configs")
 
 
-def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
+def parse_args(argv: Sequence[str], description: str, prog: str | None = None) -> argparse.Namespace:
+  """The gin flags of `argv`; `prog` (e.g. "xalign train") is the command an unknown flag's error names.
+
+  `args.prog` keeps it, so later errors can point at the command's own `--help`.
+  """
   bindings = []
   rest = []
   for arg in argv:
@@ -44,12 +48,13 @@ def parse_args(argv: Sequence[str], description: str) -> argparse.Namespace:
       bindings.append(f"{match.group(1)} = {match.group(2)}")
     else:
       rest.append(arg)
-  parser = ArgumentParser(description=description)
+  parser = ArgumentParser(prog=prog, description=description)
   parser.add_argument("--gin_file", action="append", default=[], help="gin file (repeatable)")
   parser.add_argument("--gin_bindings", action="append", default=[], help="gin binding (repeatable)")
   parser.add_argument("--gin_search_paths", default="", help="comma-separated folders for gin files")
   args = parser.parse_args(rest)
   args.gin_bindings = list(args.gin_bindings) + bindings
+  args.prog = parser.prog
   return args
 
 
@@ -113,19 +118,35 @@ def gin_files(args: argparse.Namespace) -> list[str]:
   return [_resolve(f, paths) for f in args.gin_file]
 
 
-def check_flags(argv: Sequence[str], *, description: str,
-                default_gin_files: Sequence[str] = ()) -> argparse.Namespace:
+def check_flags(argv: Sequence[str], *, description: str, default_gin_files: Sequence[str] = (),
+                prog: str | None = None) -> argparse.Namespace:
   """The parsed flags, checked before anything heavy loads (the configurables bring in seqio and TensorFlow).
 
   `--help` and an unknown or malformed flag end here (argparse: exit status 2,
   one `error:` line), a gin file that is not there raises a UserError; so
   usage errors answer in a fraction of a second, not after the imports.
   """
-  args = parse_args(argv, description=description)
+  args = parse_args(argv, description=description, prog=prog)
   if not args.gin_file:
     args.gin_file = list(default_gin_files)
-  gin_files(args)
+  for path in gin_files(args):
+    check_utf8(path)
   return args
+
+
+def check_utf8(path: str) -> None:
+  """UserError naming a gin file that is not UTF-8 text (gin's own error names no file)."""
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError:
+    return  # (gin's reading error is turned into one line where it is parsed.)
+  try:
+    data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise UserError(f"gin file {path} is not UTF-8 text (line {line}, byte {e.start}: "
+                    f"{e.reason}); save it as UTF-8.") from None
 
 
 def parse_gin(args: argparse.Namespace) -> None:
@@ -135,6 +156,8 @@ def parse_gin(args: argparse.Namespace) -> None:
   paths = search_paths(args.gin_search_paths)
   _harden_gin_file_lookup(paths)
   files = [_resolve(f, paths) for f in args.gin_file]
+  for path in files:
+    check_utf8(path)
   for attempt in range(2):
     gin.clear_config()  # One configuration per call (notebooks and tests call main twice).
     try:
@@ -157,13 +180,25 @@ def _names_a_task_family(e: BaseException, names: Sequence[str]) -> bool:
 _LOCATION = re.compile(r'\n\s*In (?:file "(.+?)",|bindings string) line (\d+)')
 
 
+# gin 0.5's words for a `%gin.REQUIRED` value left unset: `MODEL_DIR/macro.value set to ...` (a macro)
+# or `evaluate.split set to ...` (a parameter).
+_REQUIRED = re.compile(r"^(?:([\w.]+)/macro\.value|(?:[\w.]+/)?(?:flax_xalign\.)?([\w.]+)) "
+                       r"set to `%gin\.REQUIRED` but not subsequently")
+
+
 def parse_error(e: BaseException, files: Sequence[str], bindings: Sequence[str]) -> UserError:
   """One line for a gin parse error: where (file:line or the binding), what, and a close match.
 
   gin 0.5 reports syntax errors as SyntaxError (with its file and line), an
   unclosed bracket as tokenize's TokenError (no file), and unknown names as a
   ValueError whose text goes on with the location and the offending line.
+  A `%gin.REQUIRED` setting left unset keeps gin's words (callers such as
+  `compile_check` read them) and carries its name as `required_setting`, which
+  `run` turns into the flag that sets it (`required_setting_error`).
   """
+  if isinstance(e, UnicodeDecodeError):  # An included file (the top-level ones are checked before).
+    return UserError(f"gin configuration error: a file that {', '.join(files) or 'the bindings'} include "
+                     f"is not UTF-8 text ({e.reason}); save it as UTF-8.")
   if isinstance(e, SyntaxError):
     return UserError(f"gin syntax error{_where(e.filename, e.lineno, bindings)}: {e.msg.rstrip('.')}; "
                      "fix the line (gin binds one `name = value` per line).")
@@ -175,11 +210,15 @@ def parse_error(e: BaseException, files: Sequence[str], bindings: Sequence[str])
   where = _where(location.group(1), int(location.group(2)), bindings) if location else ""
   message = text[:location.start()] if location else text.splitlines()[0]
   message = message.strip().rstrip(".")
+  required = _REQUIRED.match(message)
   macro = re.match(r"No bindings specified for '([^']+)/gin\.macro'", message)
   if macro:  # gin goes on with the whole config as it stands, and finds this after parsing: no location.
     message = f"No bindings specified for '{macro.group(1)}/gin.macro' (%{macro.group(1)} is used but never set)"
     where = where or _first_use(rf"%{re.escape(macro.group(1))}\b", files, bindings)
-  return UserError(f"gin configuration error{where}: {message}.{_did_you_mean(message)}")
+  error = UserError(f"gin configuration error{where}: {message}.{_did_you_mean(message)}")
+  if required:
+    error.required_setting = required.group(1) or required.group(2)
+  return error
 
 
 def _where(filename: str | None, line: int | None, bindings: Sequence[str]) -> str:
@@ -346,22 +385,67 @@ def write_operative_config(model_dir: str, filename: str = CONFIG_GIN) -> None:
   write_atomically(RunDir(model_dir).file(filename), gin.operative_config_str())
 
 
-def required_binding_error(e: RuntimeError) -> UserError | None:
-  """Turns gin's 'Required bindings ... not provided' into a flag hint."""
+def required_setting_error(names: Sequence[str], *, prog: str | None = None) -> UserError:
+  """The one line for settings a command needs and no gin file or flag gave: the flags that set them."""
+  flags = " ".join(f"--gin.{name}=" + ('\\"runs/demo\\"' if name == "MODEL_DIR" else "...") for name in names)
+  help_hint = f"; see {prog} --help" if prog else ""
+  return UserError(f"missing required setting{'s' * (len(names) > 1)} {', '.join(names)}: pass {flags} "
+                   f"or set {'them' if len(names) > 1 else 'it'} in a gin file{help_hint}.")
+
+
+def required_binding_error(e: RuntimeError, *, prog: str | None = None) -> UserError | None:
+  """Turns gin's 'Required bindings for `fn` not provided in config: [...]' into a flag hint."""
   text = str(e)
   if "Required bindings" not in text:
     return None
-  missing = re.findall(r"'([^']+)'", text)
-  return UserError(f"missing required setting(s) {', '.join(missing) or text}: pass them as "
-                   "--gin.MACRO=VALUE (e.g. --gin.MODEL_DIR=\\\"runs/demo\\\") or in a gin file.")
+  where = re.search(r"for `([\w.]+)`", text)
+  missing = re.findall(r"'([^']+)'", text[where.end():] if where else text)
+  prefix = f"{where.group(1).split('.')[-1]}." if where else ""
+  return required_setting_error([f"{prefix}{name}" for name in missing] or [text], prog=prog)
+
+
+# The gin commands' names by the configurable they run (an assets build is `train_job` with assets_only).
+PROGS = {"train_job": "xalign train", "eval_job": "xalign eval"}
+
+
+def prog_of(configurable: str, call_kwargs: dict) -> str | None:
+  """The command (e.g. "xalign eval") that runs `configurable`, whose `--help` an error names."""
+  if configurable == "train_job" and call_kwargs.get("assets_only"):
+    return "xalign assets"
+  return PROGS.get(configurable)
+
+
+_CONFIGURABLE_BINDING = re.compile(r"\s*(?:[\w.]+/)?([\w.]+)\.(\w+)\s*=\s*(.*)$", re.S)
+
+
+def check_bindings_read(bindings: Sequence[str], configurable: str, *, prog: str | None = None) -> None:
+  """Refuses a command-line binding of a configurable that `configurable` never calls.
+
+  gin takes `--gin.EncoderConfig.num_layers=4` on `eval` without a word, and the
+  evaluation reads the model's settings from the run's saved config, so the
+  binding would be dropped silently (as a misspelt macro would, `_check_macros_used`).
+  Which configurables a command never calls is `configurables.NOT_CALLED_BY`'s.
+  """
+  from flax_xalign.cli import configurables
+
+  unread = configurables.NOT_CALLED_BY.get(configurable, ())
+  for binding in bindings:
+    match = _CONFIGURABLE_BINDING.match(binding)
+    if match and match.group(1).split(".")[-1] in unread:
+      name = match.group(1).split(".")[-1]
+      raise UserError(f"--gin.{match.group(1)}.{match.group(2)}={match.group(3).strip()} is not read by "
+                      f"{prog or configurable}: the run's saved config in MODEL_DIR sets {name} (model size, "
+                      "objectives and training settings come from the checkpoint, and it wins); drop the "
+                      "binding, or train a run with it.")
 
 
 def run(argv: Sequence[str], *, description: str, configurable: str,
-        default_gin_files: Sequence[str] = (), **call_kwargs):
+        default_gin_files: Sequence[str] = (), prog: str | None = None, **call_kwargs):
   """Parses flags and gin, then calls the gin configurable `configurable`.
 
   Returns (exit_code, result): 2 with a one-line message on stderr for bad
-  input, else 0 and whatever the configurable returned.
+  input, else 0 and whatever the configurable returned. `prog` is the
+  command's name in errors (default: the gin command that runs `configurable`).
   """
   import sys
 
@@ -370,17 +454,19 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
   _process.setup_process()  # Idempotent: a command's main has usually set the process up already.
   noise = _process.known_noise()
   noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
+  prog = prog or prog_of(configurable, call_kwargs)
   try:
-    args = check_flags(argv, description=description, default_gin_files=default_gin_files)
+    args = check_flags(argv, description=description, default_gin_files=default_gin_files, prog=prog)
     from flax_xalign.cli import configurables  # After the flags: it imports the library (seqio, TensorFlow, JAX).
 
     configurables.register()
     parse_gin(args)
+    check_bindings_read(args.gin_bindings, configurable, prog=prog)
     fn = gin.get_configurable(f"flax_xalign.{configurable}")
     try:
       return 0, fn(**call_kwargs)
     except RuntimeError as e:
-      hint = required_binding_error(errors.original(e))
+      hint = required_binding_error(errors.original(e), prog=prog)
       if hint is None:
         raise
       raise hint from e
@@ -391,7 +477,8 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
                         "--gin_file=gin_configs/models/tiny.gin") from e
       raise
   except UserError as e:
-    return errors.report(e), None
+    required = getattr(e, "required_setting", None)  # (gin's words: `MODEL_DIR/macro.value set to ...`)
+    return errors.report(required_setting_error([required], prog=prog) if required else e), None
   except KeyboardInterrupt:
     # Ctrl-C outside a training step (train turns the first one into a stop after the step).
     return errors.interrupted(), None

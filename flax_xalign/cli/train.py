@@ -130,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   setup_process()
   description = __doc__.splitlines()[0]
   try:
-    gin_cli.check_flags(common.argv_of(argv), description=description)  # Usage errors before JAX and TF load.
+    gin_cli.check_flags(common.argv_of(argv), description=description,  # Usage errors before JAX and TF load.
+                        prog=gin_cli.prog_of("train_job", {}))
     maybe_initialize_distributed()
   except UserError as e:
     return errors.report(e)

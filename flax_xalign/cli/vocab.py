@@ -2,6 +2,7 @@ r"""Trains a SentencePiece model with flax_xalign's special ids (the library: `f
 
   xalign vocab --input=a.txt --input=b.txt \
       --vocab_size=8000 --output=/path/to/prefix   # writes prefix.model
+                                                   # (--output=prefix.model writes the same file)
 
 (`python -m flax_xalign.cli.vocab` is the same command.) One sentence per line
 in each input file.
@@ -27,13 +28,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       help="text file, one sentence per line (repeatable)")
   parser.add_argument("--vocab_size", type=int, required=True)
   parser.add_argument("--output", required=True,
-                      help="output prefix; writes PREFIX.model")
+                      help="output prefix; writes PREFIX.model (a PREFIX ending in .model is the file itself)")
   parser.add_argument("--model_type", default="unigram",
                       choices=("unigram", "bpe", "char", "word"))
   parser.add_argument("--character_coverage", type=float, default=0.9995)
   parser.add_argument("--input_sentence_size", type=int, default=1_000_000)
   parser.add_argument("--seed", type=int, default=None)  # None: the library's DEFAULT_SEED (`run`).
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  args.output = model_prefix(args.output)
+  return args
+
+
+def model_prefix(output: str) -> str:
+  """The prefix of --output: `x.model` is taken as the file to write (x.model), never as the prefix of x.model.model."""
+  prefix = output.removesuffix(".model")
+  return prefix if os.path.basename(prefix) else output
 
 
 def _read_lines(files: Sequence[str]) -> list[str]:

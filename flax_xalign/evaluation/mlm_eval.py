@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
+from flax_xalign import fileio
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import eval_json
 from flax_xalign.fileio import write_atomically
@@ -80,8 +81,13 @@ def evaluate(
   from flax_xalign.evaluation.alignment_score import run_alignment
   from flax_xalign.training import validate
 
-  if output:  # Before any work: a read-only run is scored only without an output file.
-    check_model_dir(run.path, writable=True)
+  if output:  # Before any work: only where the report goes must be writable (a read-only run may be scored
+    # into a file elsewhere, `output` an absolute path).
+    target = run.dir.file(output_file(output, split))
+    if fileio.lies_in(target, run.path):
+      check_model_dir(run.path, writable=True)
+    else:
+      fileio.check_output_file(target, setting="evaluate.output")
     eval_json.check_layout(run.dir.file(output_file(output, split)), eval_json.MLM, setting="evaluate.output")
   for value, setting, least, example in ((batch_size, "evaluate.batch_size", 1, 32),
                                          (max_batches, "evaluate.max_batches", 0, 0),

@@ -31,8 +31,11 @@ def test_the_run_directory_is_required(command, capsys):
 
 def test_a_missing_directory_is_named_by_the_canonical_flag(tmp_path):
   assert common.existing_model_dir(str(tmp_path)) == str(tmp_path)
-  with pytest.raises(UserError, match=r"^--model_dir .*/nope is not a directory"):
+  with pytest.raises(UserError, match=r"^--model_dir .*/nope does not exist"):
     common.existing_model_dir(str(tmp_path / "nope"))
+  (tmp_path / "afile").write_text("not a run\n")
+  with pytest.raises(UserError, match=r"^--model_dir .*/afile is not a directory"):
+    common.existing_model_dir(str(tmp_path / "afile"))
 
 
 def test_the_commands_options_are_their_flags_less_the_run_directory():

@@ -340,12 +340,13 @@ def test_a_truncated_safetensors_file_is_one_error(tmp_path, capfd):
                             model_dir=tmp_path / "out", before=None)
 
 
-@pytest.mark.parametrize("entry, flags", [("align", ["--model_dir", "{tmp}/no_run", "--input", "{tmp}",
+@pytest.mark.parametrize("entry, flags", [("align", ["--model_dir", "{tmp}/no_run", "--input", "{tmp}/in",
                                                      "--output", "{tmp}/out.txt"]),
-                                          ("vocab", ["--input", "{tmp}", "--vocab_size=50",
+                                          ("vocab", ["--input", "{tmp}/in", "--vocab_size=50",
                                                      "--output", "{tmp}/out"])])
 def test_an_input_that_is_a_folder_is_one_error(entry, flags, tmp_path, capfd):
   """The unreadable-input case that root meets too (chmod 000 does not stop root)."""
+  (tmp_path / "in").mkdir()  # (beside the output: an output inside an input folder is refused for that)
   outcome = harness.run_main(capfd, entry, [f.format(tmp=tmp_path) for f in flags])
   harness.assert_user_error(outcome, "is a folder")
 
@@ -364,7 +365,8 @@ RUN_READERS = {
 
 
 @pytest.mark.parametrize("name", list(RUN_READERS))
-@pytest.mark.parametrize("target", ["config.gin", "eval.json", "checkpoints/9"])
+@pytest.mark.parametrize("target", ["config.gin", "eval.json", "checkpoints/9", "vocabulary.model",
+                                    "induced_dictionary.tsv", "cooc.json"])
 def test_an_output_in_the_run_it_reads_is_refused(name, target, tmp_path, capfd):
   entry, argv = RUN_READERS[name]
   run = tmp_path / "run"

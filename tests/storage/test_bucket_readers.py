@@ -176,3 +176,21 @@ def test_an_output_onto_the_bucket_runs_own_files_is_refused(run, capfd):
   outcome = harness.run_main(capfd, "align", [f"--model_dir={run['url']}/", "--input=pairs.tsv",
                                               f"--output=gs://bucket//{NAME}/config.gin"])
   harness.assert_user_error(outcome, "config.gin of the run")
+
+
+def test_an_eval_report_into_a_missing_bucket_is_one_error_before_any_work(run, capfd):
+  outcome = harness.run_main(capfd, "eval", [f"--gin.MODEL_DIR='{run['local']}'", "--gin.SPLIT='validation'",
+                                             "--gin.evaluate.output='gs://nosuchbucket/eval.json'"])
+  harness.assert_user_error(outcome, "gs://nosuchbucket", "does not exist")
+  assert "accuracy" not in outcome.out and "predictions" not in outcome.out, outcome.out
+
+
+def test_eflomal_reads_its_bitext_from_the_bucket_and_writes_its_links_there(gcs, run, capfd):
+  local = run["root"] / "eflomal.links"
+  _ok(capfd, "eflomal", [f"--input={run['root'] / 'pairs.tsv'}", f"--output={local}"])
+  _ok(capfd, "eflomal", [f"--input=gs://bucket/{NAME}_in/pairs.tsv", f"--output=gs://bucket/{NAME}_out/e.links"])
+  remote = gcs.read("bucket", f"{NAME}_out/e.links").decode().splitlines()  # (eflomal samples: not bit-equal)
+  assert len(remote) == len(local.read_text().splitlines()) == 3
+  assert all(link.count("-") == 1 for line in remote for link in line.split()) and any(remote)
+  outcome = harness.run_main(capfd, "eflomal", ["--bible", f"--output_dir=gs://bucket/{NAME}_bible"])
+  harness.assert_user_error(outcome, "--output_dir=gs://bucket", "local path only")

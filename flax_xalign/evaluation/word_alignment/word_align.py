@@ -211,12 +211,25 @@ class WordAligner:
                for a, b in pairs]
     cut = sum(e.truncated for e in encoded)
     if cut:
-      limit = (f"{max_side} per side" if self.pair_layout == "restart" else
-               f"the continuous layout's whole row must fit the {self.config.num_positions} positions")
-      warnings.warn(f"{cut} of {len(encoded)} sentence pairs exceed the budget of {max_length} "
-                    f"positions per pair ({limit}); their trailing words were dropped and "
-                    "are left unaligned. Raise max_length to keep them.", stacklevel=2)
+      warnings.warn(f"{cut} of {len(encoded)} sentence pairs exceed the budget of a row, so their trailing "
+                    f"words were dropped and are left unaligned. A row holds {self._budget_words()}.", stacklevel=2)
     return encoded
+
+  def _budget_words(self) -> str:
+    """The two limits on a pair's row, each named: max_length (a setting) and the model's positions."""
+    positions = self.config.num_positions
+    if self.pair_layout == "continuous":  # One position table for the whole row.
+      limit = (f"max_length={self.max_length} tokens per pair, and the continuous layout's whole row must fit "
+               f"the {positions} positions of the model")
+      more = (f"raise max_length (up to {positions}) to keep more" if self.max_length < positions else
+              "the model's positions are the limit, so a larger max_length keeps no more")
+      return f"{limit}; {more}"
+    side, whole = positions - 2, 2 * (positions - 2) + 4  # Each side restarts at 0 with its own <s> and </s>.
+    limit = (f"max_length={self.max_length} tokens per pair (both sides and their 4 specials), and at most {side} "
+             f"subwords per side (the model's {positions} positions less <s> and </s>)")
+    more = (f"raise max_length (up to {whole}) to keep more" if self.max_length < whole else
+            "the model's positions are the limit, so a larger max_length keeps no more")
+    return f"{limit}; {more}"
 
   def _batch(self, encoded: Sequence[EncodedPair], rows: int, length: int) -> dict[str, np.ndarray]:
     batch = {k: np.zeros((rows, length), np.int32) for k in ("tokens", "lang_ids", "positions", "segment_ids")}
