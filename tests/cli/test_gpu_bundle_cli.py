@@ -49,9 +49,10 @@ def test_the_host_refuses_what_is_not_a_whole_bundle(tmp_path, capfd):
 def test_the_host_refuses_a_work_folder_with_an_earlier_grids_runs(tmp_path, capfd):
   """A second call on the same machine: its rows would resume from the first call's checkpoints (a smoke run
   here once reported 4.5-s rows that had trained nothing), so the host names the folder instead."""
+  from tests.cli.test_gpu_run_safety import _fake_bundle
+
   bundle, work = tmp_path / "bundle", tmp_path / "work"
-  bundle.mkdir()
-  (bundle / "bundle.json").write_text(json.dumps({"files": {}, "grid": "tiny", "work": str(work), "budget_s": 60}))
+  _fake_bundle(bundle, work=str(work))
   (work / "runs" / "tiny_mlm").mkdir(parents=True)
   harness.assert_user_error(harness.run_main(capfd, "gpu_run", [str(bundle), f"--out={tmp_path / 'out'}"]),
                             "holds the runs of an earlier gpu_run", str(work / "runs"), "--work")

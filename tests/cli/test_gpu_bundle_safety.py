@@ -194,6 +194,37 @@ def test_the_hosts_start_is_replaced_only_when_this_command_made_it_and_nothing_
     gpu_folders.check_host_start(str(start))
 
 
+def test_a_host_work_folder_gpu_run_ran_in_may_be_rebuilt(tmp_path):
+  """docs/gpu_bundle.md's example: `gpu_bundle --host_work=DIR`, then `gpu_run` with DIR as its work folder
+  (bundle.json's `work`), then a rebuild with --overwrite. gpu_run adds runs/, logs/ and jax_cache/ beside
+  start/ and the start row's scores.json inside it; the rebuild was refused over that scores.json."""
+  host = tmp_path / "host"
+  fileio.mark_new_folder(host, gpu_folders.HOST_WORK_COMMAND, setting="--host_work")  # What a build leaves:
+  (host / "start").mkdir()
+  (host / "start" / "config.gin").write_text("# made by the build\n")
+  (host / "start" / "gpu_run_start.json").write_text("{}")
+  fileio.write_mark(host / "start", gpu_folders.HOST_START_COMMAND, ["config.gin", "gpu_run_start.json"])
+  for folder in ("runs/tiny_mlm/checkpoints", "logs", "jax_cache"):  # ... and what gpu_run adds there.
+    (host / folder).mkdir(parents=True)
+  (host / "logs" / "start.log").write_text("scoring\n")
+  (host / "start" / "scores.json").write_text('{"metrics": ["bli"]}')
+  before = _tree(host)
+  args = gpu_bundle.parse_args(["--grid=tiny", f"--output={tmp_path / 'bundle'}", f"--debian_data={DEBIAN_TINY}",
+                                f"--host_work={host}", "--overwrite"])
+  from flax_xalign.cli.experiments import gpu_grids
+
+  assert gpu_folders.check_paths(args, gpu_grids.grid_named("tiny")).host_work == str(host)
+  assert _tree(host) == before and sorted(os.listdir(tmp_path)) == ["host"]  # Checked, nothing touched.
+  (host / "start" / "scores.json").unlink()
+  (host / "start" / "scores.json").mkdir()  # Not the file gpu_run writes: someone else's.
+  with pytest.raises(errors.UserError, match="holds scores.json, which xalign gpu_bundle did not write"):
+    gpu_folders.check_host_start(str(host / "start"))
+  (host / "start" / "scores.json").rmdir()
+  (host / "start" / "notes.txt").write_text("mine")  # A user's file beside gpu_run's is still refused.
+  with pytest.raises(errors.UserError, match="holds notes.txt, which xalign gpu_bundle did not write"):
+    gpu_folders.check_host_start(str(host / "start"))
+
+
 def test_the_default_host_work_folder_is_the_bundles_own(tmp_path):
   args = gpu_bundle.parse_args(["--grid=tiny", f"--output={tmp_path / 'a'}", f"--debian_data={DEBIAN_TINY}"])
   from flax_xalign.cli.experiments import gpu_grids

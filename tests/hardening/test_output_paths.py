@@ -4,6 +4,8 @@ The cases, each checked by C1 (exit 2, one `error:` line, no traceback) and by t
 byte-identical afterwards:
 
 * output_is_input: the output names one of the command's inputs (a folder output: holds it);
+* output_inside_input: the output lies inside an input folder (a bundle, a data folder; not a run, which may
+  hold a new entry beside its own files);
 * output_in_foreign_folder: a folder output is a user's non-empty folder (notes.txt), not the command's own;
 * output_in_read_only_folder: the output would be created in a read-only folder;
 * output_under_file: the output's path runs through an existing file;
@@ -47,6 +49,7 @@ class Writer:
   input_name: str = "input.txt"
   output_name: str = "out.txt"
   gin: bool = False  # parses a training gin file (needs the tiny corpus)
+  inside_ok: bool = False  # its input is a run, which may hold a new output (check_outside_run guards its own)
 
 
 def _tsv(path: str) -> None:
@@ -73,9 +76,9 @@ WRITERS = {
     "lexicon": Writer("lexicon", lambda out, inp, ctx: ["--output", out], "file"),
     "compile_check": Writer("compile_check", lambda out, inp, ctx: ["--topology=v4:2x2x1", "--output", out], "file"),
     "export_hf": Writer("export_hf", lambda out, inp, ctx: ["--model_dir", inp, "--output", out, "--layout=bert"],
-                        "folder", "folder", "--model_dir"),
+                        "folder", "folder", "--model_dir", inside_ok=True),
     "trim": Writer("trim", lambda out, inp, ctx: ["--model_dir", inp, "--task=tiny_en", "--output", out],
-                   "folder", "folder", "--model_dir"),
+                   "folder", "folder", "--model_dir", inside_ok=True),
     "import_hf": Writer("import_hf", lambda out, inp, ctx: ["--source", inp, "--output", out],
                         "folder", "folder", "--source"),
     "e5_small": Writer("e5_small", lambda out, inp, ctx: ["--output", out, "--data_dir", inp],
@@ -87,7 +90,15 @@ WRITERS = {
     "debian_data": Writer("debian_data", lambda out, inp, ctx: ["--output", out, f"--root={ctx['tmp']}"], "folder"),
     "gpu_bundle": Writer("gpu_bundle", lambda out, inp, ctx: ["--grid=tiny", "--output", out, f"--debian_data={inp}",
                                                               "--wheels=none"], "folder", "folder", "--debian_data"),
+    "gpu_bundle_work": Writer("gpu_bundle", lambda out, inp, ctx: [
+        "--grid=tiny", "--output", os.path.join(ctx["tmp"], "bundle"), "--work", out, f"--debian_data={inp}",
+        "--wheels=none"], "folder", "folder", "--debian_data"),
+    "gpu_bundle_host_work": Writer("gpu_bundle", lambda out, inp, ctx: [
+        "--grid=tiny", "--output", os.path.join(ctx["tmp"], "bundle"), "--host_work", out,
+        f"--debian_data={inp}", "--wheels=none"], "folder", "folder", "--debian_data"),
     "gpu_run": Writer("gpu_run", lambda out, inp, ctx: [inp, "--out", out], "folder", "folder", "bundle"),
+    "gpu_run_work": Writer("gpu_run", lambda out, inp, ctx: [inp, "--out", os.path.join(ctx["tmp"], "gpu_out"),
+                                                             "--work", out], "folder", "folder", "bundle"),
     "demo": Writer("demo", lambda out, inp, ctx: ["--model_dir", out, "--start=scratch", "--steps=1"], "folder"),
     "align_mlm_grid": Writer("align_mlm_grid", lambda out, inp, ctx: ["--model_dir", out], "folder"),
     "align_mlm_grid_fresh": Writer("align_mlm_grid", lambda out, inp, ctx: ["--model_dir", out, "--fresh"], "folder"),
@@ -113,10 +124,11 @@ MODULE_ROWS = {"align": ["align"], "bli": ["bli"], "retrieval": ["retrieval"], "
                "vocab": ["vocab"], "lexicon": ["lexicon"], "compile_check": ["compile_check"],
                "export_hf": ["export_hf"], "trim": ["trim"], "import_hf": ["import_hf"], "e5_small": ["e5_small"],
                "cooc": ["cooc"], "cache": ["cache"], "debian_data": ["debian_data"], "demo": ["demo"],
-               "train": ["train"], "assets": ["assets"], "gpu_bundle": ["gpu_bundle"], "gpu_run": ["gpu_run"],
+               "train": ["train"], "assets": ["assets"], "gpu_bundle": ["gpu_bundle", "gpu_bundle_work", "gpu_bundle_host_work"],
+               "gpu_run": ["gpu_run", "gpu_run_work"],
                "experiments/align_mlm_grid": ["align_mlm_grid", "align_mlm_grid_fresh"]}
 
-CASES = ("output_is_input", "output_in_foreign_folder", "output_in_read_only_folder", "output_under_file",
+CASES = ("output_is_input", "output_inside_input", "output_in_foreign_folder", "output_in_read_only_folder", "output_under_file",
          "unreadable_input", "input_is_fifo", "input_is_symlink_loop")
 KEYWORDS = {"output_in_foreign_folder": ("non-empty folder",), "output_in_read_only_folder": ("not writable",),
             "output_under_file": ("file",), "unreadable_input": (("permission denied", "cannot be read"),),
@@ -126,6 +138,8 @@ KEYWORDS = {"output_in_foreign_folder": ("non-empty folder",), "output_in_read_o
 def _applies(writer: Writer, case: str) -> bool:
   if case == "output_is_input":
     return writer.input is not None
+  if case == "output_inside_input":  # (issue 47: gpu_run --out=BUNDLE/out wrote into its bundle)
+    return writer.input == "folder" and not writer.inside_ok
   if case == "output_in_foreign_folder":
     return writer.output == "folder"
   if case in ("unreadable_input", "input_is_fifo", "input_is_symlink_loop"):
@@ -154,6 +168,12 @@ def _make_input(writer: Writer, root) -> str:
     return str(root / "no_input")
   folder = root / "in"
   folder.mkdir()
+  if writer.input == "folder" and writer.entry == "gpu_run":  # (a bundle: gpu_run reads its bundle.json first)
+    from tests.cli.test_gpu_run_safety import _fake_bundle
+
+    folder.rmdir()
+    _fake_bundle(folder)
+    return str(folder)
   if writer.input == "folder":
     (folder / "config.json").write_text("{}\n")
     return str(folder)
@@ -181,6 +201,8 @@ def test_a_dangerous_output_is_refused_before_any_work(name, case, tmp_path, cap
   if case == "output_is_input":
     out = inp if writer.output == writer.input else os.path.dirname(inp)
     at_risk, keywords = inp, (writer.input_flag,)
+  elif case == "output_inside_input":
+    out, at_risk, keywords = os.path.join(inp, "sub", writer.output_name), inp, (writer.input_flag, "inside")
   elif case == "output_in_foreign_folder":
     mine = tmp_path / "mine"
     mine.mkdir()

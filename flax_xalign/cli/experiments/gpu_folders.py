@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax_xalign.cli.experiments.gpu_children import SCORE_FILE
 from flax_xalign.errors import UserError
 
 MARKER = ".xalign_gpu_bundle"  # Written first: --overwrite removes a folder only when it holds this.
@@ -28,6 +29,10 @@ BUNDLE_JSON = "bundle.json"  # Written last, listing every file: --overwrite rem
 WORK_COMMAND, HOST_WORK_COMMAND, HOST_START_COMMAND = ("xalign gpu_bundle --work", "xalign gpu_bundle --host_work",
                                                        "xalign gpu_bundle (the host's start weights)")
 INPUTS_SUFFIX = ".inputs.json"  # Beside a work product kept for a rebuild: the fingerprint of what it was made of.
+# What `xalign gpu_run` adds to HOST_WORK/start when it runs there (the bundle's `work`): the start row's scores
+# (gpu_children.Experiment.score). A rebuild may replace it with the folder: gpu_run removes it itself before it
+# scores the start again. (gpu_run's runs/, logs/ and jax_cache/ lie beside start/, in the marked --host_work.)
+GPU_RUN_START_FILES = (SCORE_FILE,)
 
 
 def check_output(path: str, *, overwrite: bool, inputs: Mapping[str, str]) -> str:
@@ -156,8 +161,8 @@ def check_apart(folders: Mapping[str, str]) -> None:
 
 
 def check_host_start(host_start: str) -> None:
-  """Refuses (UserError) HOST_WORK/start unless this command made it and it holds only what it made (a build
-  replaces it)."""
+  """Refuses (UserError) HOST_WORK/start unless this command made it and it holds only what it made, or what
+  gpu_run writes there (GPU_RUN_START_FILES, plain files): a build replaces it."""
   from flax_xalign.fileio import MARK, read_mark
 
   if not os.path.lexists(host_start):
@@ -167,7 +172,9 @@ def check_host_start(host_start: str) -> None:
     raise UserError(f"--host_work holds {host_start}, which xalign gpu_bundle did not make (no {MARK} of its), "
                     "and a build replaces that folder with the start weights; move it out or choose another "
                     "--host_work (nothing was touched)")
-  foreign = sorted(set(os.listdir(host_start)) - set(mark["files"]) - {MARK})
+  gpu_runs = {name for name in GPU_RUN_START_FILES if os.path.isfile(os.path.join(host_start, name))
+              and not os.path.islink(os.path.join(host_start, name))}
+  foreign = sorted(set(os.listdir(host_start)) - set(mark["files"]) - {MARK} - gpu_runs)
   if foreign:
     raise UserError(f"{host_start} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, which "
                     "xalign gpu_bundle did not write there, and a build replaces that folder; move "
