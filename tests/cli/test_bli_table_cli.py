@@ -34,17 +34,21 @@ def _data(tmp_path):
 
 
 def test_an_output_folder_that_is_not_an_earlier_table_is_refused_untouched(tmp_path, capfd):
-  _data(tmp_path)
+  data = tmp_path / "data"
+  data.mkdir()
+  _data(data)
   mine = tmp_path / "notes"
   mine.mkdir()
   (mine / "todo.txt").write_text("mine\n")
   before = harness.tree_digest(mine)
-  outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path}",
+  outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={data}",
                                                   "--languages=de", f"--output={mine}"])
   harness.assert_user_error(outcome, "non-empty folder", "earlier bli_table output", model_dir=mine, before=before)
-  outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path}",
-                                                  "--languages=de", f"--output={tmp_path}"])
-  harness.assert_user_error(outcome, "--output", "--data_dir")
+  for output, words in ((data, ("--output", "--data_dir")), (data / "table", ("lies inside the --data_dir",))):
+    before = harness.tree_digest(data)
+    outcome = harness.run_main(capfd, "bli_table", [f"--model_dir={tmp_path / 'model'}", f"--data_dir={data}",
+                                                    "--languages=de", f"--output={output}"])
+    harness.assert_user_error(outcome, *words, model_dir=data, before=before)
 
 
 def test_missing_gold_names_the_builder(tmp_path, capfd):
