@@ -244,7 +244,8 @@ def main(argv=None):
     prof, summary = profile_step(args, config, host, deadline)
     result["profile"] = prof
     result["shares"] = summary.shares
-    result["ops"] = [r.__dict__ for r in summary.rows[:200]]
+    result["ops"] = [r.__dict__ for r in summary.rows[:200]]  # (the 200 costliest; the FLOPs of them all:)
+    result["ops_flops_per_step"] = sum(r.flops_per_step or 0 for r in summary.rows)
     step_s = prof["wall_s"] / prof["steps_profiled"]
     mfu = model_flops / step_s / peak if peak else None
     result.update(step_s=step_s, mfu=mfu)

@@ -181,7 +181,9 @@ def test_cpu_run_writes_the_table_and_the_json(tmp_path):
   assert result["shares"]["matmul"] > 0 and result["shares"]["optimizer"] > 0
   assert sum(r["share"] for r in result["ops"]) <= 1.0 + 1e-9 and len(result["ops"]) > 10
   # Every dot of the model runs inside a profiled op: the ops' HLO FLOPs add up to at least the model count.
-  assert sum(r["flops_per_step"] or 0 for r in result["ops"]) >= 0.9 * result["model_flops_per_step"]
+  # (All ops, not the 200 listed: unfused, the tiny model has more, and which are the costliest varies by run.)
+  assert result["ops_flops_per_step"] >= 0.9 * result["model_flops_per_step"]
+  assert sum(r["flops_per_step"] or 0 for r in result["ops"]) <= result["ops_flops_per_step"]
   assert [r["label"] for r in result["matmuls"]][:2] == ["128^3", "q/k/v/out fwd"]
   assert all(r["tflops"] > 0 for r in result["matmuls"])
   assert "category" in proc.stdout and "total        100.00%" in text
