@@ -15,11 +15,13 @@ original, so the user sees one line.
 
 
 import argparse
+import contextlib
 import errno
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 
@@ -132,13 +134,52 @@ def interrupted() -> int:
   return 128 + signal.SIGINT
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised by a driver's handler while it waits on its children (a KeyboardInterrupt, so that every
+  clean-up that a Ctrl-C runs runs for it too); `run_command` ends it with 143 and one line."""
+
+
+TERMINATED = "terminated (SIGTERM); nothing was left half-written"
+
+
+def terminated() -> int:
+  """Exit status 143 (the shell's for SIGTERM) with one line on stderr, for a SIGTERM a command took."""
+  print(TERMINATED, file=sys.stderr)
+  exec("")  # noqa: S102  (as in `interrupted`)
+  return 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+  """For the block, a SIGTERM (a scheduler's, `timeout`'s) raises `Terminated` where the main thread is, so
+  the clean-up a Ctrl-C runs runs for it too (children stopped, staging folders removed); off the main
+  thread, where no handler can be set, nothing changes. A block that takes SIGTERM itself (training's
+  stop-after-the-step) sets its own handler inside and puts this one back."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def raise_terminated(signum, frame):
+    del signum, frame
+    raise Terminated()
+
+  previous = signal.signal(signal.SIGTERM, raise_terminated)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
 def run_command(work: Callable[[], Any]) -> int:
   """A command's exit status: 0 after `work()`, 2 with `error: <message>` on stderr for a UserError
-  (or an OSError on a named path, `path_problem`), 130 with one line for Ctrl-C (`interrupted`)."""
+  (or an OSError on a named path, `path_problem`), 130 with one line for Ctrl-C (`interrupted`), 143 with
+  one line for a SIGTERM a driver took (`Terminated`)."""
   try:
     work()
   except UserError as e:
     return report(e)
+  except Terminated:
+    return terminated()
   except KeyboardInterrupt:
     return interrupted()
   except OSError as e:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from flax_xalign import errors
 from flax_xalign import fileio
 from flax_xalign.errors import UserError
 
@@ -94,21 +95,26 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
   procs = [context.Process(target=write_part, args=(spec, counts, i), daemon=True, name=f"cache-worker-{i}")
            for i in range(workers)]
   start = last = time.monotonic()
-  for proc in procs:
-    proc.start()
-  try:
-    while any(proc.is_alive() for proc in procs):
-      time.sleep(POLL_S)
-      fileio.check_interrupt()  # (`xalign cache` waits with Ctrl-C polled)
-      now = time.monotonic()
-      if now - last >= report_every_s:
-        last = now
-        print(write.progress_line(sum(counts), spec["length"], now - start) + f" ({workers} workers)", flush=True)
-  finally:
-    for proc in procs:
-      if proc.is_alive():
-        proc.terminate()
-      proc.join()
+  # A SIGTERM to this process stops the workers first (without it the daemon workers outlive a killed
+  # parent): raised as errors.Terminated, it runs the clean-up below and the caller's, as a Ctrl-C does.
+  with errors.sigterm_raises():
+    try:
+      for proc in procs:
+        proc.start()
+      while any(proc.is_alive() for proc in procs):
+        time.sleep(POLL_S)
+        fileio.check_interrupt()  # (`xalign cache` waits with Ctrl-C polled)
+        now = time.monotonic()
+        if now - last >= report_every_s:
+          last = now
+          print(write.progress_line(sum(counts), spec["length"], now - start) + f" ({workers} workers)",
+                flush=True)
+    finally:
+      for proc in procs:
+        if proc.is_alive():
+          proc.terminate()
+        if proc.pid is not None:
+          proc.join()
   parts = []
   for index, proc in enumerate(procs):
     error = os.path.join(spec["tmp"], _part(index) + ".error")

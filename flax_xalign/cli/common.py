@@ -37,6 +37,19 @@ def main_of(parse: Callable[[list[str]], Any], work: Callable[[Any], Any], argv:
   return errors.run_command(lambda: work(parse(flags)))
 
 
+def run_driver(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:
+  """The exit status of a driver (demo, the experiment drivers) that runs `main(argv)` in this process.
+
+  A SIGTERM (a scheduler's, `timeout`'s) stops it as Ctrl-C does: within a training step the trainer saves
+  after the step (its own handler), elsewhere it raises there; either way one line and 143 (130 for
+  Ctrl-C), and the rows already scored are kept (each driver records a row as soon as it has it).
+  """
+  status = [0]
+  with errors.sigterm_raises():
+    code = errors.run_command(lambda: status.__setitem__(0, main(argv)))
+  return code or status[0]
+
+
 def gin_main(argv: Sequence[str] | None, *, description: str, configurable: str, **kwargs) -> tuple[int, Any]:
   """(exit status, result) of a gin command (t5x-style flags, `gin_cli.run`) after the process set-up."""
   setup_process()

@@ -39,6 +39,7 @@ import time
 from collections.abc import Sequence
 
 from flax_xalign import fileio
+from flax_xalign.cli import common
 from flax_xalign.cli import setup_process
 from flax_xalign.errors import ArgumentParser, UserError, run_command
 from flax_xalign.run_dir import RunDir
@@ -279,6 +280,11 @@ def _e5_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """The driver's exit status; SIGTERM and Ctrl-C stop it with one line (`common.run_driver`)."""
+  return common.run_driver(_main, argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
   setup_process()
   parser = ArgumentParser(prog="xalign demo", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", default=None, help="default runs/demo_e5 (--start=e5), runs/demo (scratch)")

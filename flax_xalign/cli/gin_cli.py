@@ -479,6 +479,8 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
   except UserError as e:
     required = getattr(e, "required_setting", None)  # (gin's words: `MODEL_DIR/macro.value set to ...`)
     return errors.report(required_setting_error([required], prog=prog) if required else e), None
+  except errors.Terminated:  # A driver's SIGTERM outside a training step (errors.sigterm_raises).
+    return errors.terminated(), None
   except KeyboardInterrupt:
     # Ctrl-C outside a training step (train turns the first one into a stop after the step).
     return errors.interrupted(), None

@@ -174,3 +174,38 @@ def test_workers_write_the_union_of_the_seqio_shard_streams(tiny_corpus, tmp_pat
       reference += keys({n: row[n][None] for n in names})
   assert cached == reference  # Worker 0's rows (shard 0), then worker 1's.
   assert collections.Counter(cached) == collections.Counter(reference) and len(cached) == packed.manifest.examples
+
+
+@pytest.mark.subprocess  # `xalign cache --workers=2` in a child, SIGTERMed while its spawned workers run.
+def test_sigterm_to_the_parent_stops_its_workers_and_leaves_no_staging_folder(tiny_corpus, tmp_path):
+  """Issue 47 (drivers own their children): a scheduler's SIGTERM, sent to the parent's pid alone, killed the
+  parent at once and left its daemon workers running as orphans, and their staging folder behind."""
+  import signal
+  import subprocess
+  import sys
+  import time
+
+  import psutil
+
+  gin_file = harness.write_run_gin(tmp_path / "run.gin", tiny_corpus, tag="sigt")
+  out = tmp_path / "cache"
+  with open(tmp_path / "stderr", "wb") as stderr:
+    proc = subprocess.Popen([sys.executable, "-m", "flax_xalign.cli.cache", f"--gin_file={gin_file}",
+                             f"--output={out}", "--split=validation", "--workers=2", "--shard_mb=1"],
+                            cwd=harness.REPO, env=harness.child_env(), stdout=subprocess.DEVNULL, stderr=stderr)
+  try:
+    deadline, workers = time.monotonic() + 120, []
+    while proc.poll() is None and time.monotonic() < deadline and len(workers) < 2:
+      time.sleep(0.05)
+      workers = [p for p in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+    assert len(workers) == 2, (tmp_path / "stderr").read_text()[-2000:]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 143, (tmp_path / "stderr").read_text()[-2000:]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  gone, alive = psutil.wait_procs(workers, timeout=10)
+  assert not alive, f"workers outlived their parent: {[p.pid for p in alive]}"
+  err = (tmp_path / "stderr").read_text().strip().splitlines()
+  assert err[-1:] == ["terminated (SIGTERM); nothing was left half-written"] and "Traceback" not in "\n".join(err)
+  assert not [n for n in (os.listdir(out) if out.exists() else []) if ".tmp" in n], os.listdir(out)

@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from flax_xalign.cli import common
 from flax_xalign.cli import setup_process
 from flax_xalign.cli.experiments import harness
 from flax_xalign.errors import ArgumentParser, report
@@ -183,6 +184,11 @@ def plot(rows: Sequence[dict], tasks: Sequence[str], rhos: dict, path: str) -> N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """The driver's exit status; SIGTERM and Ctrl-C stop it with one line (`common.run_driver`)."""
+  return common.run_driver(_main, argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign.errors import UserError
 
   setup_process()

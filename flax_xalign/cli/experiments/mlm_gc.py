@@ -42,6 +42,7 @@ import os
 import sys
 from typing import Any, Sequence
 
+from flax_xalign.cli import common
 from flax_xalign.cli import setup_process
 from flax_xalign.cli.experiments import e5_debian, e5_debian_report, harness
 from flax_xalign.errors import ArgumentParser, report
@@ -197,6 +198,11 @@ def plot(rows: Sequence[dict], path: str) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """The driver's exit status; SIGTERM and Ctrl-C stop it with one line (`common.run_driver`)."""
+  return common.run_driver(_main, argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
   from flax_xalign.errors import UserError
 
   setup_process()
