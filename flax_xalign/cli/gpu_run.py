@@ -159,15 +159,15 @@ def check_places(bundle_dir: str, out: str, work: str, *, settings: tuple[str, s
                  ) -> tuple[str, str]:
   """(--out, --work) as absolute paths, checked before anything is made (UserError): apart from the bundle and
   from each other (none is, holds or lies inside another), each new, empty or of gpu_run's own kind."""
-  from flax_xalign.fileio import MARK, check_output_folder, lies_in
+  from flax_xalign.cli.experiments.gpu_folders import nesting
+  from flax_xalign.fileio import MARK, check_output_folder
 
   out_setting, work_setting = settings
   for (name, path), (other, other_path) in (((out_setting, out), ("the bundle", bundle_dir)),
                                             ((work_setting, work), ("the bundle", bundle_dir)),
                                             ((out_setting, out), (work_setting, work))):
-    inside, holds = lies_in(path, other_path), lies_in(other_path, path)
-    if inside or holds:
-      where = "is" if inside and holds else "lies inside" if inside else "holds"
+    where = nesting(path, other_path)
+    if where:
       raise UserError(f"{name} {path} {where} {other} {other_path}: what gpu_run writes there would mix with it; "
                       f"choose a {name} that neither is, holds nor lies inside {other} (nothing was made)")
   out = check_output_folder(out, setting=out_setting, inputs={"bundle": bundle_dir},

@@ -146,15 +146,20 @@ def check_work_folder(path: str, *, setting: str, command: str, inputs: Mapping[
                              what=f"a folder xalign gpu_bundle made for {setting} (its {MARK} says so)")
 
 
-def check_apart(folders: Mapping[str, str]) -> None:
-  """Refuses (UserError) two of the folders a build writes (flag -> absolute path) that are one or nest."""
+def nesting(path: str, other: str) -> str:
+  """How `path` stands to `other`: "is", "lies inside", "holds", or "" (apart); symlinks followed."""
   from flax_xalign.fileio import lies_in
 
+  inside, holds = lies_in(path, other), lies_in(other, path)
+  return "is" if inside and holds else "lies inside" if inside else "holds" if holds else ""
+
+
+def check_apart(folders: Mapping[str, str]) -> None:
+  """Refuses (UserError) two of the folders a build writes (flag -> absolute path) that are one or nest."""
   named = list(folders.items())
   for i, (flag, path) in enumerate(named):
     for other, where in named[i + 1:]:
-      relation = ("is" if lies_in(path, where) and lies_in(where, path) else "lies inside" if lies_in(path, where)
-                  else "holds" if lies_in(where, path) else "")
+      relation = nesting(path, where)
       if relation:
         raise UserError(f"{flag} {path} {relation} the {other} {where}; the bundle, its work and the host's work "
                         "must be apart (one would be replaced or carried with the other): name another folder")
