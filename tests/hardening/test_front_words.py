@@ -226,10 +226,10 @@ def test_eval_of_a_read_only_run_into_a_file_elsewhere_is_not_refused_for_the_ru
 
 
 def test_eflomal_bible_refuses_a_users_folder_of_the_same_names(tmp_path, capfd, monkeypatch):
-  from flax_xalign.cli import eflomal
+  from flax_xalign.evaluation.word_alignment import bible_links
 
   called = []
-  monkeypatch.setattr(eflomal, "bible_links", lambda folder, **kw: called.append(folder) or (None, {}))
+  monkeypatch.setattr(bible_links, "write_bible_links", lambda folder, **kw: called.append(folder) or (None, {}))
   mine = tmp_path / "mine"
   mine.mkdir()
   (mine / "train.tsv").write_text("my own sentences\tmeine Saetze\n", encoding="utf-8")
@@ -242,6 +242,7 @@ def test_eflomal_bible_refuses_a_users_folder_of_the_same_names(tmp_path, capfd,
 
 def test_eflomal_bible_writes_again_into_a_folder_it_marked(tmp_path, monkeypatch):
   from flax_xalign.cli import eflomal
+  from flax_xalign.evaluation.word_alignment import bible_links
 
   ours = tmp_path / "links"
   ours.mkdir()
@@ -251,7 +252,7 @@ def test_eflomal_bible_writes_again_into_a_folder_it_marked(tmp_path, monkeypatc
                                               "pid": 1, "host": "h"}))
   called = []
   args = types.SimpleNamespace(input=None, bible=True, output_dir=str(ours), symmetrize="grow-diag-final-and")
-  monkeypatch.setattr(eflomal, "bible_links", lambda folder, **kw: called.append(folder) or (
+  monkeypatch.setattr(bible_links, "write_bible_links", lambda folder, **kw: called.append(folder) or (
       types.SimpleNamespace(version="stub", seconds=0.0), {}))
   eflomal.run(args)
   assert called == [str(ours)]
