@@ -122,7 +122,7 @@ def _quiet_libtpu_off_tpu() -> None:
   the output of every command. Where no TPU device node exists, the settings
   it asks for are given (environment values already set win); on a TPU VM
   nothing changes. A single "localhost" worker is not a multi-host job
-  (`cli.train.maybe_initialize_distributed`); compiling for any topology still
+  (`training.distributed.maybe_initialize_distributed`); compiling for any topology still
   works (`training/aot.py`).
   """
   if glob.glob("/dev/accel*") or os.path.exists("/dev/vfio") or importlib.util.find_spec("libtpu") is None:

@@ -23,11 +23,7 @@ from flax_xalign.cli import common
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  code, run = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="train_job", assets_only=True)
-  if code == 0:
-    for name, fingerprint in sorted(run.assets.items()):
-      print(f"  {name}: version {fingerprint.get('version')}, sha256 {str(fingerprint.get('sha256'))[:16]}…")
-  return code
+  return common.build_assets(argv, description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

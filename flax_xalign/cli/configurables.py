@@ -1,9 +1,10 @@
 """The gin edge: every name a gin file may bind, registered in one place.
 
-Library modules never import gin. `train.py` and `eval.py` call `register()`,
-which registers the library's dataclasses and entry functions under short,
-stable names (`EncoderConfig`, `OptimizerConfig`, `train` (the `TrainConfig`
-of a run), `train_job`, `evaluate`, ...).
+Library modules never import gin. Every gin command (train, eval, assets, cache's and compile_check's gin
+runs) reaches `register()` through `gin_cli`, which registers the library's dataclasses and entry functions
+under short, stable names (`EncoderConfig`, `OptimizerConfig`, `train` (the `TrainConfig` of a run),
+`train_job`, `evaluate`, ...); `train_job` and `eval_job` below are what `xalign train` and `xalign eval`
+run, with the evaluators' training hook (`evaluation.during_training`) built here.
 The registrations live in a library module, not in `__main__`, because gin 0.5
 resolves configurables by module and `python -m` renames the entry module.
 Importing this module is cheap: the library is imported by `register()`,
@@ -49,18 +50,19 @@ def eval_job(job=None, evals=()):
   return job()
 
 
-def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, assets_only=False):
+def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=False, assets_only=False):
   """What `python -m flax_xalign.train` and `.assets` run: `pretrain` with the gin-bound `train`
   settings (a `TrainConfig`) and, with `train_job.evals = %TRAIN_EVALS` non-empty, the registered
   evaluators run on the checkpoint of every `evals_every` = %TRAIN_EVALS_EVERY-th step (options
   %TRAIN_EVAL_OPTIONS, as EVAL_OPTIONS), logged as `eval_<evaluator>_<key>` (runs/pretrain.gin).
 
-  `write_config` and `assets_only` come from the command, not from gin; they are handed to `train`
-  only when set, so the operative config (config.gin) lists the same `train.*` lines as ever.
+  `write_config` (xalign train: write gin's operative config as MODEL_DIR/config.gin once the run is
+  valid and restored) and `assets_only` come from the command, not from gin; they are handed to `train`
+  only when set, so the operative config lists the same `train.*` lines as ever.
   """
-  from flax_xalign.cli import train as train_cli
+  from flax_xalign.evaluation.during_training import evaluator_hook
 
-  given = {"write_config": write_config} if write_config is not None else {}
+  given = {"write_config": write_operative_config} if write_config else {}
   if assets_only:
     given["assets_only"] = True
   from flax_xalign.training.pretrain import pretrain
@@ -69,9 +71,17 @@ def train_job(evals=(), eval_options=None, evals_every=0, *, write_config=None, 
   config = gin.get_configurable("flax_xalign.train")(**given)
   hooks = []
   if evals and not config.assets_only:
-    hooks.append(train_cli.evaluator_hook(config.model_dir, evals, eval_options, evals_every,
-                                          num_layers=getattr(config.encoder, "num_layers", None)))
+    hooks.append(evaluator_hook(config.model_dir, evals, eval_options, evals_every,
+                                num_layers=getattr(config.encoder, "num_layers", None)))
   return pretrain(config, hooks=hooks)
+
+
+def write_operative_config(model_dir: str) -> None:
+  """Writes gin's operative config atomically as MODEL_DIR/config.gin (what the run was trained with)."""
+  from flax_xalign.fileio import write_atomically
+  from flax_xalign.run_dir import CONFIG_GIN, RunDir
+
+  write_atomically(RunDir(model_dir).file(CONFIG_GIN), gin.operative_config_str())
 
 
 # How a user sets each required TrainConfig field (runs/pretrain.gin binds the macros).

@@ -21,14 +21,13 @@ import difflib
 import os
 import re
 import tokenize
+from collections.abc import Callable
 from typing import Any, Sequence
 
 import gin
 
 from flax_xalign import errors
 from flax_xalign.errors import ArgumentParser, UserError
-from flax_xalign.fileio import write_atomically
-from flax_xalign.run_dir import CONFIG_GIN, RunDir
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # flax_xalign/ (this file is in cli/)
 PACKAGE_GIN_DIR = os.path.join(_PACKAGE, "gin_configs")
@@ -129,7 +128,8 @@ def check_flags(argv: Sequence[str], *, description: str, default_gin_files: Seq
   args = parse_args(argv, description=description, prog=prog)
   if not args.gin_file:
     args.gin_file = list(default_gin_files)
-  for path in gin_files(args):
+  args.utf8_checked = gin_files(args)
+  for path in args.utf8_checked:
     check_utf8(path)
   return args
 
@@ -157,7 +157,8 @@ def parse_gin(args: argparse.Namespace) -> None:
   _harden_gin_file_lookup(paths)
   files = [_resolve(f, paths) for f in args.gin_file]
   for path in files:
-    check_utf8(path)
+    if path not in getattr(args, "utf8_checked", ()):  # (`check_flags` read the command line's already)
+      check_utf8(path)
   for attempt in range(2):
     gin.clear_config()  # One configuration per call (notebooks and tests call main twice).
     try:
@@ -380,11 +381,6 @@ def _check_macros_used(bindings: Sequence[str]) -> None:
     raise UserError(f"--gin.{name} sets a macro that nothing in this configuration reads; {hint}")
 
 
-def write_operative_config(model_dir: str, filename: str = CONFIG_GIN) -> None:
-  """Writes gin's operative config atomically into `model_dir`."""
-  write_atomically(RunDir(model_dir).file(filename), gin.operative_config_str())
-
-
 def required_setting_error(names: Sequence[str], *, prog: str | None = None) -> UserError:
   """The one line for settings a command needs and no gin file or flag gave: the flags that set them."""
   flags = " ".join(f"--gin.{name}=" + ('\\"runs/demo\\"' if name == "MODEL_DIR" else "...") for name in names)
@@ -440,23 +436,28 @@ def check_bindings_read(bindings: Sequence[str], configurable: str, *, prog: str
 
 
 def run(argv: Sequence[str], *, description: str, configurable: str,
-        default_gin_files: Sequence[str] = (), prog: str | None = None, **call_kwargs):
-  """Parses flags and gin, then calls the gin configurable `configurable`.
+        default_gin_files: Sequence[str] = (), prog: str | None = None,
+        after_flags: Callable[[], None] | None = None, **call_kwargs):
+  """Sets the process up, checks the flags (once), parses gin, then calls the gin configurable `configurable`.
 
   Returns (exit_code, result): 2 with a one-line message on stderr for bad
   input, else 0 and whatever the configurable returned. `prog` is the
   command's name in errors (default: the gin command that runs `configurable`).
+  `after_flags()` runs once the flags are checked, before the library loads (train joins a multi-process
+  job there); its UserError is reported like any other.
   """
   import sys
 
   from flax_xalign.cli import _process
 
-  _process.setup_process()  # Idempotent: a command's main has usually set the process up already.
+  _process.setup_process()  # The one set-up of a gin command (`common.gin_main` leaves it to this).
   noise = _process.known_noise()
   noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
   prog = prog or prog_of(configurable, call_kwargs)
   try:
     args = check_flags(argv, description=description, default_gin_files=default_gin_files, prog=prog)
+    if after_flags is not None:
+      after_flags()
     from flax_xalign.cli import configurables  # After the flags: it imports the library (seqio, TensorFlow, JAX).
 
     configurables.register()
@@ -491,3 +492,32 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
     for line in noise.held:  # A crash: what seqio said about it is worth reading after all.
       print(line, file=sys.stderr)
     raise
+
+
+# ---------------------------------------------------------------- a run's settings, without training it
+
+# Macros a gin file may leave `%gin.REQUIRED` for training (where to write, what to warm-start from).
+TRAINING_ONLY_MACROS = ("MODEL_DIR", "INIT_FROM_CHECKPOINT")
+
+
+def parse_gin_without_training_macros(args: argparse.Namespace) -> None:
+  """parse_gin, with the `%gin.REQUIRED` macros only training needs bound to None (cache, compile_check)."""
+  for _ in range(len(TRAINING_ONLY_MACROS) + 1):
+    try:
+      return parse_gin(args)
+    except UserError as e:
+      match = re.search(r"(\w+)/macro\.value set to `%gin\.REQUIRED`", str(e))
+      if not match or match.group(1) not in TRAINING_ONLY_MACROS:
+        raise
+      args.gin_bindings = [*args.gin_bindings, f"{match.group(1)} = None"]
+  raise AssertionError("unreachable")
+
+
+def train_bindings(args: argparse.Namespace) -> dict[str, Any]:
+  """The run's `train.*` bindings, unresolved (a `copy.deepcopy` of a value resolves its macros and references),
+  of the gin flags `args` parsed without training's macros; the configurables are registered first."""
+  from flax_xalign.cli import configurables
+
+  configurables.register()
+  parse_gin_without_training_macros(args)
+  return dict(gin.get_bindings("flax_xalign.train", resolve_references=False))

@@ -1,7 +1,7 @@
 """`EncoderConfig`: the sizes and numerics of the encoder, plus named presets.
 
 The config is a frozen dataclass so it can be hashed into jit caches and bound
-from gin by the entry points (`train.py` registers it as `EncoderConfig`); this
+from gin by the commands (the gin edge, `cli/configurables.py`, registers it as `EncoderConfig`); this
 module itself knows nothing of gin.
 """
 

@@ -112,7 +112,7 @@ def quiet_libtpu(topology: Topology) -> None:
   """Tells libtpu what it would otherwise look up in a TPU VM's metadata (and complain about).
 
   Set before libtpu first initialises; a value already in the environment wins.
-  TPU_WORKER_HOSTNAMES has no comma, so `train.maybe_initialize_distributed`
+  TPU_WORKER_HOSTNAMES has no comma, so `training.distributed.maybe_initialize_distributed`
   would not take this process for a multi-host job.
   """
   os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")

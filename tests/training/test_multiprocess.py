@@ -319,7 +319,7 @@ def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, cache_run_gin, 
     ({"JAX_COORDINATOR_ADDRESS": "localhost:9", "JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}, None),
 ])
 def test_distributed_settings(environ, expected):
-  from flax_xalign.cli.train import distributed_settings
+  from flax_xalign.training.distributed import distributed_settings
 
   assert distributed_settings(environ) == expected
 
@@ -332,9 +332,10 @@ def test_distributed_settings(environ, expected):
 ])
 def test_distributed_settings_refuses_half_a_job(environ, needle, capsys):
   from flax_xalign.cli import train
+  from flax_xalign.training import distributed
 
   with pytest.raises(UserError, match=needle):
-    train.distributed_settings(environ)
+    distributed.distributed_settings(environ)
   # The entry point turns it into one error line and exit status 2, before jax starts.
   old = dict(os.environ)
   try:

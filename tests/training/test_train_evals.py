@@ -1,6 +1,6 @@
 """Registered evaluators run by the training loop (TRAIN_EVALS every TRAIN_EVALS_EVERY steps).
 
-The hook is built at the edge (`flax_xalign.cli.train.evaluator_hook`) and injected into `pretrain` as a
+The hook is built at the edge (`flax_xalign.evaluation.during_training.evaluator_hook`, by the gin edge's `train_job`) and injected into `pretrain` as a
 `CheckpointHook`; it opens the run at the step just checkpointed and logs `eval_<evaluator>_<key>` rows.
 """
 
