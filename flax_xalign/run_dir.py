@@ -53,6 +53,17 @@ class RunDir:
   def __post_init__(self):
     object.__setattr__(self, "path", os.fspath(self.path))
 
+  def __fspath__(self) -> str:  # A RunDir is the folder's path wherever a path is taken (open, f-strings).
+    return self.path
+
+  def __str__(self) -> str:
+    return self.path
+
+  @classmethod
+  def of(cls, folder: "str | os.PathLike | RunDir") -> "RunDir":
+    """`folder` itself when it is a RunDir (`pretrain` makes one per run and hands it down), else its RunDir."""
+    return folder if isinstance(folder, RunDir) else cls(folder)
+
   @property
   def in_bucket(self) -> bool:
     """Whether the run lives in an object store (gs://, s3://): no renames, no flock there."""

@@ -107,5 +107,5 @@ def write(model_dir: str, run_assets: RunAssets) -> list[str]:
     if asset.fingerprint(values[name]) != dict(run_assets.run.assets.get(name, {})):
       continue  # A refreshed value is not the run's initial one; the checkpoints hold it.
     asset.save(model_dir, values[name])
-    written.extend(RunDir(model_dir).file(f) for f in asset.files)
+    written.extend(RunDir.of(model_dir).file(f) for f in asset.files)
   return written

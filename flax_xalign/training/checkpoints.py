@@ -37,7 +37,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import sys
 from typing import Any, Callable, Mapping
 
@@ -51,6 +50,8 @@ from flax_xalign.errors import UserError
 from flax_xalign import storage
 from flax_xalign.run_dir import CHECKPOINTS, DAMAGED, RunDir
 from flax_xalign.training import checkpoint_fit, data_positions
+from flax_xalign.training.checkpoint_errors import (  # noqa: F401  (checkpoints.DamagedCheckpointError: callers')
+    DamagedCheckpointError, first_line, fresh_iterator_advice)
 # The resume checks live beside the restore's own (checkpoint_fit); callers know them by these names too.
 from flax_xalign.training.checkpoint_fit import COMPATIBILITY_FIELDS, check_compatible  # noqa: F401
 # Orbax's noise around a failed save or restore is dropped by checkpoint_noise.install(), which the
@@ -125,33 +126,6 @@ def check_config(config: CheckpointConfig) -> None:
                     'e.g. --gin.CheckpointConfig.on_damaged="fallback".')
 
 
-class DamagedCheckpointError(UserError):
-  """A checkpoint step whose files are missing, truncated or unreadable.
-
-  Attributes:
-    step_dir: the step's folder.
-    step: its step number.
-    what: what is wrong, e.g. "state/ is missing".
-  """
-
-  def __init__(self, step_dir: Any, what: str):
-    self.step_dir, self.what = epath.Path(step_dir), what
-    self.step = int(self.step_dir.name)
-    model_dir = self.step_dir.parent.parent
-    super().__init__(
-        f"checkpoint step {self.step} of {model_dir} is damaged ({what}). Move {self.step_dir} out of "
-        f"{self.step_dir.parent} to resume from the previous step, or add "
-        '--gin.CheckpointConfig.on_damaged="fallback" to have the run do that (into '
-        f"{model_dir / DAMAGED_DIR}).")
-
-
-def _first_line(error: BaseException) -> str:
-  """`Type: first line` of an error, without TF's op prefix or TensorStore's spec dump."""
-  text = str(error).strip().splitlines()
-  line = re.sub(r"\{\{[^}]*\}\}\s*", "", text[0] if text else "").split(" See full TensorStore details")[0]
-  return f"{type(error).__name__}: {line[:160]}" if line else type(error).__name__
-
-
 def loop_differences(saved: Mapping[str, Any] | None, loop: Mapping[str, Any]) -> list[str]:
   """'BATCH_SIZE=16 ... this run 32' for each data-loop setting that differs ([] without a record)."""
   if not saved:
@@ -162,11 +136,6 @@ def loop_differences(saved: Mapping[str, Any] | None, loop: Mapping[str, Any]) -
     if (key in saved or key in LOOP_DEFAULTS) and json.dumps(theirs, sort_keys=True) != json.dumps(ours, sort_keys=True):
       out.append(f"{setting}={json.dumps(theirs, sort_keys=True)}, this run {json.dumps(ours, sort_keys=True)}")
   return out
-
-
-def fresh_iterator_advice() -> str:
-  return ("Rerun with the checkpoint's values, or add --gin.train.fresh_data_iterator=True to resume the "
-          "model with a new data iterator (the data order then starts over).")
 
 
 def check_loop(saved: Mapping[str, Any] | None, loop: Mapping[str, Any], *, step: int, where: str) -> None:
@@ -216,10 +185,10 @@ def damage_of(step_dir: epath.Path, item: str, error: BaseException) -> UserErro
   if checkpoint_fit.is_layout_error(error):
     return checkpoint_fit.layout_error(step_dir)
   if _out_of_memory(error):
-    return UserError(f"out of accelerator memory restoring {step_dir}/{item} ({_first_line(error)}); the "
+    return UserError(f"out of accelerator memory restoring {step_dir}/{item} ({first_line(error)}); the "
                      "checkpoint is not damaged. Free the accelerator (other processes on it hold memory; "
                      "XLA_PYTHON_CLIENT_MEM_FRACTION caps each one) and rerun.")
-  return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {_first_line(error)}")
+  return DamagedCheckpointError(step_dir, f"{item}/ is unreadable: {first_line(error)}")
 
 
 class Checkpointer:
@@ -232,7 +201,7 @@ class Checkpointer:
 
   def __init__(self, model_dir: str, config: CheckpointConfig = CheckpointConfig(), *,
                position: DataPosition = SEQIO_POSITION):
-    self.directory = storage.epath_of(RunDir(model_dir).checkpoints)  # Orbax wants absolute (or a URL).
+    self.directory = storage.epath_of(RunDir.of(model_dir).checkpoints)  # Orbax wants absolute (or a URL).
     if storage.is_url(os.fspath(self.directory)):
       _bound_store_retries()
     self.config, self.position = config, position
@@ -299,7 +268,7 @@ class Checkpointer:
         if not _disk_full(e):
           if storage.is_url(os.fspath(self.directory)) and not isinstance(e, UserError):
             self._saving = None  # (an async save fails at the next save or wait: which step it was is not known)
-            raise _store_error(self.directory, _first_line(e)) from None
+            raise _store_error(self.directory, first_line(e)) from None
           raise
         step, self._saving = self._saving, None
         self._remove_tmp(step)
@@ -361,7 +330,7 @@ class Checkpointer:
         if problem:
           raise DamagedCheckpointError(step_dir, problem) from None
         raise UserError(f"the data-iterator state of checkpoint step {step} does not fit this run's input "
-                        f"pipeline ({_first_line(e)}). {fresh_iterator_advice()}") from None
+                        f"pipeline ({first_line(e)}). {fresh_iterator_advice()}") from None
     saved_assets = {n: a for n, a in (assets or {}).items() if n in fingerprints}
     values = {}
     if saved_assets:
@@ -432,7 +401,7 @@ def newest_readable_step(model_dir: str, *, on_damaged: str = "fallback",
   training passes none: its restore reads the whole state and moves a step
   it cannot read.
   """
-  directory = storage.epath_of(RunDir(model_dir).checkpoints)
+  directory = storage.epath_of(RunDir.of(model_dir).checkpoints)
   if not directory.exists():
     return None, []
   damaged = []

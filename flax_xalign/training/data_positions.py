@@ -28,19 +28,9 @@ from etils import epath
 
 from flax_xalign import storage
 from flax_xalign.errors import UserError
+from flax_xalign.training.checkpoint_errors import DamagedCheckpointError, first_line, fresh_iterator_advice
 
 DATA_ITERATOR, DATA_ITERATOR_CACHE = "data_iterator", "data_iterator_cache"
-
-
-def _checkpoints():
-  """flax_xalign.training.checkpoints (DamagedCheckpointError, the advice): the module that imports this one."""
-  from flax_xalign.training import checkpoints
-
-  return checkpoints
-
-
-def _first_line(error: BaseException) -> str:
-  return _checkpoints()._first_line(error)  # pylint: disable=protected-access
 
 
 def _refuse_missing(directory: epath.Path, missing: str) -> None:
@@ -52,7 +42,7 @@ def _refuse_missing(directory: epath.Path, missing: str) -> None:
         f"{directory} holds the data-iterator state of {len(written)} process(es), this run has "
         f"{jax.process_count()}; resume with the number of processes that wrote the checkpoint, or "
         "add --gin.train.fresh_data_iterator=True to resume the model with a new data iterator.")
-  raise _checkpoints().DamagedCheckpointError(directory.parent, f"{directory.name}/{missing} is missing")
+  raise DamagedCheckpointError(directory.parent, f"{directory.name}/{missing} is missing")
 
 
 def _tf_iterator(iterator: Any) -> Any:
@@ -126,12 +116,12 @@ class CacheIteratorHandler(ocp.CheckpointHandler):
       if not isinstance(state, dict) or "position" not in state:
         raise ValueError("not a saved data position")
     except ValueError as e:
-      raise _checkpoints().DamagedCheckpointError(
-          directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is unreadable: {_first_line(e)}") from None
+      raise DamagedCheckpointError(
+          directory.parent, f"{DATA_ITERATOR_CACHE}/{path.name} is unreadable: {first_line(e)}") from None
     try:
       args.iterator.set_state(state)
     except UserError as e:  # Another cache, seed, batch or rows: the run may start the data order afresh.
-      raise UserError(f"checkpoint step {directory.parent.name}: {e}. {_checkpoints().fresh_iterator_advice()}"
+      raise UserError(f"checkpoint step {directory.parent.name}: {e}. {fresh_iterator_advice()}"
                       ) from None
     return args.iterator
 
@@ -173,7 +163,7 @@ def _tf_files_problem(step_dir: epath.Path) -> str | None:
       tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=list(dtypes), shape_and_slices=[""] * len(dtypes),
                            dtypes=list(dtypes.values()))
   except Exception as e:  # pylint: disable=broad-except  (any failure to read back is damage)
-    return f"{DATA_ITERATOR}/ is unreadable: {_first_line(e)}"
+    return f"{DATA_ITERATOR}/ is unreadable: {first_line(e)}"
   return None
 
 

@@ -79,6 +79,13 @@ class DataSource(abc.ABC):
     """
     del splits, feature_lengths, pack, pair_layout, both_directions, links
 
+  def check_links_given(self, settings: Sequence[str]) -> None:
+    """Refuses (UserError) a run whose objectives learn from given word links (`settings` name them) when
+    this data cannot carry any: the term would train at loss 0. Called while the run is assembled, before
+    MODEL_DIR exists. A source that cannot tell yet says nothing here (a packed cache refuses itself when
+    its batches are built, `CacheSource.batches`, also before MODEL_DIR)."""
+    del settings
+
   @property
   @abc.abstractmethod
   def where(self) -> str:

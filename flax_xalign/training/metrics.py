@@ -67,11 +67,11 @@ class MetricsLogger:
 
   def __init__(self, model_dir: str, *, resume_step: int = 0, total_steps: int | None = None):
     self.is_chief = jax.process_index() == 0
-    self.path = RunDir(model_dir).metrics
+    self.path = RunDir.of(model_dir).metrics
     self.in_bucket = storage.is_url(self.path)
     self._pending: list[str] = []  # Rows not yet uploaded (a bucket only).
     self.total_steps = total_steps
-    self._writer = EventWriter(RunDir(model_dir).tensorboard) if self.is_chief else None
+    self._writer = EventWriter(RunDir.of(model_dir).tensorboard) if self.is_chief else None
     if self.is_chief:
       self._truncate_after(resume_step)
 

@@ -70,7 +70,7 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
       yield
     return
   makedirs(model_dir, setting="MODEL_DIR")
-  path = RunDir(model_dir).lock
+  path = RunDir.of(model_dir).lock
   folder_fd = os.open(model_dir, os.O_RDONLY | os.O_DIRECTORY)
   try:
     # The folder's own lock first: it holds even when someone deletes .lock under a running trainer.
@@ -108,7 +108,7 @@ def lock(model_dir: str, *, process_index: int | None = None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _bucket_lock(model_dir: str) -> Iterator[None]:
-  held = storage.BucketLock(RunDir(model_dir).lock, _owner())
+  held = storage.BucketLock(RunDir.of(model_dir).lock, _owner())
   try:
     before = held.acquire()
   except storage.LockHeld as e:
@@ -129,7 +129,7 @@ def _in_bucket_use(model_dir: str, owner: dict, lease_s: float) -> UserError:
   left = max(0, int(float(owner.get("lease_until", 0) or 0) - time.time()))
   return UserError(f"MODEL_DIR {model_dir} is in use by another run (pid {owner.get('pid', '?')} on host "
                    f"{owner.get('host', '?')}, since {owner.get('started', '?')}); wait for it to finish or stop "
-                   f"it, or choose another MODEL_DIR. Its lease on {RunDir(model_dir).lock} is renewed while it "
+                   f"it, or choose another MODEL_DIR. Its lease on {RunDir.of(model_dir).lock} is renewed while it "
                    f"runs; if it is gone, the lock is free in {left} s (the lease is {lease_s:.0f} s).")
 
 
@@ -201,7 +201,7 @@ def _in_use(model_dir: str, owner: dict, *, flocked: bool) -> UserError:
               "is no file to delete.")
   else:
     advice = (f"This file system has no flock: if that run is gone (e.g. it ran on another host of a network "
-              f"file system), delete {RunDir(model_dir).lock} and rerun.")
+              f"file system), delete {RunDir.of(model_dir).lock} and rerun.")
   stop = f"stop it (kill {pid})" if owner else "stop it"
   return UserError(f"MODEL_DIR {model_dir} is in use by another run ({who}); wait for it to finish or {stop}, "
                    f"or choose another MODEL_DIR. {advice}")

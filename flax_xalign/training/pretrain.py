@@ -143,47 +143,11 @@ def assemble(config: TrainConfig) -> Assembly:
                            loss_normalization=c.loss_normalization)
   batch_features = tuple(sorted({f for obj in built.values() for f in getattr(obj, "batch_features", ())}))
   if "link_groups" in batch_features:
-    _check_links_arrive(data, [f"{type(getattr(obj, 'config', obj)).__name__}.label_source"
-                               for obj in built.values() if "link_groups" in getattr(obj, "batch_features", ())])
+    data.check_links_given([f"{type(getattr(obj, 'config', obj)).__name__}.label_source"
+                            for obj in built.values() if "link_groups" in getattr(obj, "batch_features", ())])
   return Assembly(data=data, encoder=encoder, run=run, model=model,
                   task_feature_lengths=dict(c.task_feature_lengths), masking=c.masking,
                   batch_features=batch_features)
-
-
-def _check_links_arrive(data: DataSource, settings: Sequence[str]) -> None:
-  """UserError when objectives learn from given word links that no task of the run's data carries.
-
-  Such a run would train the objective at loss 0 (a task without links gives
-  zero link groups). `settings` name the objectives' resolved configs (the
-  objects the run trains with, however gin spelt them). Decided for every
-  task flax_xalign registered: our file tasks' loaders say which splits have
-  a links file, and our other loaders (the Bible's, TFDS text, synthetic)
-  never give links; a task whose loader is not ours and does not say (a plain
-  seqio task, a user's Python loader) is given the benefit of the doubt. A
-  packed cache refuses itself when its batches are built
-  (`CacheSource.batches`), also before MODEL_DIR.
-  """
-  if data.kind != "seqio":
-    return
-  from flax_xalign.tasks import tables
-
-  members = tables.task_names(data.name)
-  loaders = [tables.text_loader(name) for name in members]
-  if any(loader is None or not (hasattr(loader, "links") or _our_loader(loader)) for loader in loaders):
-    return
-  if any("train" in dict(getattr(loader, "links", ())) for loader in loaders):
-    return
-  raise UserError(
-      f"{' and '.join(settings)} read(s) given word links (not 'self'), but no task of "
-      f"{data.name!r} ({', '.join(members)}) has a links file for its train split: the term would train at loss "
-      "0. Give the bitext task links (TsvBitextTask.links = {'train': 'FILE.pharaoh'}) or use label_source "
-      "'self'.")
-
-
-def _our_loader(loader: Any) -> bool:
-  """Whether flax_xalign defines `loader` (a function or an object of one of our classes)."""
-  module = loader.__module__ if callable(loader) and hasattr(loader, "__code__") else type(loader).__module__
-  return str(module).startswith("flax_xalign.")
 
 
 def make_partitioner(*, num_partitions: int = 1, fsdp: bool = False,
@@ -318,7 +282,8 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
            loop_record: Mapping[str, Any], latest: int | None, damaged: Sequence[Any],
            hooks: Sequence[CheckpointHook]) -> TrainResult:
   """Builds the mesh, trainer, data and checkpointer of a valid run, then hands them to the loop."""
-  model_dir, data, encoder = c.model_dir, assembly.data, assembly.encoder
+  data, encoder = assembly.data, assembly.encoder
+  model_dir = RunDir(c.model_dir)  # The run's one RunDir: every writer below takes it.
   partitioner = make_partitioner(num_partitions=c.num_partitions, fsdp=c.fsdp, axis_rules=c.axis_rules,
                                  replicate_limit_bytes=c.replicate_limit_bytes)
   loop = LoopConfig(
@@ -337,8 +302,9 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
   train_iterator = train_batches()
 
   # From here on MODEL_DIR is written: one writer at a time (process 0 holds the lock for the job).
-  with model_dir_lib.lock(model_dir):
-    makedirs(model_dir, setting="MODEL_DIR")
+  with model_dir_lib.lock(model_dir):  # (process 0 creates MODEL_DIR there; the others, which take no lock:)
+    if jax.process_index() != 0:
+      makedirs(model_dir, setting="MODEL_DIR")
     for error in damaged:  # Newest first; `latest` is the newest step whose meta reads.
       checkpoints_lib.warn_damaged(error, checkpoints_lib.move_damaged_step(error), latest)
     if jax.process_index() == 0:
@@ -352,7 +318,7 @@ def _train(c: TrainConfig, assembly: Assembly, run: run_spec_lib.RunSpec, run_as
 
     def before_training(resumed: int | None) -> None:
       if c.write_config is not None and jax.process_index() == 0:
-        c.write_config(model_dir)
+        c.write_config(model_dir.path)
 
     def check_step(step: int) -> None:  # A step reached by falling back from a damaged one.
       if step != latest:  # The TRAIN_STEPS warning, if any, was given for `latest` already: once is enough.
@@ -423,7 +389,7 @@ def _check_resumable(model_dir: str, step: int, run: run_spec_lib.RunSpec, loop:
   """(the step's manifest, its asset fingerprints) after refusing a step this run cannot resume."""
   meta = checkpoints_lib.read_checkpoint_meta(model_dir, step=step)[1]
   saved = run_spec_lib.from_meta(meta, where=model_dir)
-  where = RunDir(model_dir).checkpoints
+  where = RunDir.of(model_dir).checkpoints
   if not saved.objectives:
     raise UserError(
         f"{model_dir} holds an imported model, not a training run; train from it in a new MODEL_DIR with "

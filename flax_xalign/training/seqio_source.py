@@ -66,6 +66,25 @@ class SeqioSource(DataSource):
     """Whether the task, or every task of the mixture, has `split`."""
     return _provider_has_split(self.provider, split)
 
+  def check_links_given(self, settings: Sequence[str]) -> None:
+    """Decided for every task flax_xalign registered: our file tasks' loaders say which splits have a links
+    file, and our other loaders (the Bible's, TFDS text, synthetic) never give links; a task whose loader is
+    not ours and does not say (a plain seqio task, a user's Python loader) is given the benefit of the doubt."""
+    from flax_xalign.errors import UserError
+    from flax_xalign.tasks import tables
+
+    members = tables.task_names(self.name)
+    loaders = [tables.text_loader(name) for name in members]
+    if any(loader is None or not (hasattr(loader, "links") or _our_loader(loader)) for loader in loaders):
+      return
+    if any("train" in dict(getattr(loader, "links", ())) for loader in loaders):
+      return
+    raise UserError(
+        f"{' and '.join(settings)} read(s) given word links (not 'self'), but no task of "
+        f"{self.name!r} ({', '.join(members)}) has a links file for its train split: the term would train at "
+        "loss 0. Give the bitext task links (TsvBitextTask.links = {'train': 'FILE.pharaoh'}) or use "
+        "label_source 'self'.")
+
   def batches(self, *, feature_lengths: Mapping[str, int], batch_size: int, seed: int, split: str = "train",
               shuffle: bool = True, num_epochs: int | None = None, pack: bool = True, pair_layout: str = "restart",
               both_directions: bool = False, data_shards: int | None = None, links: bool = False):
@@ -117,3 +136,9 @@ def _provider_has_split(provider: Any, split: str) -> bool:
     return bool(tasks) and all(_provider_has_split(task, split) for task in tasks)
   splits = getattr(provider, "splits", None)
   return splits is None or split in splits
+
+
+def _our_loader(loader: Any) -> bool:
+  """Whether flax_xalign defines `loader` (a function or an object of one of our classes)."""
+  module = loader.__module__ if callable(loader) and hasattr(loader, "__code__") else type(loader).__module__
+  return str(module).startswith("flax_xalign.")
