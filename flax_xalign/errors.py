@@ -214,3 +214,93 @@ class ArgumentParser(argparse.ArgumentParser):
 
 class SettingError(UserError, ValueError):
   """A configuration value out of its allowed range (a UserError for entry points, a ValueError for callers)."""
+
+
+# ---------------------------------------------------------------- Ctrl-C held or polled around a step that must
+# not stop half way (a folder renamed into place, rows pulled through TensorFlow's native iterator)
+
+
+@contextlib.contextmanager
+def interrupts_held(*, deliver: bool = True) -> Iterator[None]:
+  """Holds a Ctrl-C (SIGINT) that comes during the block until it ends: for steps that must not stop half way.
+
+  Renaming a finished folder into place in two renames, or removing a
+  temporary folder, stopped in the middle would lose the user's old copy or
+  leave half a folder. A SIGINT that came is delivered when the block ends
+  normally (`deliver`; the process's own handler: KeyboardInterrupt under
+  Python's), and dropped when the block raised (it is already stopping).
+  Outside the main thread (where signal handlers cannot be set) it holds nothing.
+  """
+  with _sigint_recorded(deliver=deliver):
+    yield
+
+
+# The open `interrupts_polled` block: (the SIGINTs it took and has not delivered, the handler it replaced).
+_POLLED: list[tuple[list[int], Any]] = []
+
+
+@contextlib.contextmanager
+def interrupts_polled() -> Iterator[None]:
+  """Takes a Ctrl-C (SIGINT) during the block only where its code calls `check_interrupt()`, and at its end.
+
+  For code that drives a native library which calls back into Python. A
+  KeyboardInterrupt raised inside such a callback is the library's to handle,
+  and TensorFlow's iterator does not: `TFE_Py_FastPathExecute` calls
+  `TensorShape.__len__`, and a Ctrl-C whose handler ran there was swallowed
+  (`xalign cache` wrote on to the end), while a native caller that meets an
+  exception it does not expect may crash (two of CI's interrupted writes died
+  of SIGSEGV). Inside the block a SIGINT is only recorded; `check_interrupt()`
+  delivers it to the handler the block replaced (KeyboardInterrupt under
+  Python's), as does the block's end when it ends normally (one that raised
+  is already stopping). Blocks nest: an inner one is the outer one. Outside
+  the main thread it does nothing and `check_interrupt()` never raises.
+  """
+  if _POLLED:
+    yield
+    return
+  with _sigint_recorded(deliver=True) as record:
+    if record is None:
+      yield
+      return
+    _POLLED.append(record)
+    try:
+      yield
+    finally:
+      _POLLED.pop()
+
+
+@contextlib.contextmanager
+def _sigint_recorded(*, deliver: bool) -> Iterator[tuple[list[int], Any] | None]:
+  """SIGINT recorded instead of handled during the block: yields (the signals that came, the handler replaced).
+
+  The handler is put back when the block ends, and a recorded SIGINT given to it when the block ended
+  normally and `deliver`. Outside the main thread (signal handlers cannot be set there) it records
+  nothing and yields None.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield None
+    return
+  came: list[int] = []
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+  try:
+    yield came, previous
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  if came and deliver:
+    _deliver_sigint(previous)
+
+
+def check_interrupt() -> None:
+  """Delivers a Ctrl-C the open `interrupts_polled` block took (KeyboardInterrupt under Python's handler)."""
+  if _POLLED and _POLLED[-1][0]:
+    came, previous = _POLLED[-1]
+    came.clear()
+    _deliver_sigint(previous)
+
+
+def _deliver_sigint(previous: Any) -> None:
+  """Gives a held SIGINT to `previous`, the handler that was in place: KeyboardInterrupt under Python's own."""
+  if callable(previous):
+    previous(signal.SIGINT, None)
+  elif previous == signal.SIG_DFL:
+    raise KeyboardInterrupt

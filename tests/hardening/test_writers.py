@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from flax_xalign import fileio
+from flax_xalign import errors, fileio
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.data.vocab.spec import VocabularySpec
 from flax_xalign.errors import INTERRUPTED, UserError
@@ -169,21 +169,19 @@ def test_a_writer_that_fails_before_writing_leaves_no_folder(tiny_corpus, tmp_pa
 
 
 def test_demo_fresh_deletes_only_a_folder_the_demo_created(tmp_path):
-  import argparse
-
-  from flax_xalign.cli import demo
+  from flax_xalign.experiments import demo
 
   looks_like_a_demo = tmp_path / "mine"  # Names a demo writes, made by a user (or a demo before marks).
   (looks_like_a_demo / "cold").mkdir(parents=True)
   (looks_like_a_demo / "aer.json").write_text('{"mine": 1}')
   before = harness.tree_digest(looks_like_a_demo)
   with pytest.raises(UserError, match="holds no mark of xalign demo"):
-    demo._check_model_dir(argparse.Namespace(model_dir=str(looks_like_a_demo), fresh=True))
+    demo.check_model_dir(str(looks_like_a_demo), fresh=True)
   assert harness.tree_digest(looks_like_a_demo) == before
   ours = tmp_path / "demo"
   fileio.mark_new_folder(ours, demo.COMMAND)  # As a demo does before its first file.
   (ours / "aer.json").write_text("{}")
-  demo._check_model_dir(argparse.Namespace(model_dir=str(ours), fresh=True))
+  demo.check_model_dir(str(ours), fresh=True)
   assert not ours.exists()  # (marked again by the demo before its first file)
 
 
@@ -217,12 +215,12 @@ def test_a_ctrl_c_inside_interrupts_held_comes_at_its_end(python_sigint):
   del python_sigint
   reached, handler = [], signal.getsignal(signal.SIGINT)
   with pytest.raises(KeyboardInterrupt):
-    with fileio.interrupts_held():
+    with errors.interrupts_held():
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.01)
       reached.append(True)
   assert reached == [True] and signal.getsignal(signal.SIGINT) is handler
-  with fileio.interrupts_held(deliver=False):
+  with errors.interrupts_held(deliver=False):
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.01)
 
@@ -230,7 +228,7 @@ def test_a_ctrl_c_inside_interrupts_held_comes_at_its_end(python_sigint):
 def test_an_ignored_ctrl_c_stays_ignored_through_interrupts_held():
   before = signal.signal(signal.SIGINT, signal.SIG_IGN)
   try:
-    with fileio.interrupts_held():
+    with errors.interrupts_held():
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.01)
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
@@ -261,43 +259,43 @@ def test_a_ctrl_c_inside_interrupts_polled_comes_at_the_next_check_not_inside_th
   del python_sigint
   swallowed, reached, handler = [], [], signal.getsignal(signal.SIGINT)
   with pytest.raises(KeyboardInterrupt):
-    with fileio.interrupts_polled():
-      fileio.check_interrupt()  # Nothing came yet.
+    with errors.interrupts_polled():
+      errors.check_interrupt()  # Nothing came yet.
       _swallowing_library(swallowed)
       reached.append("after the library")
-      with fileio.interrupts_polled():  # A nested block is the outer one.
-        fileio.check_interrupt()
+      with errors.interrupts_polled():  # A nested block is the outer one.
+        errors.check_interrupt()
       reached.append("after the check")
   assert swallowed == [] and reached == ["after the library"]
-  assert signal.getsignal(signal.SIGINT) is handler and not fileio._POLLED
-  fileio.check_interrupt()  # Outside a block it never raises.
+  assert signal.getsignal(signal.SIGINT) is handler and not errors._POLLED
+  errors.check_interrupt()  # Outside a block it never raises.
 
 
 def test_interrupts_polled_delivers_at_its_end_drops_when_it_raised_and_keeps_an_ignored_ctrl_c(python_sigint):
   del python_sigint
   reached = []
   with pytest.raises(KeyboardInterrupt):
-    with fileio.interrupts_polled():
+    with errors.interrupts_polled():
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.05)
       reached.append(True)
   assert reached == [True]
   with pytest.raises(ValueError):  # Already stopping: the Ctrl-C is not raised over the error.
-    with fileio.interrupts_polled():
+    with errors.interrupts_polled():
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.05)
       raise ValueError("the block's own error")
-  with fileio.interrupts_polled():  # A held Ctrl-C inside is handed to the polled block, not raised at once.
-    with fileio.interrupts_held():
+  with errors.interrupts_polled():  # A held Ctrl-C inside is handed to the polled block, not raised at once.
+    with errors.interrupts_held():
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.05)
     with pytest.raises(KeyboardInterrupt):
-      fileio.check_interrupt()
+      errors.check_interrupt()
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  with fileio.interrupts_polled():
+  with errors.interrupts_polled():
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.05)
-    fileio.check_interrupt()
+    errors.check_interrupt()
   assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
 
 
@@ -393,7 +391,7 @@ def test_ctrl_c_at_random_moments_of_a_write_is_one_line_130_and_no_half_split(t
   measured first, so the moments cover the write on a fast machine as on a slow one). A Ctrl-C that came before
   the command reported its write must stop it (130): one raised inside TensorFlow's iterator was swallowed
   there (the write went on, exit 0) or crashed it (SIGSEGV, twice in CI) until the writer took Ctrl-C only
-  between rows (fileio.interrupts_polled). Every run is a fresh interpreter with Python's fault handler on, so
+  between rows (errors.interrupts_polled). Every run is a fresh interpreter with Python's fault handler on, so
   a crash prints its stacks. About 15 s a run on an idle 2-core machine, a minute under load."""
   gin_file = harness.write_run_gin(tmp_path / "run.gin", tiny_corpus, tag="intr")
   proc = _start_cache(gin_file, tmp_path / "whole", tmp_path)

@@ -14,9 +14,9 @@ carries its mark (`fileio.write_mark`: the command, its pid and host, the
 files it wrote), so only temporaries whose writer is dead are cleaned up, and
 `--overwrite` replaces only a split the mark shows `xalign cache` wrote and
 that holds nothing else. A Ctrl-C is held while a finished split is renamed
-into place (`fileio.interrupts_held`): the split is either the old one or the
+into place (`errors.interrupts_held`): the split is either the old one or the
 new one, never neither. While rows are read, a Ctrl-C is taken between rows
-(`fileio.interrupts_polled`), never inside the iterator's native code, which
+(`errors.interrupts_polled`), never inside the iterator's native code, which
 swallowed it or crashed.
 """
 
@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from array_record.python import array_record_module
 
 import flax_xalign
-from flax_xalign import fileio
+from flax_xalign import errors, fileio
 from flax_xalign.data.packed import format as format_lib
 from flax_xalign.data.sources.wheels import sha256_of
 from flax_xalign.errors import UserError
@@ -145,7 +145,7 @@ def clean_up_after_dead_writers(output: str, split: str) -> None:
     elif name.startswith(f".{split}.old-") and not os.path.lexists(target) and format_lib.has_split(output, name):
       os.rename(path, target)
     else:
-      with fileio.interrupts_held(deliver=False):
+      with errors.interrupts_held(deliver=False):
         fileio.remove_marked_folder(path)
 
 
@@ -168,11 +168,11 @@ def write_rows(rows: Iterable[Mapping[str, Any]], directory: str, info: format_l
   dtype = format_lib.record_dtype(features, info.length)
   per_shard = max(1, shard_bytes // dtype.itemsize)
   parts, writer, in_shard, count = [], None, 0, 0
-  # A Ctrl-C is taken between rows, never inside the iterator's native code (fileio.interrupts_polled).
-  with fileio.interrupts_polled():
+  # A Ctrl-C is taken between rows, never inside the iterator's native code (errors.interrupts_polled).
+  with errors.interrupts_polled():
     try:
       for row in rows:
-        fileio.check_interrupt()
+        errors.check_interrupt()
         if max_rows is not None and count >= max_rows:
           break
         if writer is None:
@@ -219,7 +219,7 @@ def commit(tmp: str, info: format_lib.Manifest, parts: Sequence[tuple[str, int]]
                                  writer=flax_xalign.__version__)
   write_atomically(os.path.join(tmp, format_lib.MANIFEST), json.dumps(manifest.to_json(), indent=1) + "\n")
   fileio.write_mark(tmp, COMMAND, [*(s.file for s in shards), info.vocabulary.file, format_lib.MANIFEST])
-  with fileio.interrupts_held():  # (a Ctrl-C here is delivered once the split is in place)
+  with errors.interrupts_held():  # (a Ctrl-C here is delivered once the split is in place)
     _move_into_place(tmp, target)
   return manifest
 
@@ -237,7 +237,7 @@ def staged(output: str, split: str, *, overwrite: bool) -> Iterator[tuple[str, s
     try:
       yield tmp, target
     except BaseException as e:
-      with fileio.interrupts_held(deliver=False):
+      with errors.interrupts_held(deliver=False):
         fileio.remove_marked_folder(tmp)
       error = no_space_error(e, tmp) if isinstance(e, OSError) else None
       if error is None:
