@@ -8,7 +8,7 @@ disk), in one process:
               (async, then `.wait()`: timed until the step is committed), --repeats times to a local folder
               and to gs://<bucket>/..., alternating; one untimed save each first (clients, folders).
               ratio = bucket median seconds / local median seconds.
-  train       `xalign train` in this process (the real entry point, `flax_xalign.cli.train.main`) on a packed
+  train       `xalign train` in this process (the real entry point, `flax_xalign.cli.common.train`) on a packed
               cache of the embedded Bible (built here, `xalign cache`), MODEL_DIR in the bucket, --steps
               steps, logging every step: once with CHECKPOINT_EVERY=--every (asynchronous saves, keep 3) and
               once with CHECKPOINT_EVERY above the steps (only the final save, after the timed window).
@@ -170,12 +170,11 @@ class StepClock(io.TextIOBase):
 
 
 def build_cache(work: str, args: argparse.Namespace) -> str:
-  from flax_xalign.cli import cache as cache_cli
+  from flax_xalign.training.cache_job import CacheJob, write_cache
 
   output = os.path.join(work, "cache")
   with contextlib.redirect_stdout(io.StringIO()):
-    cache_cli.run(cache_cli.parse_args([f"--task={_TASK}", f"--output={output}", f"--length={args.length}",
-                                        f"--examples={args.rows}"]))
+    write_cache(CacheJob(task=_TASK, output=output, length=args.length, examples=args.rows))
   return output
 
 
@@ -198,11 +197,11 @@ OptimizerConfig.warmup_steps = 2
 def train_run(gin_file: str, model_dir: str, *, every: int, args: argparse.Namespace) -> dict:
   """Step times of one `xalign train` run (wall, between progress lines) and its logged steps/s."""
   from flax_xalign import storage
-  from flax_xalign.cli import train
+  from flax_xalign.cli import common
 
   clock = StepClock()
   with contextlib.redirect_stdout(clock):
-    code = train.main([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", f"--gin.CHECKPOINT_EVERY={every}"])
+    code = common.train([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", f"--gin.CHECKPOINT_EVERY={every}"])
   if code != 0 or len(clock.arrived) != args.steps:
     raise SystemExit(f"xalign train into {model_dir} exited {code} after {len(clock.arrived)} step lines:\n"
                      + "".join(clock.parts)[-3000:])

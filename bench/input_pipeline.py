@@ -90,12 +90,12 @@ def main(argv: list[str] | None = None) -> dict:
   with tempfile.TemporaryDirectory() as tmp:
     cache = args.cache
     if cache is None:
-      from flax_xalign.cli import cache as cache_cli
+      from flax_xalign.training import cache_job
 
       cache = os.path.join(tmp, "cache")
       build = time.perf_counter()
-      cache_cli.run(cache_cli.parse_args([f"--task={args.task}", f"--output={cache}", f"--length={args.length}",
-                                          f"--examples={args.rows}", f"--seed={args.seed}"]))
+      cache_job.write_cache(cache_job.CacheJob(task=args.task, output=cache, length=args.length, examples=args.rows,
+                                               seed=args.seed))
       print(f"built the cache in {time.perf_counter() - build:.1f} s", flush=True)
     from flax_xalign.data.packed import format as format_lib
     from flax_xalign.data.packed import read

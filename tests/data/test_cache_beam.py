@@ -14,7 +14,7 @@ import pytest
 
 from flax_xalign import fileio
 from flax_xalign.cli import cache_beam
-from flax_xalign.cli import cache_beam_pipeline
+from flax_xalign.data.packed import beam as packed_beam
 from flax_xalign.data.packed import format as format_lib
 
 LENGTH, SEED = 19, 3
@@ -113,13 +113,13 @@ def test_an_existing_split_is_refused_and_overwrite_replaces_it(beam, tiny_corpu
 def test_a_workers_error_is_one_line_and_leaves_no_staging_folder(beam, tiny_corpus, tmp_path, monkeypatch,
                                                                     capsys):
   del beam, tiny_corpus
-  from flax_xalign.cli import cache_workers
+  from flax_xalign.data.packed import parallel
   from flax_xalign.errors import UserError
 
   def fail(data, spec, index):
     raise UserError(f"shard {index} cannot be read")
 
-  monkeypatch.setattr(cache_workers, "shard_rows", fail)  # The DirectRunner's default mode runs it in-process.
+  monkeypatch.setattr(parallel, "shard_rows", fail)  # The DirectRunner's default mode runs it in-process.
   assert cache_beam.main(["--task=tiny_mix", f"--length={LENGTH}", "--examples=4", f"--output={tmp_path}",
                           "--num_shards=2"]) == 2
   err = capsys.readouterr().err.strip().splitlines()
@@ -130,8 +130,8 @@ def test_a_workers_error_is_one_line_and_leaves_no_staging_folder(beam, tiny_cor
 def test_a_remote_workers_error_relayed_as_text_is_one_line():
   relayed = RuntimeError("Pipeline failed: Traceback (most recent call last):\n  File ...\n"
                          "flax_xalign.errors.UserError: worker of shard 3: bad vocabulary [while running 'WriteShard']\n")
-  assert str(cache_beam_pipeline.worker_error(relayed)) == "worker of shard 3: bad vocabulary"
-  assert cache_beam_pipeline.worker_error(RuntimeError("killed")) is None
+  assert str(packed_beam.worker_error(relayed)) == "worker of shard 3: bad vocabulary"
+  assert packed_beam.worker_error(RuntimeError("killed")) is None
 
 
 @pytest.fixture
@@ -229,15 +229,15 @@ def test_bad_command_line_is_one_user_error(beam, argv, match, capsys):
 def test_ordered_parts_refuses_two_attempts_of_a_shard():
   files = [(1, 0, "part00001.bbb-00000.array_record", 3, 30, "s"), (0, 0, "part00000.aaa-00000.array_record", 2, 20, "t"),
            (0, 1, "part00000.aaa-00001.array_record", 1, 10, "u")]
-  assert [f[2] for f in cache_beam_pipeline.ordered_parts(files)] == [
+  assert [f[2] for f in packed_beam.ordered_parts(files)] == [
       "part00000.aaa-00000.array_record", "part00000.aaa-00001.array_record", "part00001.bbb-00000.array_record"]
   with pytest.raises(Exception, match=r"shard\(s\) \[0\] twice"):
-    cache_beam_pipeline.ordered_parts([*files, (0, 0, "part00000.ccc-00000.array_record", 2, 20, "t")])
+    packed_beam.ordered_parts([*files, (0, 0, "part00000.ccc-00000.array_record", 2, 20, "t")])
 
 
 @pytest.mark.contract  # Needs no Beam: the main environment's contract step runs it.
 def test_missing_beam_names_make_install_beam(monkeypatch, capsys, tmp_path):
-  monkeypatch.setattr(cache_beam_pipeline, "beam", None)
+  monkeypatch.setattr(packed_beam, "beam", None)
   assert cache_beam.main(["--task=t", f"--output={tmp_path}"]) == 2
   err = capsys.readouterr().err
   assert "needs Apache Beam" in err and "make install-beam" in err and err.count("\n") == 1

@@ -27,7 +27,7 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def caches(gcs, tiny_corpus, tmp_path_factory):
   """The same tiny_mix cache written by `xalign cache` into the bucket and into a local folder, in 3 shards."""
-  from flax_xalign.cli import cache as cache_cli
+  from flax_xalign.training import cache_job
 
   del tiny_corpus  # (registers tiny_mix)
   root = tmp_path_factory.mktemp("bucket_cache")
@@ -35,19 +35,19 @@ def caches(gcs, tiny_corpus, tmp_path_factory):
   monkeypatch.setenv("FLAX_XALIGN_CACHE_STAGING", str(root / "staged"))  # Not the user's ~/.cache.
   (root / "tmp").mkdir()
   monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))  # Where the command writes before it uploads.
-  plan = cache_cli.plan
+  plan = cache_job.plan
 
   def small_shards(*args, **kwargs):  # --shard_mb=1 holds ~11,000 of these rows: 16 rows a shard instead.
     info, spec = plan(*args, **kwargs)
     return info, {**spec, "shard_bytes": 16 * 95}  # (5 uint8 features x 19 tokens a row)
 
-  monkeypatch.setattr(cache_cli, "plan", small_shards)
+  monkeypatch.setattr(cache_job, "plan", small_shards)
   url, local = "gs://bucket/bkc/cache", root / "local"
   for output in (url, local):
     code = harness.call_main("cache", [f"--task={TASK}", f"--output={output}", "--length=19",
                                        f"--examples={ROWS}"])
     assert code == 0, f"xalign cache --output={output} exited {code}"
-  monkeypatch.setattr(cache_cli, "plan", plan)
+  monkeypatch.setattr(cache_job, "plan", plan)
   yield {"root": root, "url": url, "local": str(local)}
   monkeypatch.undo()
 

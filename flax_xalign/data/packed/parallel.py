@@ -1,14 +1,20 @@
-"""`xalign cache --workers=N`: N processes each write the rows of one seqio shard.
+"""A split written by N processes, each the rows of one seqio shard (`xalign cache --workers=N`).
 
 The task's examples are split into N shards (seqio's `ShardInfo`, as
 `data_shards` does for training) and worker i writes the converted rows of
 shard i into the split's temporary folder; the parent then names the shards
 in worker order, hashes them and writes the manifest (`write.commit`). Each
 worker is a fresh Python (multiprocessing "spawn": TensorFlow is not fork
-safe) that re-registers the task from its definitions (`tasks.describe`), so a
-task registered by code the workers cannot rerun is refused. The rows are the
-union of the N shard streams: not the one-stream order of `--workers=1`
-(training reshuffles them all by its seed anyway), and the manifest records N.
+safe) that finds the task again through the caller's `source_of(spec)` (the
+training layer's re-registers it from its definitions, so a task registered
+by code the workers cannot rerun is refused). The rows are the union of the
+N shard streams: not the one-stream order of `--workers=1` (training
+reshuffles them all by its seed anyway), and the manifest records N.
+
+This module knows no task registry and no command: the caller hands the
+worker its row source and its process set-up as picklable top-level
+callables (`SourceOf`, `Setup`), as `data.cooc.beam` is handed the modules
+that register its tasks.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flax_xalign import errors
-from flax_xalign import fileio
 from flax_xalign.errors import UserError
 
 POLL_S = 1.0
+
+# spec -> the task's resolved source (`provider`, `languages`, `vocabulary_spec`: a `SeqioSource`), in a worker.
+SourceOf = Callable[[Mapping[str, Any]], Any]
+# Called first in each worker process (a command's process set-up: TensorFlow quiet and off the accelerators).
+Setup = Callable[[], None]
 
 
 def _part(index: int) -> str:
@@ -48,19 +58,15 @@ def shard_rows(data: Any, spec: Mapping[str, Any], index: int):
       num_shards=spec["workers"]).unbatch().as_numpy_iterator()
 
 
-def write_part(spec: Mapping[str, Any], counts: Any, index: int) -> None:
+def write_part(spec: Mapping[str, Any], counts: Any, index: int, source_of: SourceOf,
+               setup: Setup | None = None) -> None:
   """Worker `index`: writes its shard's rows into spec['tmp'] and lists them in part<index>.json."""
-  from flax_xalign.cli._process import setup_process
-
-  setup_process()
+  if setup is not None:
+    setup()
   try:
-    from flax_xalign import tasks
     from flax_xalign.data.packed import write
-    from flax_xalign.training.seqio_source import SeqioSource
 
-    if spec["definitions"]:
-      tasks.registry.register_described(spec["definitions"])
-    rows = shard_rows(SeqioSource.resolve(spec["task"], languages=spec["languages"]), spec, index)
+    rows = shard_rows(source_of(spec), spec, index)
 
     def progress(count: int) -> None:
       counts[index] = count
@@ -82,8 +88,12 @@ def split_rows(total: int | None, workers: int) -> list[int | None]:
   return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
 
 
-def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> list[tuple[str, int]]:
-  """Runs spec['workers'] workers into spec['tmp']; [(shard file, rows)] in worker order, or one UserError."""
+def write_parallel(spec: dict[str, Any], *, source_of: SourceOf, setup: Setup | None = None,
+                   report_every_s: float = 10.0) -> list[tuple[str, int]]:
+  """Runs spec['workers'] workers into spec['tmp']; [(shard file, rows)] in worker order, or one UserError.
+
+  `source_of` and `setup` go to each worker (pickled: top-level functions of an importable module).
+  """
   if spec["definitions"] is None:
     raise UserError(f"task {spec['task']!r} was registered by code the worker processes cannot run again (no "
                     "task definitions recorded); use --workers=1, or register it from a gin file or a module.")
@@ -92,8 +102,8 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
   workers = spec["workers"]
   context = multiprocessing.get_context("spawn")
   counts = context.Array("q", workers, lock=False)
-  procs = [context.Process(target=write_part, args=(spec, counts, i), daemon=True, name=f"cache-worker-{i}")
-           for i in range(workers)]
+  procs = [context.Process(target=write_part, args=(spec, counts, i, source_of, setup), daemon=True,
+                           name=f"cache-worker-{i}") for i in range(workers)]
   start = last = time.monotonic()
   # A SIGTERM to this process stops the workers first (without it the daemon workers outlive a killed
   # parent): raised as errors.Terminated, it runs the clean-up below and the caller's, as a Ctrl-C does.
@@ -103,7 +113,7 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
         proc.start()
       while any(proc.is_alive() for proc in procs):
         time.sleep(POLL_S)
-        fileio.check_interrupt()  # (`xalign cache` waits with Ctrl-C polled)
+        errors.check_interrupt()  # (`xalign cache` waits with Ctrl-C polled)
         now = time.monotonic()
         if now - last >= report_every_s:
           last = now
@@ -115,6 +125,11 @@ def write_parallel(spec: dict[str, Any], *, report_every_s: float = 10.0) -> lis
           proc.terminate()
         if proc.pid is not None:
           proc.join()
+  return _gathered(spec, procs)
+
+
+def _gathered(spec: Mapping[str, Any], procs: list[Any]) -> list[tuple[str, int]]:
+  """The finished workers' [(shard file, rows)] in worker order; a failed worker's error as one UserError."""
   parts = []
   for index, proc in enumerate(procs):
     error = os.path.join(spec["tmp"], _part(index) + ".error")

@@ -1,11 +1,13 @@
 """The Apache Beam pipeline of `xalign cache_beam`: seqio shards written by workers, one commit at the end.
 
-Shape of the pipeline (the command builds it: `flax_xalign.cli.cache_beam`):
+Shape of the pipeline (`training.cache_job.write_cache_beam` builds and runs it for the command,
+`flax_xalign.cli.cache_beam`):
 
 1. Shards. `--num_shards=N` elements 0..N-1, spread over the workers
    (`Reshuffle`: `Create` is a single split otherwise).
-2. Per shard, `write_shard`: the worker registers the task from its
-   definitions, reads seqio shard i of N of it (`cache_workers.shard_rows`,
+2. Per shard, `write_shard`: the worker finds the task through the
+   caller's `source_of(spec)` (the training layer's registers it from its
+   definitions), reads seqio shard i of N of it (`parallel.shard_rows`,
    the very rows `xalign cache --workers=N` gives its worker i), writes them
    as ArrayRecord files with `write.write_rows` and hashes each file. Its
    file names carry a per-attempt token, so a retried or speculative
@@ -26,12 +28,15 @@ their shard names, writes the vocabulary, then the manifest, last: until the
 manifest exists, no reader sees a split (`format.open_split` refuses it).
 
 Functions here are referred to by module, so Beam pickles them under a name
-its workers can import; the module imports Apache Beam when it has it (the
-`beam` extra: docs/BEAM.md) and is only imported by the command.
+its workers can import; so must the caller's `source_of` and `setup` be (top-level
+functions of an importable module, not of a command run as `__main__`). The module
+imports Apache Beam when it has it (the `beam` extra: docs/BEAM.md); it knows no task
+registry and no command.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -39,7 +44,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flax_xalign.errors import UserError
@@ -92,28 +97,26 @@ def remote(path: str) -> bool:
   return beam.io.filesystems.FileSystems.get_scheme(path) not in (None, "file")
 
 
-def write_shard(index: int, spec: Mapping[str, Any]) -> list[tuple[int, int, str, int, int, str]]:
+def write_shard(index: int, spec: Mapping[str, Any], source_of: Callable[[Mapping[str, Any]], Any],
+                setup: Callable[[], None] | None = None) -> list[tuple[int, int, str, int, int, str]]:
   """Worker: seqio shard `index` of spec['workers'] written into spec['tmp'] (a local folder or a remote prefix).
 
-  Returns [(index, k, file name, rows, bytes, sha256)] of its files, k the file's place in the shard.
+  `setup` runs first (the command's process set-up: TensorFlow quiet and off the accelerators); `source_of(spec)`
+  is the task's source (`parallel.SourceOf`). Returns [(index, k, file name, rows, bytes, sha256)] of its files,
+  k the file's place in the shard.
   """
-  from flax_xalign.cli._process import setup_process
-
-  setup_process()  # TensorFlow quiet and off the accelerators, as in every command.
-  from flax_xalign import tasks
-  from flax_xalign.cli import cache_workers
+  if setup is not None:
+    setup()
+  from flax_xalign.data.packed import parallel
   from flax_xalign.data.packed import write
   from flax_xalign.data.sources.wheels import sha256_of
-  from flax_xalign.training.seqio_source import SeqioSource
 
-  if spec["definitions"]:
-    tasks.registry.register_described(spec["definitions"])
-  data = SeqioSource.resolve(spec["task"], languages=spec["languages"])
+  data = source_of(spec)
   if data.vocabulary_spec.sha256 != spec["info"].vocabulary.sha256:  # E.g. a vocabulary trained again there.
     raise UserError(f"worker of shard {index}: task {spec['task']!r} has vocabulary sha256 "
                     f"{data.vocabulary_spec.sha256[:12]}..., the launching machine's is "
                     f"{spec['info'].vocabulary.sha256[:12]}...; give the workers the same vocabulary file.")
-  rows = cache_workers.shard_rows(data, spec, index)
+  rows = parallel.shard_rows(data, spec, index)
   is_remote = remote(spec["tmp"])
   directory = tempfile.mkdtemp(prefix="cache_beam-") if is_remote else spec["tmp"]
   try:
@@ -235,15 +238,69 @@ def remove_quietly(path: str) -> None:
     pass
 
 
-def build(pipeline: Any, *, spec: Mapping[str, Any], target: str, vocabulary_bytes: bytes) -> Any:
+def build(pipeline: Any, *, spec: Mapping[str, Any], target: str, vocabulary_bytes: bytes,
+          source_of: Callable[[Mapping[str, Any]], Any], setup: Callable[[], None] | None = None) -> Any:
   """Adds the writing pipeline to `pipeline`; returns the PCollection of the committed split's folder."""
   beam = require_beam()  # pylint: disable=redefined-outer-name
   files = (pipeline
            | "Shards" >> beam.Create(list(range(spec["workers"])))
            | "Spread" >> beam.Reshuffle()
-           | "WriteShard" >> beam.FlatMap(write_shard, spec))
+           | "WriteShard" >> beam.FlatMap(write_shard, spec, source_of, setup))
   commit = commit_remote if remote(spec["tmp"]) else commit_split
   return (pipeline
           | "Once" >> beam.Create([None])
           | "Commit" >> beam.Map(commit, beam.pvalue.AsList(files), spec=spec, target=target,
                                  vocabulary_bytes=vocabulary_bytes))
+
+
+def run_pipeline(beam_flags: Sequence[str], *, spec: Mapping[str, Any], target: str, vocabulary_bytes: bytes,
+                 source_of: Callable[[Mapping[str, Any]], Any], setup: Callable[[], None] | None = None) -> Any:
+  """Builds the pipeline with Beam's options `beam_flags` and runs it to its end; returns its `PipelineResult`.
+
+  A worker's UserError comes back as one UserError; any other failure as the runner raised it.
+  """
+  from apache_beam.options.pipeline_options import PipelineOptions
+
+  pipeline = require_beam().Pipeline(options=PipelineOptions(list(beam_flags)))
+  build(pipeline, spec=spec, target=target, vocabulary_bytes=vocabulary_bytes, source_of=source_of, setup=setup)
+  try:
+    result = pipeline.run()
+    result.wait_until_finish()
+  except Exception as e:  # noqa: BLE001 -- a worker's UserError becomes one line; anything else stays.
+    error = worker_error(e)
+    if error is None:
+      raise
+    raise error from None
+  return result
+
+
+def split_flags(flags: Sequence[str]) -> tuple[list[str], list[str]]:
+  """(Beam's pipeline options, the rest) of `flags`, by the options Beam's installed option classes declare."""
+  from apache_beam.options import pipeline_options
+
+  parser = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+  for cls in {str(c): c for c in pipeline_options.PipelineOptions.__subclasses__()}.values():
+    cls._add_argparse_args(parser)  # pylint: disable=protected-access -- how Beam collects its own flags.
+  _, rest = parser.parse_known_args(flags)
+  rest_left = list(rest)
+  beam_flags = []
+  for flag in flags:  # Keep each flag's place: a value that is its own word follows its flag.
+    if rest_left and flag == rest_left[0]:
+      rest_left.pop(0)
+    else:
+      beam_flags.append(flag)
+  return beam_flags, list(rest)
+
+
+def remote_staging(output: str, split: str, *, overwrite: bool) -> tuple[str, str]:
+  """(staging prefix, target) of a split on a remote Beam file system; UserError when it is there already."""
+  from flax_xalign.data.packed import format as format_lib
+
+  filesystems = require_beam().io.filesystems.FileSystems
+  target = filesystems.join(output, split)
+  if overwrite:
+    raise UserError(f"--overwrite of a split on {filesystems.get_scheme(output)}:// is not supported (there "
+                    f"is no folder rename there); delete {target} yourself, or write to a new --output.")
+  if filesystems.exists(filesystems.join(target, format_lib.MANIFEST)):
+    raise UserError(f"{target} already exists; choose another --output or delete it.")
+  return filesystems.join(output, f".{split}.tmp-{uuid.uuid4().hex[:12]}"), target
