@@ -38,27 +38,18 @@ links from the plan); the released XLM-Align aligner is
 --sinkhorn_order=columns_first --sinkhorn_extraction=pi_xi.
 
 `python -m flax_xalign.cli.align` is the same command; `--checkpoint` is still
-accepted for `--model_dir`.
+accepted for `--model_dir`. The work is `flax_xalign.evaluation.word_alignment.align_job`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
-import time
 from collections.abc import Sequence
 
-from flax_xalign import storage
 from flax_xalign.cli import common
-from flax_xalign.errors import ArgumentParser, UserError
-
-
-def read_pairs(path: str) -> list[tuple[list[str], list[str]]]:
-  """(source words, target words) per line of a TSV file; UserError names a bad line."""
-  from flax_xalign.evaluation.word_alignment import aer
-  return aer.read_pairs(path, setting="--input")
+from flax_xalign.errors import ArgumentParser
 
 
 def _solver_flags(parser: argparse.ArgumentParser) -> None:
@@ -78,15 +69,6 @@ def _solver_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(f"--{name}", type=int, default=defaults[name])
   parser.add_argument("--relative_mu", action=argparse.BooleanOptionalAction, default=defaults["relative_mu"],
                       help="entropic kernel: temperature mu * mean |S| (default) or mu itself")
-
-
-def solver_from_args(args: argparse.Namespace):
-  """The AlignmentSolver the flags describe (UserError for a bad value); an unset similarity stays the
-  field's default until load_aligner replaces it with the model's."""
-  from flax_xalign import ops
-
-  fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ops.AlignmentSolver)}
-  return ops.AlignmentSolver(**{k: v for k, v in fields.items() if v is not None})
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -125,92 +107,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   return parser.parse_args(argv)
 
 
-def _scores_line(scores) -> str:
-  return (f"P {100 * scores.precision:.1f}  R {100 * scores.recall:.1f}  F1 {100 * scores.f1:.1f}  "
-          f"AER {100 * scores.aer:.1f}  ({scores.num_predicted} links, {scores.num_sure} sure)")
+def job_of(args: argparse.Namespace):
+  """The `AlignJob` of the flags: the solver's flags (an unset similarity left out) go in its `solver`."""
+  from flax_xalign import ops
+  from flax_xalign.evaluation.word_alignment.align_job import AlignJob
 
-
-def check_files(args: argparse.Namespace) -> None:
-  """The output is none of the inputs and can be written; the inputs can be read (before any work)."""
-  from flax_xalign import fileio
-
-  inputs = {"--input": args.input, "--gold": args.gold, "--vocabulary": args.vocabulary}
-  if args.bible_gold:  # Its gold is written beside --output, then read back as --input and --gold.
-    folder = _output_folder(args.output)
-    inputs = {"--bible_gold": [storage.join(folder, f"grc_en.{args.bible_gold}.{ext}") for ext in ("tsv", "pharaoh")]}
-  common.check_outside_run(args.output, args.model_dir)
-  fileio.check_output_file(args.output, inputs=inputs)
-  if args.sweep:
-    fileio.check_output_file(_plot_path(args.output), setting="--output's plot", inputs=inputs)
-  for flag, path in inputs.items():
-    if path and not args.bible_gold:
-      fileio.check_input_file(path, setting=flag)
-
-
-def _output_folder(output: str) -> str:
-  """The folder (or bucket prefix) --output is written in."""
-  return storage.dirname(output) if storage.is_url(output) else os.path.dirname(os.path.abspath(output))
-
-
-def _plot_path(output: str) -> str:
-  return os.path.splitext(output)[0] + "_layers.png"
+  solver_fields = {f.name for f in dataclasses.fields(ops.AlignmentSolver)}
+  solver = {name: getattr(args, name) for name in solver_fields if getattr(args, name) is not None}
+  return AlignJob(**{k: v for k, v in vars(args).items() if k not in solver_fields}, solver=solver)
 
 
 def run(args: argparse.Namespace) -> None:
-  from flax_xalign.evaluation.word_alignment import aer
-  from flax_xalign.evaluation.word_alignment import word_align
-  from flax_xalign.runs import Run
-  check_files(args)
-  if args.bible_gold:
-    if args.input or args.gold:
-      raise UserError("--bible_gold replaces --input and --gold; pass one or the other.")
-    args.input, args.gold = word_align.export_bible_gold(args.bible_gold, _output_folder(args.output))
-    args.gold_format = "pharaoh"
-  elif not args.input:
-    raise UserError("pass --input=FILE (source<TAB>target per line), or --bible_gold=test for the embedded verses.")
-  pairs = read_pairs(args.input)
-  gold = None
-  if args.gold:
-    gold = aer.read_gold(args.gold, args.gold_format, num_sentences=len(pairs))
-    aer.check_gold_fits(gold, pairs, gold_path=f"--gold {args.gold}", input_path=f"--input {args.input}")
-  elif args.sweep:
-    raise UserError("--sweep scores every layer and method against gold links: pass --gold=FILE.")
-  options = solver_from_args(args)
-  aligner, _, step = word_align.load_aligner(
-      Run.open(args.model_dir), src_lang=args.src_lang, tgt_lang=args.tgt_lang, vocabulary_path=args.vocabulary,
-      max_length=args.max_length, batch_size=args.batch_size, options=options, similarity=args.similarity,
-      normalize=args.normalize, encoding=args.encoding, pair_layout=args.pair_layout)
-  options = aligner.options
-  print(aligner.settings.describe(), flush=True)
-  layer = args.layer if args.layer is not None else round(2 * aligner.num_layers / 3)
-  method = args.method or "sinkhorn"
-  aligner.validate([layer], [method])
-  print(f"aligning {len(pairs)} pairs ({aligner.src_lang} -> {aligner.tgt_lang}) with {args.model_dir} "
-        f"(step {step}, {aligner.num_layers} layers, {aligner.pair_layout} pair layout; "
-        f"{options.sinkhorn_kernel} kernel, {options.sinkhorn_order}, mu {options.mu}, "
-        f"{options.sinkhorn_iters} iterations, {options.sinkhorn_extraction} extraction)", flush=True)
-  start = time.perf_counter()
-  if args.sweep:
-    methods = tuple(dict.fromkeys(word_align.SWEEP_METHODS + ((args.method,) if args.method else ())))
-    every = aligner.run(pairs, layers=range(aligner.num_layers + 1), methods=methods, verbose=True)
-    sure, possible = [g.sure for g in gold], [g.possible for g in gold]
-    table = {key: aer.score(links, sure, possible) for key, links in every.items()}
-    print(aer.format_table(table, title=f"{os.path.basename(args.gold)}, {options.similarity} similarity"))
-    plot = _plot_path(args.output)
-    aer.plot_layer_curve(table, plot, title=f"{aligner.src_lang}-{aligner.tgt_lang} word alignment")
-    print(f"wrote {plot}")
-    pinned = [k for k in table if args.method in (None, k[0]) and args.layer in (None, k[1])]
-    method, layer = min(pinned, key=lambda k: (table[k].aer, k[1], k[0]))  # Best unless pinned.
-    links = every[(method, layer)]
-  else:
-    links = aligner.align(pairs, layer=layer, method=method)
-  seconds = time.perf_counter() - start
-  aer.write_pharaoh(args.output, links)
-  print(f"wrote {args.output}: {method}, layer {layer}, {options.similarity} similarity "
-        f"({seconds:.1f} s, {1000 * seconds / len(pairs):.0f} s per 1000 pairs)")
-  if gold is not None:
-    print(f"{method} layer {layer}: " + _scores_line(aer.score(links, [g.sure for g in gold],
-                                                                [g.possible for g in gold])))
+  from flax_xalign.evaluation.word_alignment import align_job
+
+  common.check_outside_run(args.output, args.model_dir)  # (The run's own files are named in cli/.)
+  align_job.align(job_of(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
