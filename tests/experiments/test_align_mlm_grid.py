@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from flax_xalign.cli.experiments import align_mlm_grid as grid
+from flax_xalign.cli.experiments import align_mlm_grid as grid_cli
+from flax_xalign.experiments import align_mlm_grid as grid
 
 
 def _row(objective, transform, alignment, delta):
@@ -25,8 +26,8 @@ def test_table_and_spearman():
 @pytest.mark.slow
 def test_tiny_grid_end_to_end(tmp_path, bible_data_dir):
   out = tmp_path / "grid"
-  code = grid.main([f"--model_dir={out}", "--steps=3", "--transforms=trans", "--objectives=mlm,align_mlm",
-                    "--tasks=pos", "--finetune_steps=3", "--gin=SYNTHETIC_VOCAB_SIZE=211"])
+  code = grid_cli.main([f"--model_dir={out}", "--steps=3", "--transforms=trans", "--objectives=mlm,align_mlm",
+                        "--tasks=pos", "--finetune_steps=3", "--gin=SYNTHETIC_VOCAB_SIZE=211"])
   assert code == 0
   results = json.loads((out / "results.json").read_text())
   assert [(r["objective"], r["transform"]) for r in results["rows"]] == [("mlm", "trans"), ("align_mlm", "trans")]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from flax_xalign.cli.experiments import code_switch
+from flax_xalign.experiments import code_switch
 
 
 def _row(objective, rsim, pos=None):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from flax_xalign.cli.experiments import e5_debian, e5_debian_report as report
+from flax_xalign.experiments import e5_debian, e5_debian_report as report
 
 
 def _row(objective, seed, hit1, rsim, retrieval=0.5, mlm=0.3, seconds=120.0):

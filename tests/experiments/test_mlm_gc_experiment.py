@@ -2,7 +2,7 @@
 
 import json
 
-from flax_xalign.cli.experiments import harness, mlm_gc
+from flax_xalign.experiments import harness, mlm_gc
 
 
 def _row(objective, mean, shuffled, pos=None):

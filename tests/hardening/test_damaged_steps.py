@@ -180,7 +180,7 @@ def test_a_warm_start_source_takes_the_newest_complete_step(trained_copy, capfd)
 
 
 def test_an_experiment_driver_trains_a_damaged_last_step_again(trained_copy):
-  from flax_xalign.cli.experiments import harness as drivers
+  from flax_xalign.experiments import harness as drivers
 
   assert drivers.finished(str(trained_copy), 4)
   _damage(trained_copy, "truncated")

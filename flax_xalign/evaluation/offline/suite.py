@@ -3,7 +3,7 @@
     from flax_xalign.evaluation.offline.suite import SuiteSizes, write_suite
     write_suite("bundle/suite", Run.open("runs/e5_debian"), debian_data="runs/debian_data")
 
-reads what the CPU drivers read (`cli/experiments/e5_debian.py`: the `xalign debian_data` build's help
+reads what the CPU drivers read (`experiments/e5_debian.py`: the `xalign debian_data` build's help
 text through DebianTasks, its BLI gold and held-out help bitext; the embedded Bible's gold alignments),
 tokenised with `run`'s vocabulary, and writes a folder a host without TensorFlow/seqio scores a run from
 (`scoring.score`). The files (paths relative to the suite, named in suite.json):

@@ -2,9 +2,11 @@
 entry point (resumable), score it with the BLI/RSIM machinery, read its MLM
 accuracy, and run the POS zero-shot transfer of a synthetic-pair model.
 
-Every function runs what a user would run by hand (`flax_xalign.train`,
-`xalign bli`, the transfer harness of the ALIGN-MLM grid), so a
-driver's table is reproducible command by command.
+Every function runs what a user would run by hand (`xalign train`, `xalign bli`,
+`xalign e5_small`, the transfer harness of the ALIGN-MLM grid), so a driver's
+table is reproducible command by command. Training goes through gin, which
+only `cli/` may import: a driver is handed the edge's trainer (`Trainer`, the
+command passes `cli.common.train`) and calls it with `xalign train`'s flags.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import os
 import shutil
 import signal
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from flax_xalign import errors
 from flax_xalign.run_dir import RunDir
+
+# `xalign train` with these flags (t5x-style gin flags) in this process; its exit status (0, 2, 130, 143, ...).
+Trainer = Callable[[Sequence[str]], int]
 
 
 def split_choices(text: str, known: Sequence[str], what: str) -> list[str]:
@@ -59,17 +64,35 @@ def check_exit(code: int, what: str) -> None:
     raise UserError(f"{what} failed (exit {code}); see the output above.")
 
 
-def train(model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], steps: int) -> float:
-  """Trains (or resumes) one run through `flax_xalign.train`; seconds spent (0 if already finished)."""
-  from flax_xalign.cli import train as train_main
-
+def train(trainer: Trainer, model_dir: str, gin_files: Sequence[str], bindings: Sequence[str], steps: int) -> float:
+  """Trains (or resumes) one run through `trainer` (`xalign train`); seconds spent (0 if already finished)."""
   start = time.time()
   if finished(model_dir, steps):
     return 0.0
   flags = [f"--gin_file={f}" for f in gin_files]
   flags += [f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={steps}", *[f"--gin.{b}" for b in bindings]]
-  check_exit(train_main.main(flags), f"training {model_dir}")
+  check_exit(trainer(flags), f"training {model_dir}")
   return time.time() - start
+
+
+def import_e5(output: str, *, trim_vocab_to: str, trim_normalize: str = "",
+              languages: Sequence[str] | None = None) -> None:
+  """`xalign e5_small --output=OUTPUT --trim_vocab_to=... [--trim_normalize=...] [--languages=...]`: the
+  same output-folder check (before any work), then multilingual-e5-small imported and trimmed into `output`.
+
+  `languages` None: the import's default (grc, en). A refusal is a UserError, as the command's.
+  """
+  from flax_xalign.fileio import check_output_folder
+  from flax_xalign.interop import e5_small
+  from flax_xalign.interop.trim import import_maybe_trimmed
+
+  check_output_folder(output, inputs={"--data_dir": None})
+  chosen = list(e5_small.DEFAULT_LANGUAGES if languages is None else languages)
+
+  def write(folder: str) -> None:
+    e5_small.import_e5_small(folder, languages=chosen, data_dir=None)
+
+  import_maybe_trimmed(write, output, trim_vocab_to=trim_vocab_to, trim_normalize=trim_normalize)
 
 
 def bli(run: Any, **options: Any) -> dict[str, Any]:

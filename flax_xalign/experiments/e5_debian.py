@@ -31,18 +31,20 @@ Every model, the starting one included, is scored on:
 
 Rows are keyed (setting, objective, seed) in MODEL_DIR/results.json, so a rerun
 skips finished training and scoring; `e5_debian_report` makes the table and the
-Fig. 7-shaped ΔRSIM plot (mean over seeds, spread shown).
+Fig. 7-shaped ΔRSIM plot (mean over seeds, spread shown). The setting's flags
+(`--debian_*`, `--seeds`) are `cli/experiments/__init__.py`'s; here they are the
+fields of `DebianSetting`.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import time
 from typing import Any, Callable, Sequence
 
-from flax_xalign.cli.experiments import harness
+from flax_xalign.experiments import harness
 from flax_xalign.run_dir import RunDir
 
 SETTING = "debian"
@@ -58,19 +60,28 @@ PIVOT = "en"
 RETRIEVAL_MAX_LENGTH = 128  # Tokens of a help paragraph kept for retrieval (the model's limit if lower).
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-  """The setting's flags (shared by both drivers)."""
-  group = parser.add_argument_group("debian setting")
-  group.add_argument("--debian_data", default="runs/debian_data", help="the `xalign debian_data` output")
-  group.add_argument("--debian_languages", default="", help="comma list besides English (default: every built one)")
-  group.add_argument("--debian_e5_dir", default="runs/e5_debian", help="the imported, help-trimmed e5-small")
-  group.add_argument("--debian_steps", type=int, default=80, help="continuation steps of every objective")
-  group.add_argument("--seeds", type=int, default=2, help="runs per objective (seeds 0..N-1)")
-  group.add_argument("--debian_gold", default="", help="BLI gold, a template with {lang} (default "
-                     "DEBIAN_DATA/bli/{lang}-en.test.txt, else the inverted DEBIAN_DATA/dict/en-{lang}.tsv)")
-  group.add_argument("--debian_eval_sentences", type=int, default=200,
-                     help="sentences per language for the contextual layers of BLI/RSIM")
-  group.add_argument("--debian_retrieval_pairs", type=int, default=100, help="held-out pairs per language")
+@dataclasses.dataclass(frozen=True)
+class DebianSetting:
+  """What the setting reads of a driver's settings (code_switch's or mlm_gc's): the driver's folder, the
+  vocabularies' count threshold and extra gin bindings, and the `--debian_*` / `--seeds` flags (their
+  defaults here are the flags')."""
+
+  model_dir: str
+  min_count: int = 5
+  gin: Sequence[str] = ()
+  debian_data: str = "runs/debian_data"
+  debian_languages: str = ""
+  debian_e5_dir: str = "runs/e5_debian"
+  debian_steps: int = 80
+  seeds: int = 2
+  debian_gold: str = ""
+  debian_eval_sentences: int = 200
+  debian_retrieval_pairs: int = 100
+
+  @classmethod
+  def of(cls, settings: Any) -> "DebianSetting":
+    """The setting's fields of a driver's settings (a dataclass with the same field names)."""
+    return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
 
 def built_languages(data_dir: str) -> list[str]:
@@ -80,21 +91,21 @@ def built_languages(data_dir: str) -> list[str]:
   return debian_tasks._built_languages(os.path.abspath(os.path.expanduser(data_dir)))
 
 
-def languages_of(args: argparse.Namespace) -> list[str]:
+def languages_of(setting: DebianSetting) -> list[str]:
   from flax_xalign.errors import UserError
 
-  built = built_languages(args.debian_data)
-  asked = [x.strip() for x in args.debian_languages.split(",") if x.strip()]
+  built = built_languages(setting.debian_data)
+  asked = [x.strip() for x in setting.debian_languages.split(",") if x.strip()]
   absent = [x for x in asked if x not in built]
   if absent:
-    raise UserError(f"--debian_languages: {absent} have no help text in {args.debian_data} (built: "
+    raise UserError(f"--debian_languages: {absent} have no help text in {setting.debian_data} (built: "
                     f"{', '.join(built)}).")
   return sorted(asked or built)
 
 
 def ensure_e5(e5_dir: str, data_dir: str, languages: Sequence[str]) -> None:
-  """Imports e5-small trimmed to the help text of every built language into `e5_dir` unless it is there."""
-  from flax_xalign.cli import e5_small
+  """Imports e5-small trimmed to the help text of every built language into `e5_dir` unless it is there
+  (`xalign e5_small`'s work: `harness.import_e5`)."""
   from flax_xalign.tasks.debian import DebianTasks
 
   if os.path.isdir(RunDir(e5_dir).checkpoints):
@@ -102,9 +113,7 @@ def ensure_e5(e5_dir: str, data_dir: str, languages: Sequence[str]) -> None:
   DebianTasks(data_dir=data_dir, prefix=TRIM_PREFIX).register()
   print(f"importing multilingual-e5-small, trimmed to the help text of {', '.join(languages)} + en -> {e5_dir}",
         flush=True)
-  code = e5_small.main([f"--output={e5_dir}", f"--trim_vocab_to={TRIM_PREFIX}_mlm",
-                        f"--languages={','.join([PIVOT, *languages])}"])
-  harness.check_exit(code, f"importing e5-small into {e5_dir}")
+  harness.import_e5(e5_dir, trim_vocab_to=f"{TRIM_PREFIX}_mlm", languages=[PIVOT, *languages])
 
 
 def register_tasks(data_dir: str, languages: Sequence[str], e5_dir: str) -> None:
@@ -134,13 +143,13 @@ def _provisional_gold(dictionary: str, output: str) -> int:
   return len(lines)
 
 
-def gold_for(args: argparse.Namespace, lang: str, model_dir: str) -> tuple[str, str] | None:
+def gold_for(setting: DebianSetting, lang: str, model_dir: str) -> tuple[str, str] | None:
   """(path, 'gold' | 'provisional') of X -> English BLI gold, or None when there is none."""
-  template = args.debian_gold or os.path.join(args.debian_data, "bli", "{lang}-en.test.txt")
+  template = setting.debian_gold or os.path.join(setting.debian_data, "bli", "{lang}-en.test.txt")
   path = template.format(lang=lang)
   if os.path.isfile(path):
     return path, "gold"
-  dictionary = os.path.join(args.debian_data, "dict", f"en-{lang}.tsv")
+  dictionary = os.path.join(setting.debian_data, "dict", f"en-{lang}.tsv")
   if not os.path.isfile(dictionary):
     return None
   output = os.path.join(model_dir, "gold", f"{lang}-en.provisional.txt")
@@ -169,7 +178,7 @@ def _retrieval_summary(result: dict[str, Any]) -> dict[str, Any]:
           "bag_of_pieces": bag, "chance": result["baselines"]["chance"]}
 
 
-def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str], *,
+def evaluate(model_dir: str, setting: DebianSetting, languages: Sequence[str], *,
              log: Callable[[str], None] = print) -> dict[str, Any]:
   """BLI, RSIM, MUSE cosine and retrieval of one model, per language; with the seconds each part took."""
   from flax_xalign.errors import UserError
@@ -180,18 +189,18 @@ def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str],
   run = Run.open(model_dir)  # Once: BLI and retrieval score the same step.
   bli: dict[str, Any] = {}
   for lang in languages:
-    gold = gold_for(args, lang, args.model_dir)
+    gold = gold_for(setting, lang, setting.model_dir)
     if gold is None:
-      log(f"  {lang}: no BLI gold (neither {args.debian_gold or 'bli/{lang}-en.test.txt'} nor dict/en-{lang}.tsv)")
+      log(f"  {lang}: no BLI gold (neither {setting.debian_gold or 'bli/{lang}-en.test.txt'} nor dict/en-{lang}.tsv)")
       continue
     log(f"\n  BLI {lang} -> {PIVOT} ({gold[1]} gold {gold[0]})")
     common = {"src": lang, "tgt": PIVOT, "gold": gold[0], "task": MIXTURE, "normalize": "",
-              "min_count": args.min_count}
+              "min_count": setting.min_count}
     # Layer 0 alone first: with contextual layers, tokens absent from the sampled sentences drop out of
     # every layer, so Hit@k and the MUSE cosine would cover only the sample's words.
     try:
       result = harness.bli(run, isomorphism=True, **common)
-      layers = harness.bli(run, layers="all", max_sentences=args.debian_eval_sentences, **common)
+      layers = harness.bli(run, layers="all", max_sentences=setting.debian_eval_sentences, **common)
     except UserError as e:  # E.g. no gold word is one token of the vocabulary: the other languages go on.
       log(f"  {lang}: no BLI ({e})")
       continue
@@ -202,9 +211,9 @@ def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str],
   config = run.model.encoder.config
   max_length = min(RETRIEVAL_MAX_LENGTH, config.max_positions - config.position_offset)
   for lang in languages:
-    path = os.path.join(args.debian_data, "help_bitext", f"en-{lang}.test.tsv")
+    path = os.path.join(setting.debian_data, "help_bitext", f"en-{lang}.test.tsv")
     log(f"\n  retrieval en-{lang}")
-    options = RetrievalOptions(tsv=path, src_lang=PIVOT, tgt_lang=lang, max_pairs=args.debian_retrieval_pairs,
+    options = RetrievalOptions(tsv=path, src_lang=PIVOT, tgt_lang=lang, max_pairs=setting.debian_retrieval_pairs,
                                max_length=max_length)
     retrieval[lang] = _retrieval_summary(evaluate_retrieval(run, options, log=log))
   seconds = time.perf_counter() - start
@@ -212,12 +221,12 @@ def evaluate(model_dir: str, args: argparse.Namespace, languages: Sequence[str],
           "eval_seconds": {"bli": bli_seconds, "retrieval": seconds - bli_seconds, "total": seconds}}
 
 
-def _bindings(args: argparse.Namespace, objective: str, e5_dir: str, seed: int) -> list[str]:
-  data = os.path.abspath(os.path.expanduser(args.debian_data))
-  chosen = [x.strip() for x in args.debian_languages.split(",") if x.strip()]
+def _bindings(setting: DebianSetting, objective: str, e5_dir: str, seed: int) -> list[str]:
+  data = os.path.abspath(os.path.expanduser(setting.debian_data))
+  chosen = [x.strip() for x in setting.debian_languages.split(",") if x.strip()]
   return [f"E5_DIR='{e5_dir}'", f"DEBIAN_DATA='{data}'", f"E5_VOCABULARY='{os.path.join(e5_dir, 'vocabulary.model')}'",
-          f"DEBIAN_LANGUAGES={sorted(chosen)!r}", f"SEED={seed}", f"EVAL_EVERY={args.debian_steps}",
-          *([f"LANG_VOCAB_MIN_COUNT={args.min_count}"] if objective in ("mlm", "tcs", "scs") else [])]
+          f"DEBIAN_LANGUAGES={sorted(chosen)!r}", f"SEED={seed}", f"EVAL_EVERY={setting.debian_steps}",
+          *([f"LANG_VOCAB_MIN_COUNT={setting.min_count}"] if objective in ("mlm", "tcs", "scs") else [])]
 
 
 def _cooc_binding(objective: str, seed: int, runs: Sequence[tuple[str, int, str]]) -> list[str]:
@@ -230,35 +239,36 @@ def _cooc_binding(objective: str, seed: int, runs: Sequence[tuple[str, int, str]
   return [f"train.asset_options={{'cooc': {{'window': 2, 'path': '{first}'}}}}"]
 
 
-def check_args(args: argparse.Namespace) -> list[str]:
+def check_args(setting: DebianSetting) -> list[str]:
   """The setting's languages; UserError for a bad count or a missing build (before MODEL_DIR is made)."""
   from flax_xalign.errors import UserError
 
   for name in ("seeds", "debian_steps", "debian_eval_sentences", "debian_retrieval_pairs"):
-    if getattr(args, name) < 1:
-      raise UserError(f"--{name}={getattr(args, name)} must be at least 1.")
-  return languages_of(args)
+    if getattr(setting, name) < 1:
+      raise UserError(f"--{name}={getattr(setting, name)} must be at least 1.")
+  return languages_of(setting)
 
 
-def rows(args: argparse.Namespace, objectives: Sequence[str], results: "harness.Results") -> list[dict]:
-  """Trains every (objective, seed) not finished, then scores the starting model and every run."""
-  languages = check_args(args)
-  e5_dir = os.path.abspath(args.debian_e5_dir)
-  ensure_e5(e5_dir, os.path.abspath(os.path.expanduser(args.debian_data)), built_languages(args.debian_data))
-  register_tasks(os.path.abspath(os.path.expanduser(args.debian_data)), languages, e5_dir)
-  root = os.path.join(args.model_dir, SETTING)
+def rows(trainer: harness.Trainer, setting: DebianSetting, objectives: Sequence[str],
+         results: harness.Results) -> list[dict]:
+  """Trains every (objective, seed) not finished through `trainer`, then scores the starting model and every run."""
+  languages = check_args(setting)
+  e5_dir = os.path.abspath(setting.debian_e5_dir)
+  ensure_e5(e5_dir, os.path.abspath(os.path.expanduser(setting.debian_data)), built_languages(setting.debian_data))
+  register_tasks(os.path.abspath(os.path.expanduser(setting.debian_data)), languages, e5_dir)
+  root = os.path.join(setting.model_dir, SETTING)
   runs: list[tuple[str, int, str]] = []
   seconds: dict[tuple[str, int], float] = {}
   for objective in objectives:
-    for seed in range(args.seeds):
+    for seed in range(setting.seeds):
       run_dir = os.path.abspath(os.path.join(root, f"{objective}_seed{seed}"))
       key = (SETTING, objective, seed)
       if key not in results.done:
-        print(f"\n=== {SETTING}: e5-small + {objective}, seed {seed}, {args.debian_steps} steps -> {run_dir}",
+        print(f"\n=== {SETTING}: e5-small + {objective}, seed {seed}, {setting.debian_steps} steps -> {run_dir}",
               flush=True)
         files = [os.path.join(e5_dir, "model.gin"), SETTING_GIN, OBJECTIVE_GIN[objective]]
-        bindings = [*_bindings(args, objective, e5_dir, seed), *_cooc_binding(objective, seed, runs), *args.gin]
-        seconds[(objective, seed)] = harness.train(run_dir, files, bindings, args.debian_steps)
+        bindings = [*_bindings(setting, objective, e5_dir, seed), *_cooc_binding(objective, seed, runs), *setting.gin]
+        seconds[(objective, seed)] = harness.train(trainer, run_dir, files, bindings, setting.debian_steps)
       runs.append((objective, seed, run_dir))
   out = []
   for objective, seed, run_dir in [("start", 0, e5_dir), *runs]:
@@ -267,11 +277,11 @@ def rows(args: argparse.Namespace, objectives: Sequence[str], results: "harness.
       out.append(results.done[key])
       continue
     print(f"\n--- scoring {SETTING} / {objective} seed {seed} ({run_dir})", flush=True)
-    scores = evaluate(run_dir, args, languages)
+    scores = evaluate(run_dir, setting, languages)
     train_seconds = seconds.get((objective, seed)) or (0.0 if objective == "start" else
                                                        harness.logged_train_seconds(run_dir) or 0.0)
     row = {"setting": SETTING, "objective": objective, "seed": seed, "model_dir": run_dir,
-           "steps": 0 if objective == "start" else args.debian_steps, "seconds": train_seconds,
+           "steps": 0 if objective == "start" else setting.debian_steps, "seconds": train_seconds,
            "languages": list(languages), "mlm_accuracy": harness.mlm_accuracy(run_dir), **scores}
     print(f"    scored in {scores['eval_seconds']['total']:.0f} s", flush=True)
     out.append(row)
