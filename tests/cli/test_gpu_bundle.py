@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from flax_xalign.cli import gpu_bundle, gpu_run
-from flax_xalign.cli.experiments import gpu_grids
 from flax_xalign.errors import UserError
+from flax_xalign.experiments.gpu import builder, folders, results, runner
+from flax_xalign.experiments.gpu import bundle as bundle_lib
+from flax_xalign.experiments.gpu import grids as gpu_grids
 
 
 def _grid(**overrides):
@@ -27,6 +28,28 @@ def _grid(**overrides):
                 experiments=rows, budget_s=100.0)
   fields.update(overrides)
   return gpu_grids.Grid(**fields).check()
+
+
+def _row(name, family, **fields):
+  return bundle_lib.Row(**{**dict(name=name, family=family, objective="mlm", gin_files=(), bindings=(), start="start",
+                                  seed=0, cost=1.0, metrics=(), assets=""), **fields})
+
+
+def _bundle(**changes):
+  """A Bundle of one family and one row (what `write_bundle` writes; `changes` replace fields)."""
+  fields = dict(
+      grid="tiny", budget_s=100.0, created="2026-12-01T00:00:00+00:00", work="/w", languages=("de",),
+      start=bundle_lib.Start(kind="model_dir", path="caches"),
+      caches={"a": bundle_lib.Cache(task="t_a", length=100, rows=10, eval_rows=0, links=False, path="caches")},
+      common_bindings=("EncoderConfig.dropout_rate = 0.0",),
+      families=(gpu_grids.Family(name="fa", cache="a", batch_size=8, share=1.0, max_steps=10, min_steps=1,
+                                 bindings=("OptimizerConfig.learning_rate = 5e-5",)),),
+      warmup=_row("warmup", "fa"), warmup_steps=5,
+      experiments=(_row("x", "fa", gin_files=("experiments/code_switch/tcs.gin",), bindings=("SEED = 1",)),),
+      gin={"experiments/code_switch/tcs.gin": "train.objectives = {'mlm': 1.0, 'tcs': 1.0}\n"},
+      alignment_peers=None, parts={}, bytes=0, files={})
+  fields.update(changes)
+  return bundle_lib.Bundle(**fields)
 
 
 def test_plan_steps_by_hand():
@@ -71,7 +94,7 @@ def test_the_size_limit_names_the_biggest_part(tmp_path):
   (tmp_path / "caches" / "c").write_bytes(b"x" * 700_000)
   (tmp_path / "start").mkdir()
   (tmp_path / "start" / "w").write_bytes(b"x" * 400_000)
-  budget = gpu_bundle.Budget(str(tmp_path), limit_mib=1.0)
+  budget = builder.Budget(str(tmp_path), limit_mib=1.0)
   assert budget.add("start") == 400_000
   with pytest.raises(UserError, match=r"would be 1\.0 MiB, over --max_mib=1; its biggest part is caches \(0\.7 MiB\)"):
     budget.add("caches")
@@ -82,48 +105,46 @@ def test_the_output_folder_is_replaced_only_when_this_command_wrote_it(tmp_path)
   mine.mkdir()
   (mine / "notes.txt").write_text("a user's file")
   with pytest.raises(UserError, match="GPU bundle written by xalign gpu_bundle"):
-    gpu_bundle.check_output(str(mine), overwrite=True, inputs={})
+    folders.check_output(str(mine), overwrite=True, inputs={})
   with pytest.raises(UserError, match="not a GPU bundle written by xalign gpu_bundle"):
-    gpu_bundle.prepare_output(str(mine))
+    folders.prepare_output(str(mine))
   assert (mine / "notes.txt").read_text() == "a user's file"
-  bundle = gpu_bundle.prepare_output(gpu_bundle.check_output(str(tmp_path / "b"), overwrite=False, inputs={}))
+  bundle = folders.prepare_output(folders.check_output(str(tmp_path / "b"), overwrite=False, inputs={}))
   (tmp_path / "b" / "old").write_text("old part")
   with pytest.raises(UserError):
-    gpu_bundle.check_output(bundle, overwrite=False, inputs={})
-  gpu_bundle.prepare_output(gpu_bundle.check_output(bundle, overwrite=True, inputs={}))
-  assert os.listdir(bundle) == [gpu_bundle.MARKER]
+    folders.check_output(bundle, overwrite=False, inputs={})
+  folders.prepare_output(folders.check_output(bundle, overwrite=True, inputs={}))
+  assert os.listdir(bundle) == [folders.MARKER]
   with pytest.raises(UserError, match="--debian_data"):  # Never into (or around) what it reads.
-    gpu_bundle.check_output(str(tmp_path), overwrite=True, inputs={"--debian_data": str(tmp_path / "b")})
+    folders.check_output(str(tmp_path), overwrite=True, inputs={"--debian_data": str(tmp_path / "b")})
 
 
 def test_the_host_refuses_a_folder_that_is_no_bundle_and_a_damaged_file(tmp_path):
   with pytest.raises(UserError, match="is not a GPU bundle.*xalign gpu_bundle"):
-    gpu_run.read_bundle(str(tmp_path))
+    bundle_lib.read_bundle(str(tmp_path))
   (tmp_path / "caches").mkdir()
   (tmp_path / "caches" / "shard").write_bytes(b"12345")
-  (tmp_path / "bundle.json").write_text(json.dumps({"files": {"caches/shard": 5}}))
-  assert gpu_run.read_bundle(str(tmp_path))["files"] == {"caches/shard": 5}
+  bundle_lib.write_bundle(str(tmp_path), _bundle(files={"caches/shard": 5}))
+  assert bundle_lib.read_bundle(str(tmp_path)).files == {"caches/shard": 5}
   (tmp_path / "caches" / "shard").write_bytes(b"123")
   with pytest.raises(UserError, match=r"bundle file caches/shard is damaged \(3 bytes, the bundle wrote 5\)"):
-    gpu_run.read_bundle(str(tmp_path))
+    bundle_lib.read_bundle(str(tmp_path))
 
 
 def test_results_with_a_missing_field_or_a_failed_row_are_reported():
-  full = {f: 1 for f in gpu_run.ROW_FIELDS}
-  assert gpu_run.check_results({"rows": [{**full, "name": "a", "scores": {"bli": 1}}]}) == []
-  problems = gpu_run.check_results({"rows": [{**full, "name": "a", "scores": {}},
+  full = {f: 1 for f in results.ROW_FIELDS}
+  assert results.check_results({"rows": [{**full, "name": "a", "scores": {"bli": 1}}]}) == []
+  problems = results.check_results({"rows": [{**full, "name": "a", "scores": {}},
                                              {**full, "name": "b", "steps_done": None,
                                               "scores": {"error": "training failed"}}]})
   assert problems == ["a: scores", "b: steps_done", "b: training failed"]
 
 
 def test_train_argv_gives_each_experiment_its_familys_shape_and_the_bundles_cache(tmp_path):
-  bundle = {"caches": {"a": {"task": "t_a", "length": 100, "path": "caches/a", "eval_rows": 0}},
-            "families": {"fa": {"cache": "a", "batch_size": 8, "bindings": ["OptimizerConfig.learning_rate = 5e-5"]}},
-            "common_bindings": ["EncoderConfig.dropout_rate = 0.0"]}
-  experiment = {"name": "x", "family": "fa", "gin_files": ["experiments/code_switch/tcs.gin"],
-                "bindings": ["SEED = 1"]}
-  argv = gpu_run.train_argv("/b", bundle, experiment, model_dir="/w/runs/x", init_dir="/w/runs/warmup",
+  bundle = _bundle(caches={"a": bundle_lib.Cache(task="t_a", length=100, rows=10, eval_rows=0, links=False,
+                                                 path="caches/a")})
+  experiment = bundle.experiments[0]
+  argv = runner.train_flags("/b", bundle, experiment, model_dir="/w/runs/x", init_dir="/w/runs/warmup",
                             start_dir="/w/start", steps=40)
   assert argv[:3] == ["--gin_file=runs/pretrain.gin", "--gin_file=/w/start/model.gin",
                       "--gin_file=experiments/code_switch/tcs.gin"]
@@ -144,11 +165,11 @@ def test_assets_carried_xz_compressed_arrive_byte_for_byte(tmp_path):
   (tmp_path / "bundle" / "assets" / "gc" / "cooc.npz.xz").write_bytes(lzma.compress(table))
   (tmp_path / "bundle" / "assets" / "gc" / "cooc.json").write_text("{}")
   run_dir = tmp_path / "run"
-  copied = gpu_run.copy_assets(str(tmp_path / "bundle"), {"assets": "gc"}, str(run_dir))
+  copied = runner.copy_assets(str(tmp_path / "bundle"), "gc", str(run_dir))
   assert copied == ["cooc.json", "cooc.npz"]
   assert (run_dir / "cooc.npz").read_bytes() == table and sorted(os.listdir(run_dir)) == ["cooc.json", "cooc.npz"]
   (run_dir / "cooc.json").write_text('{"edited": 1}')  # A file already in MODEL_DIR is never replaced.
-  assert gpu_run.copy_assets(str(tmp_path / "bundle"), {"assets": "gc"}, str(run_dir)) == []
+  assert runner.copy_assets(str(tmp_path / "bundle"), "gc", str(run_dir)) == []
   assert (run_dir / "cooc.json").read_text() == '{"edited": 1}'
 
 
@@ -157,7 +178,7 @@ def test_the_science_bundle_fits_what_a_device_call_carries():
   # the start, assets, suite and wheels as measured. Grow a cache or the suite and this fails before a build.
   grid = gpu_grids.SCIENCE
   parts = gpu_grids.estimate_bytes(grid)
-  assert sum(parts.values()) <= 56 * gpu_bundle.MIB, {k: round(v / gpu_bundle.MIB, 1) for k, v in parts.items()}
+  assert sum(parts.values()) <= 56 * builder.MIB, {k: round(v / builder.MIB, 1) for k, v in parts.items()}
   # The estimate reproduces the measured bundle from the rows it was measured with (within 1%).
   measured_caches = {name: dataclasses.replace(spec, rows=grid.measured.rows[name][0],
                                                eval_rows=grid.measured.rows[name][1])
@@ -166,12 +187,12 @@ def test_the_science_bundle_fits_what_a_device_call_carries():
   assert abs(again - grid.measured.total) <= 0.01 * grid.measured.total, (again, grid.measured.total)
   # Twice the Debian cache would not fit.
   bigger = {**grid.caches, "debian": dataclasses.replace(grid.caches["debian"], rows=48_000)}
-  assert sum(gpu_grids.estimate_bytes(grid, bigger).values()) > 56 * gpu_bundle.MIB
+  assert sum(gpu_grids.estimate_bytes(grid, bigger).values()) > 56 * builder.MIB
 
 
 def test_rows_start_seed_zero_first_and_the_smallest_families_first():
-  specs = [{"name": e.name, "family": e.family, "seed": e.seed} for e in gpu_grids.SCIENCE.experiments]
-  order = [s["name"] for s in gpu_run.run_order(specs)]
+  specs = gpu_grids.SCIENCE.experiments
+  order = [s.name for s in runner.run_order(specs)]
   assert order[0] == "so_links" and order[1:4] == ["xlm_align_self", "xlm_align_links", "xlm_align_union"]
   assert order[4:9] == [f"debian_{o}_s0" for o in ("mlm", "tcs", "scs", "scs_vocab", "gc")]
   assert order[9:] == [f"debian_{o}_s1" for o in ("mlm", "tcs", "scs", "scs_vocab", "gc")]
@@ -181,9 +202,42 @@ def test_the_host_shares_the_card_out_unless_the_user_did(monkeypatch):
   """The first H200 run lost 8 of 16 rows to children that each kept their peak beside a driver holding 75%."""
   monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
   monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
-  env = gpu_run._env("bundle", gpu_run.TRAIN_MEMORY / 5)
+  env = runner.child_env(runner.TRAIN_MEMORY / 5)
   assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.140" and env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-  assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in gpu_run._env("bundle")
-  assert gpu_run.TRAIN_MEMORY + gpu_run.SCORE_MEMORY <= 0.9  # Room for CUDA contexts and the driver.
+  assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in runner.child_env()
+  assert runner.TRAIN_MEMORY + runner.SCORE_MEMORY <= 0.9  # Room for CUDA contexts and the driver.
   monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
-  assert gpu_run._env("bundle", 0.1)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"
+  assert runner.child_env(0.1)["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.5"
+
+
+def test_a_bundle_round_trips_through_bundle_json(tmp_path):
+  (tmp_path / "caches").mkdir()
+  (tmp_path / "caches" / "shard").write_bytes(b"12345")
+  bundle = _bundle(files={"caches/shard": 5}, parts={"caches": 5}, bytes=5,
+                   alignment_peers={"verses": 12, "eflomal": {"aer": 0.25}})
+  bundle_lib.write_bundle(str(tmp_path), bundle)
+  again = bundle_lib.read_bundle(str(tmp_path))
+  assert again == bundle and isinstance(again.experiments[0], bundle_lib.Row)
+  assert isinstance(again.families[0], gpu_grids.Family) and again.experiments[0].gin_files == (
+      "experiments/code_switch/tcs.gin",)
+  raw = json.loads((tmp_path / "bundle.json").read_text())
+  assert (raw["format"], raw["version"]) == (bundle_lib.FORMAT, bundle_lib.VERSION)
+
+
+@pytest.mark.parametrize("version", [None, 1, 3])
+def test_a_bundle_of_another_version_is_one_line_naming_the_rebuild_command(tmp_path, version):
+  """Version 1 bundles were dicts the host read by key, their rows run from today's grid: rebuild them."""
+  (tmp_path / "caches").mkdir()
+  bundle_lib.write_bundle(str(tmp_path), _bundle())
+  raw = json.loads((tmp_path / "bundle.json").read_text())
+  if version is None:
+    del raw["version"]
+  else:
+    raw["version"] = version
+  (tmp_path / "bundle.json").write_text(json.dumps(raw))
+  with pytest.raises(UserError) as e:
+    bundle_lib.read_bundle(str(tmp_path))
+  line = str(e.value)
+  assert "\n" not in line and f"this checkout reads version {bundle_lib.VERSION}" in line
+  assert f"rebuild it with `xalign gpu_bundle --grid=tiny --output={tmp_path}`" in line
+  assert ("no version" if version is None else f"version {version}") in line

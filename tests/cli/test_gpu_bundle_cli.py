@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from flax_xalign.experiments.gpu import bundle as bundle_lib
 from tests.hardening import harness
 
 pytestmark = pytest.mark.contract
@@ -40,7 +41,8 @@ def test_the_host_refuses_what_is_not_a_whole_bundle(tmp_path, capfd):
                             "xalign gpu_bundle")
   (tmp_path / "caches").mkdir()
   (tmp_path / "caches" / "shard").write_bytes(b"123")
-  (tmp_path / "bundle.json").write_text(json.dumps({"files": {"caches/shard": 5}}))
+  (tmp_path / "bundle.json").write_text(json.dumps({"format": bundle_lib.FORMAT, "version": bundle_lib.VERSION,
+                                                     "files": {"caches/shard": 5}}))
   harness.assert_user_error(harness.run_main(capfd, "gpu_run", [str(tmp_path), f"--out={tmp_path / 'out'}"]),
                             "caches/shard is damaged", "3 bytes", "carry the whole bundle again")
   assert not (tmp_path / "out").exists()

@@ -44,7 +44,7 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   build = _tiny_build(tmp_path / "debian")
   links = _bible_links(tmp_path / "bible_links")
   host_work = tmp_path / "host_work"
-  made = subprocess.run(  # The start: a 4-layer model the builder initialises (gpu_bundle.tiny_start).
+  made = subprocess.run(  # The start: a 4-layer model the builder initialises (experiments.gpu.parts.tiny_start).
       [sys.executable, "-m", "flax_xalign.cli", "gpu_bundle", "--grid=tiny", f"--output={tmp_path / 'bundle'}",
        f"--debian_data={build}", f"--bible_links={links}", f"--host_work={host_work}", "--wheels=none"],
       capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
@@ -71,9 +71,9 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-4000:]
   assert "ETA" in ran.stdout
   results = json.loads((out / "results.json").read_text())
-  from flax_xalign.cli import gpu_run
+  from flax_xalign.experiments.gpu.results import check_results
 
-  assert gpu_run.check_results(results) == []
+  assert check_results(results) == []
   assert results["alignment_peers"] == peers
   rows = {r["name"]: r for r in results["rows"]}
   assert set(rows) == {"start", "warmup", "debian_tcs_s0", "xlm_align_union"}

@@ -8,12 +8,18 @@ import hashlib
 import json
 import os
 import shutil
+import types
 
 import pytest
 
 from flax_xalign import errors, fileio
 from flax_xalign.cli import gpu_bundle
-from flax_xalign.cli.experiments import gpu_folders
+from flax_xalign.evaluation.word_alignment import bible_links as bible_links_lib
+from flax_xalign.experiments.gpu import builder, parts
+from flax_xalign.experiments.gpu import bundle as bundle_lib
+from flax_xalign.experiments.gpu import folders as gpu_folders
+from flax_xalign.experiments.gpu import grids as gpu_grids
+from flax_xalign.training import cache_job
 from tests.hardening import harness
 
 DEBIAN_TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -31,7 +37,7 @@ def _old_bundle(folder):
   (folder / "caches" / "c").mkdir(parents=True)
   (folder / "caches" / "c" / "shard").write_bytes(b"old rows")
   (folder / "run.sh").write_text("#!/bin/sh\n")
-  (folder / gpu_bundle.MARKER).write_text("written by xalign gpu_bundle\n")
+  (folder / gpu_folders.MARKER).write_text("written by xalign gpu_bundle\n")
   files = {"caches/c/shard": 8, "run.sh": 10}
   (folder / "bundle.json").write_text(json.dumps({"files": files}))
   return folder
@@ -53,25 +59,29 @@ def _run_dir(folder):
   return folder
 
 
+def _failed(*args, **kwargs):
+  raise errors.UserError("failed")
+
+
 @pytest.fixture
 def fakes(monkeypatch):
   """The heavy steps replaced: no TensorFlow import for the languages, a start of `start_bytes` bytes, and
-  `xalign eflomal` / `xalign cache` that record their calls and answer `codes` (default: fail with 1)."""
-  from flax_xalign.cli import cache as cache_cli
-  from flax_xalign.cli import eflomal as eflomal_cli
+  eflomal's links (`write_bible_links`) / the cache (`cache_job.write_cache`) that record their calls and do
+  what `state["cache"]` does (default: fail)."""
+  state = {"start_bytes": 100, "calls": [], "cache": _failed}
+  monkeypatch.setattr(builder, "languages_of", lambda options, debian_data: ["de"])
 
-  state = {"start_bytes": 100, "calls": [], "cache": lambda argv: 1}
-  monkeypatch.setattr(gpu_bundle, "_languages", lambda args, debian_data: ["de"])
-
-  def start_weights(args, grid, out, host_start, **kwargs):
+  def start_weights(start_dir, grid, out, host_start, **kwargs):
     os.makedirs(os.path.join(out, "start"))
     with open(os.path.join(out, "start", "weights"), "wb") as f:
       f.write(b"w" * state["start_bytes"])
-    return {"kind": "model_dir", "path": "start/model"}
+    return bundle_lib.Start(kind="model_dir", path="start/model")
 
-  monkeypatch.setattr(gpu_bundle, "start_weights", start_weights)
-  monkeypatch.setattr(eflomal_cli, "main", lambda argv: state["calls"].append(("eflomal", argv)) or 1)
-  monkeypatch.setattr(cache_cli, "main", lambda argv: state["calls"].append(("cache", argv)) or state["cache"](argv))
+  monkeypatch.setattr(parts, "start_weights", start_weights)
+  monkeypatch.setattr(bible_links_lib, "write_bible_links",
+                      lambda output_dir, **kwargs: state["calls"].append(("eflomal", output_dir)) or _failed())
+  monkeypatch.setattr(cache_job, "write_cache",
+                      lambda job, **kwargs: state["calls"].append(("cache", job)) or state["cache"](job))
   return state
 
 
@@ -114,7 +124,7 @@ def test_an_overwrite_over_the_size_limit_keeps_the_old_bundle(tmp_path, capfd, 
 def test_the_limit_is_printed_as_given(tmp_path, capsys):
   (tmp_path / "start").mkdir()
   (tmp_path / "start" / "w").write_bytes(b"x" * 20_000)
-  budget = gpu_bundle.Budget(str(tmp_path), limit_mib=0.01)
+  budget = builder.Budget(str(tmp_path), limit_mib=0.01)
   with pytest.raises(errors.UserError, match=r"would be 0\.019 MiB, over --max_mib=0\.01; its biggest part is "
                                              r"start \(0\.019 MiB\)"):
     budget.add("start")
@@ -142,7 +152,7 @@ def test_a_staged_bundle_replaces_the_old_one_only_when_whole(tmp_path):
     with open(os.path.join(staging, "bundle.json"), "w") as f:
       f.write(json.dumps({"files": {}}))
     assert _tree(bundle) == before  # Still the old one while the new one is assembled.
-  assert sorted(_tree(bundle)) == [gpu_bundle.MARKER, "bundle.json"] and sorted(os.listdir(tmp_path)) == ["bundle"]
+  assert sorted(_tree(bundle)) == [gpu_folders.MARKER, "bundle.json"] and sorted(os.listdir(tmp_path)) == ["bundle"]
 
 
 # ---------------------------------------------------------------------------- G23b: Ctrl-C in the nested cache
@@ -152,7 +162,10 @@ def test_a_staged_bundle_replaces_the_old_one_only_when_whole(tmp_path):
 def test_ctrl_c_in_the_nested_cache_is_one_line_and_leaves_no_bundle(tmp_path, capfd, fakes):
   bundle = _old_bundle(tmp_path / "bundle")
   before = _tree(bundle)
-  fakes["cache"] = lambda argv: errors.interrupted()  # What `xalign cache` does at a Ctrl-C: its line, 130.
+  def ctrl_c(job):  # What the cache's writer does at a Ctrl-C: the command says it in one line, 130.
+    raise KeyboardInterrupt
+
+  fakes["cache"] = ctrl_c
   links = _links(tmp_path / "links")
   outcome = harness.run_main(capfd, "gpu_bundle", _flags(tmp_path, "--overwrite", f"--bible_links={links}"))
   assert outcome.code == 130, harness.summary(outcome)
@@ -171,7 +184,7 @@ def test_a_users_host_work_folder_is_refused_and_kept(tmp_path, capfd, fakes):
   (host / "start").mkdir(parents=True)
   (host / "start" / "mine.txt").write_text("mine")
   start_dir, links = _run_dir(tmp_path / "run"), _links(tmp_path / "links")
-  fakes["cache"] = lambda argv: 1
+  fakes["cache"] = _failed
   outcome = harness.run_main(capfd, "gpu_bundle", _flags(tmp_path, f"--start_dir={start_dir}",
                                                          f"--bible_links={links}"))
   harness.assert_user_error(outcome, "--host_work", str(host))
@@ -209,9 +222,9 @@ def test_a_host_work_folder_gpu_run_ran_in_may_be_rebuilt(tmp_path):
   (host / "logs" / "start.log").write_text("scoring\n")
   (host / "start" / "scores.json").write_text('{"metrics": ["bli"]}')
   before = _tree(host)
-  args = gpu_bundle.parse_args(["--grid=tiny", f"--output={tmp_path / 'bundle'}", f"--debian_data={DEBIAN_TINY}",
-                                f"--host_work={host}", "--overwrite"])
-  from flax_xalign.cli.experiments import gpu_grids
+  args = gpu_bundle.build_options(gpu_bundle.parse_args([
+      "--grid=tiny", f"--output={tmp_path / 'bundle'}", f"--debian_data={DEBIAN_TINY}", f"--host_work={host}",
+      "--overwrite"]))
 
   assert gpu_folders.check_paths(args, gpu_grids.grid_named("tiny")).host_work == str(host)
   assert _tree(host) == before and sorted(os.listdir(tmp_path)) == ["host"]  # Checked, nothing touched.
@@ -226,8 +239,8 @@ def test_a_host_work_folder_gpu_run_ran_in_may_be_rebuilt(tmp_path):
 
 
 def test_the_default_host_work_folder_is_the_bundles_own(tmp_path):
-  args = gpu_bundle.parse_args(["--grid=tiny", f"--output={tmp_path / 'a'}", f"--debian_data={DEBIAN_TINY}"])
-  from flax_xalign.cli.experiments import gpu_grids
+  args = gpu_bundle.build_options(gpu_bundle.parse_args(["--grid=tiny", f"--output={tmp_path / 'a'}",
+                                                          f"--debian_data={DEBIAN_TINY}"]))
 
   paths = gpu_folders.check_paths(args, gpu_grids.grid_named("tiny"))
   assert paths.host_work == gpu_folders.default_host_work(str(tmp_path / "a"))
@@ -286,20 +299,20 @@ def test_the_tiny_start_is_reused_only_when_made_from_these_inputs(tmp_path, mon
     made.append(output)
     os.makedirs(os.path.join(output, "checkpoints"))
 
-  monkeypatch.setattr(gpu_bundle, "_make_tiny_start", make)
+  monkeypatch.setattr(parts, "_make_tiny_start", make)
   debian, links = _debian_copy(tmp_path), _links(tmp_path / "links")
   output = str(tmp_path / "work" / "tiny_start")
   (tmp_path / "work" / "tiny_start" / "checkpoints").mkdir(parents=True)  # Someone's, with no fingerprint.
 
   def start():
-    return gpu_bundle.tiny_start(output, debian_data=str(debian), languages=["de"], links=str(links))
+    return parts.tiny_start(output, debian_data=str(debian), languages=["de"], links=str(links))
 
   assert start() == output and len(made) == 1
   assert start() == output and len(made) == 1  # The same inputs: reused.
   (debian / "help" / "de.train.txt").write_text("Andere Hilfe.\n", encoding="utf-8")
   start()
   assert len(made) == 2  # Another help text: made again.
-  gpu_bundle.tiny_start(output, debian_data=str(debian), languages=[], links=str(links))
+  parts.tiny_start(output, debian_data=str(debian), languages=[], links=str(links))
   assert len(made) == 3  # Other languages (English alone): made again.
 
 
@@ -315,19 +328,18 @@ def test_the_fingerprint_is_the_inputs_bytes_and_settings(tmp_path):
 
 
 def test_eflomals_links_in_work_are_reused_only_when_recorded_complete(tmp_path, monkeypatch):
-  from flax_xalign.cli import eflomal as eflomal_cli
-
   calls = []
 
-  def eflomal(argv):
-    calls.append(argv)
+  def eflomal(output_dir, **kwargs):
+    calls.append(output_dir)
     _links(tmp_path / "work" / "bible_links")
-    return 0
+    return types.SimpleNamespace(version="2.0", seconds=1.0), {}
 
-  monkeypatch.setattr(eflomal_cli, "main", eflomal)
-  args = gpu_bundle.parse_args(["--grid=tiny", "--output=o", "--debian_data=d"])
-  _links(tmp_path / "work" / "bible_links")  # train.links there, but no record that eflomal finished them.
-  target = gpu_bundle.bible_links(args, str(tmp_path / "work"))
+  monkeypatch.setattr(bible_links_lib, "write_bible_links", eflomal)
+  args = gpu_bundle.build_options(gpu_bundle.parse_args(["--grid=tiny", "--output=o", "--debian_data=d"]))
+  _links(tmp_path / "work" / "bible_links")  # train.links there, but no record that eflomal finished them:
+  fileio.write_mark(tmp_path / "work" / "bible_links", bible_links_lib.BIBLE_COMMAND)  # an eflomal run cut short.
+  target = parts.bible_links(args.bible_links, str(tmp_path / "work"))
   assert target == str(tmp_path / "work" / "bible_links") and len(calls) == 1
-  gpu_bundle.bible_links(args, str(tmp_path / "work"))
+  parts.bible_links(args.bible_links, str(tmp_path / "work"))
   assert len(calls) == 1  # Recorded when complete: reused.

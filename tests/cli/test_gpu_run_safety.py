@@ -5,7 +5,7 @@ was made from this bundle's start; a SIGTERM or SIGINT to the driver alone leave
 The bundles here are fakes of the tiny grid's shape (no caches that load): every refusal happens before a child
 starts, and the signal tests run children through `--launcher` that only sleep."""
 
-import copy
+import dataclasses
 import json
 import os
 import signal
@@ -16,8 +16,10 @@ import uuid
 
 import pytest
 
-from flax_xalign.cli import gpu_bundle, gpu_run
-from flax_xalign.cli.experiments import gpu_grids
+from flax_xalign.cli import gpu_run
+from flax_xalign.experiments.gpu import builder, runner, start
+from flax_xalign.experiments.gpu import bundle as bundle_lib
+from flax_xalign.experiments.gpu import grids as gpu_grids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VARIABLES = ("OUT", "WORK", "BUDGET_S", "PARALLEL", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
@@ -25,7 +27,8 @@ VARIABLES = ("OUT", "WORK", "BUDGET_S", "PARALLEL", "XLA_PYTHON_CLIENT_MEM_FRACT
 
 
 def _fake_bundle(folder, *, weights="start weights A", **changes):
-  """A bundle folder of the tiny grid's shape, its bundle.json as gpu_bundle writes it (`changes` replace fields)."""
+  """A bundle folder of the tiny grid's shape, its bundle.json as gpu_bundle writes it (`changes` replace the
+  Bundle's fields); the Bundle."""
   grid = gpu_grids.TINY
   (folder / "start" / "model" / "checkpoints").mkdir(parents=True)
   (folder / "start" / "model" / "model.gin").write_text("EncoderConfig.num_layers = 4\n")
@@ -33,23 +36,16 @@ def _fake_bundle(folder, *, weights="start weights A", **changes):
   for name in grid.caches:
     (folder / "caches" / name).mkdir(parents=True)
     (folder / "caches" / name / "train.shard").write_bytes(b"rows of " + name.encode())
-  bundle = {
-      "format": "flax_xalign.gpu_bundle", "version": 1, "grid": grid.name, "budget_s": grid.budget_s,
-      "created": "2026-12-01T00:00:00+00:00", "work": str(folder.parent / "default_work"), "languages": ["de"],
-      "start": {"kind": "model_dir", "path": "start/model"}, "alignment_peers": None,
-      "caches": {n: {"task": c.task, "length": c.length, "rows": c.rows, "eval_rows": c.eval_rows,
-                     "path": f"caches/{n}"} for n, c in grid.caches.items()},
-      "common_bindings": list(gpu_grids.COMMON_BINDINGS),
-      "families": {f.name: {"cache": f.cache, "batch_size": f.batch_size, "share": f.share,
-                            "bindings": list(f.bindings)} for f in grid.families},
-      "experiments": [{**gpu_bundle._experiment_record(e, "/host/start"), "assets": ""}
-                      for e in grid.all_experiments()],
-      "parts": {"start": 1}, "bytes": 1,
-  }
-  bundle["files"] = {os.path.relpath(os.path.join(d, f), folder): os.path.getsize(os.path.join(d, f))
-                     for d, _, names in os.walk(folder) for f in names}
-  bundle.update(changes)
-  (folder / "bundle.json").write_text(json.dumps(bundle, indent=1))
+  bundle = builder.plan_bundle(
+      grid, start=bundle_lib.Start(kind="model_dir", path="start/model"),
+      caches={n: bundle_lib.Cache(task=c.task, length=c.length, rows=c.rows, eval_rows=c.eval_rows, links=c.links,
+                                  path=f"caches/{n}") for n, c in grid.caches.items()},
+      work=str(folder.parent / "default_work"), languages=["de"], host_start="/host/start",
+      created="2026-12-01T00:00:00+00:00")
+  files = {os.path.relpath(os.path.join(d, f), folder): os.path.getsize(os.path.join(d, f))
+           for d, _, names in os.walk(folder) for f in names}
+  bundle = dataclasses.replace(bundle, parts={"start": 1}, bytes=1, files=files, **changes)
+  bundle_lib.write_bundle(str(folder), bundle)
   return bundle
 
 
@@ -109,7 +105,7 @@ def _edit(**fields):
     (_edit(caches__debian__length="24"), "caches.debian.length is a text, not a whole number"),
     (_edit(start=KeyError), "start is missing"),
     (_edit(budget_s=-5), "budget_s is -5, not a number of seconds above 0"),
-    (_edit(experiments__0__family="nowhere"), "experiment 'warmup' names the unknown family 'nowhere'"),
+    (_edit(warmup__family="nowhere"), "experiment 'warmup' names the unknown family 'nowhere'"),
     (_edit(start__path="../elsewhere"), "start.path '../elsewhere' is not in the bundle"),
 ], ids=["cut", "no_files", "files_list", "bindings_number", "length_text", "no_start", "budget", "family", "path"])
 def test_a_damaged_bundle_json_is_one_line_before_anything_is_made(host, capsys, damage, expected):  # R04/R05
@@ -198,54 +194,55 @@ def test_a_work_folder_holding_another_bundles_start_is_never_used(tmp_path, cap
     monkeypatch.delenv(name, raising=False)
   bundle_a, bundle_b = _fake_bundle(tmp_path / "a"), _fake_bundle(tmp_path / "b", weights="start weights B")
   work, out = tmp_path / "work", tmp_path / "out"
-  start = gpu_run.start_weights(str(tmp_path / "a"), bundle_a, str(work))
-  assert open(os.path.join(start, "checkpoints", "weights")).read() == "start weights A"
-  assert gpu_run.reusable_start(str(tmp_path / "a"), bundle_a, str(work))  # A's own start: reused.
+  start_dir = start.start_weights(str(tmp_path / "a"), bundle_a, str(work))
+  assert open(os.path.join(start_dir, "checkpoints", "weights")).read() == "start weights A"
+  assert start.reusable_start(str(tmp_path / "a"), bundle_a, str(work))  # A's own start: reused.
 
   line = _refused(capsys, [tmp_path / "b", f"--out={out}", f"--work={work}"])
   assert f"the work folder {work} holds start weights that are not this bundle's: {work}/start was made from " \
          "another bundle's start weights" in line
   assert "choose a fresh --work, or remove" in line
-  assert open(os.path.join(start, "checkpoints", "weights")).read() == "start weights A" and not out.exists()
+  assert open(os.path.join(start_dir, "checkpoints", "weights")).read() == "start weights A" and not out.exists()
 
-  os.remove(os.path.join(start, gpu_run.START_MARK))  # A start gpu_run did not make (an older one, a copy).
+  os.remove(os.path.join(start_dir, start.START_MARK))  # A start gpu_run did not make (an older one, a copy).
   line = _refused(capsys, [tmp_path / "a", f"--out={out}", f"--work={work}"])
   assert "not made by gpu_run from a bundle" in line
   # Removed as the line says, B's start is made again from B.
   import shutil
 
-  shutil.rmtree(start)
-  gpu_run.check_run(str(tmp_path / "b"), out=str(out), work=str(work), budget_s=None)
-  start = gpu_run.start_weights(str(tmp_path / "b"), bundle_b, str(work))
-  assert open(os.path.join(start, "checkpoints", "weights")).read() == "start weights B"
+  shutil.rmtree(start_dir)
+  runner.check_run(str(tmp_path / "b"), out=str(out), work=str(work), budget_s=None)
+  start_dir = start.start_weights(str(tmp_path / "b"), bundle_b, str(work))
+  assert open(os.path.join(start_dir, "checkpoints", "weights")).read() == "start weights B"
 
 
 def test_the_host_work_folder_gpu_bundle_made_is_a_work_folder(tmp_path, monkeypatch):
-  """gpu_bundle marks its --host_work (fileio.MARK) and makes WORK/start with gpu_run.make_start: the builder's
+  """gpu_bundle marks its --host_work (fileio.MARK) and makes WORK/start with start.make_start: the builder's
   own machine runs the bundle there (docs/gpu_bundle.md's first block)."""
   from flax_xalign import fileio
 
   bundle = _fake_bundle(tmp_path / "b")
   work = tmp_path / "host_work"
   fileio.mark_new_folder(work, "xalign gpu_bundle --host_work")
-  gpu_run.make_start(str(tmp_path / "b" / "start" / "model"), "model_dir", str(work / "start"))
-  _, _, _, checked_work, _ = gpu_run.check_run(str(tmp_path / "b"), out=str(tmp_path / "out"), work=str(work),
-                                               budget_s=None)
-  assert checked_work == str(work) and gpu_run.reusable_start(str(tmp_path / "b"), bundle, str(work))
+  start.make_start(str(tmp_path / "b" / "start" / "model"), "model_dir", str(work / "start"))
+  checked_work = runner.check_run(str(tmp_path / "b"), out=str(tmp_path / "out"), work=str(work),
+                                  budget_s=None).work
+  assert checked_work == str(work) and start.reusable_start(str(tmp_path / "b"), bundle, str(work))
 
 
 def test_bundle_json_shapes_by_hand():
-  assert gpu_run.shape_problem({"a": [1, "x"]}, {"a": [int]}) == "a[1] is a text, not a whole number"
-  assert gpu_run.shape_problem({"a": {"k": True}}, {"a": {str: (int, float)}}) == "a.k is true or false, not a number"
-  assert gpu_run.shape_problem({"b": 1}, {"a?": str, "b": int}) is None
-  assert gpu_run.shape_problem([], {"a": int}) == "the file is a list, not an object"
+  shape_problem = bundle_lib.shape_problem
+  assert shape_problem({"a": [1, "x"]}, {"a": [int]}) == "a[1] is a text, not a whole number"
+  assert shape_problem({"a": {"k": True}}, {"a": {str: (int, float)}}) == "a.k is true or false, not a number"
+  assert shape_problem({"b": 1}, {"a?": str, "b": int}) is None
+  assert shape_problem([], {"a": int}) == "the file is a list, not an object"
 
 
 def test_the_users_newer_memory_variable_is_left_alone(monkeypatch):
   """jax refuses XLA_CLIENT_MEM_FRACTION beside XLA_PYTHON_CLIENT_MEM_FRACTION: the driver must not add the latter."""
   monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
   monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
-  assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in gpu_run._env("bundle", 0.1)
+  assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in runner.child_env(0.1)
 
 
 # ---------------------------------------------------------------------------- signals (R22/R23/R24)

@@ -1,4 +1,5 @@
-"""What `xalign gpu_run` reports: progress lines, what each row's run left, OUT/results.json (R04-R26).
+"""What the host's runner reports (`xalign gpu_run`): progress lines, what each row's run left, OUT/results.json
+(R04-R26).
 
 `Clock` prints each progress line with the elapsed time and an ETA. A row's steps/s and tokens per step come
 from its metrics.jsonl (`measured_rates`), its step from its last checkpoint (`last_step`), a failure's cause
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-  from flax_xalign.cli.experiments.gpu_children import Experiment
+  from flax_xalign.experiments.gpu.children import RowRun
 
 RESULTS_FILE = "results.json"
 FAILED_LOGS = "failed_rows.log"
@@ -102,7 +103,7 @@ def last_step(model_dir: str) -> int:
   return find_latest_step(model_dir) or 0
 
 
-def mark_stopped(rows: Sequence[Experiment], signame: str) -> None:
+def mark_stopped(rows: Sequence[RowRun], signame: str) -> None:
   """Every row a stop left unfinished says so in its `scores` (`not_run`), so results.json holds every row."""
   for row in rows:
     r = row.row
@@ -119,7 +120,7 @@ def mark_stopped(rows: Sequence[Experiment], signame: str) -> None:
     r["scores"] = {"not_run": why}
 
 
-def write_results(results: dict[str, Any], rows: Sequence[Experiment], out: str, clock: Clock, *,
+def write_results(results: dict[str, Any], rows: Sequence[RowRun], out: str, clock: Clock, *,
                   partial: bool = False) -> str:
   """OUT/results.json, replaced whole (write_atomically); `partial`: rows still training or scoring are left
   out and the file says so."""

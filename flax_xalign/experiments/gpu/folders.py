@@ -1,4 +1,5 @@
-"""Where `xalign gpu_bundle` writes, each folder checked before any work (the 2026-12-01 review's G22-G26).
+"""Where a bundle's build writes (`xalign gpu_bundle`), each folder checked before any work (the 2026-12-01
+review's G22-G26).
 
 The bundle (`--output`) is assembled in a staging folder beside it and replaces it only when whole
 (`staged`); `--overwrite` replaces only a marked bundle holding nothing its bundle.json does not list.
@@ -10,7 +11,6 @@ Local folders only: the bundle is renamed into place.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -18,19 +18,24 @@ import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flax_xalign.cli.experiments.gpu_children import SCORE_FILE
+from flax_xalign import errors
 from flax_xalign.errors import UserError
+from flax_xalign.experiments.gpu.bundle import BUNDLE_FILE, listed_files
+from flax_xalign.experiments.gpu.children import SCORE_FILE
+
+if TYPE_CHECKING:
+  from flax_xalign.experiments.gpu.grids import Grid
 
 MARKER = ".xalign_gpu_bundle"  # Written first: --overwrite removes a folder only when it holds this.
-BUNDLE_JSON = "bundle.json"  # Written last, listing every file: --overwrite removes no file it does not list.
+BUNDLE_JSON = BUNDLE_FILE  # Written last, listing every file: --overwrite removes no file it does not list.
 # The marks (fileio.write_mark) of the folders a build makes besides the bundle: only those are written into.
 WORK_COMMAND, HOST_WORK_COMMAND, HOST_START_COMMAND = ("xalign gpu_bundle --work", "xalign gpu_bundle --host_work",
                                                        "xalign gpu_bundle (the host's start weights)")
 INPUTS_SUFFIX = ".inputs.json"  # Beside a work product kept for a rebuild: the fingerprint of what it was made of.
 # What `xalign gpu_run` adds to HOST_WORK/start when it runs there (the bundle's `work`): the start row's scores
-# (gpu_children.Experiment.score). A rebuild may replace it with the folder: gpu_run removes it itself before it
+# (children.RowRun.score). A rebuild may replace it with the folder: gpu_run removes it itself before it
 # scores the start again. (gpu_run's runs/, logs/ and jax_cache/ lie beside start/, in the marked --host_work.)
 GPU_RUN_START_FILES = (SCORE_FILE,)
 
@@ -61,8 +66,7 @@ def _refuse_foreign_files(folder: str, text: str) -> None:
   if not os.path.lexists(listing):
     return
   try:
-    with open(listing, encoding="utf-8") as f:
-      own = {*json.load(f)["files"], MARKER, BUNDLE_JSON}
+    own = {*listed_files(folder), MARKER, BUNDLE_JSON}
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise UserError(f"--output {text} is a GPU bundle whose {BUNDLE_JSON} cannot be read ({type(e).__name__}), so "
                     "--overwrite cannot tell its files from others; remove it yourself or choose another "
@@ -97,8 +101,6 @@ def prepare_output(folder: str) -> str:
 def staged(folder: str):
   """Yields a new marked folder beside `folder` (checked by `check_output`) that replaces it when the block
   ends normally; removed whole when the block raises or is interrupted, `folder` untouched. Local only (renames)."""
-  from flax_xalign import fileio
-
   staging = os.path.join(os.path.dirname(folder), f".{os.path.basename(folder)}.tmp-{os.getpid()}")
   if os.path.lexists(staging):  # (a killed build's, of the same pid: ours only if marked)
     if os.path.islink(staging) or not os.path.exists(os.path.join(staging, MARKER)):
@@ -106,10 +108,10 @@ def staged(folder: str):
     shutil.rmtree(staging)
   try:
     yield prepare_output(staging)
-    with fileio.interrupts_held():  # The two renames are not stopped half way.
+    with errors.interrupts_held():  # The two renames are not stopped half way.
       _replace(folder, staging)
   except BaseException:
-    with fileio.interrupts_held(deliver=False):
+    with errors.interrupts_held(deliver=False):
       shutil.rmtree(staging, ignore_errors=True)
     raise
 
@@ -222,6 +224,23 @@ def record_made_for(product: str, fingerprint: Mapping[str, Any]) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class BuildOptions:
+  """What a build is asked for (`builder.build`; the command's flags, each path as given, checked by `check_paths`)."""
+
+  grid: str
+  output: str
+  debian_data: str
+  languages: tuple[str, ...] = ()  # the Debian languages besides English; (): the grid's that the build has
+  bible_links: str = ""            # `xalign eflomal --bible` output; "": made in `work`
+  start_dir: str = ""              # the tiny grid's start MODEL_DIR; "": a 4-layer model made in `work`
+  work: str = ""                   # "": OUTPUT.work
+  host_work: str = ""              # "": `default_host_work(output)`
+  wheels: bool = True              # download the host's wheels (False: carry none)
+  max_mib: float = 56.0
+  overwrite: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class BuildPaths:
   """Where a build reads and writes (absolute), every one checked by `check_paths` before any work."""
   output: str
@@ -232,36 +251,36 @@ class BuildPaths:
   start_dir: str  # "": the tiny grid's start made in `work`
 
 
-def check_paths(args: argparse.Namespace, grid: Any) -> BuildPaths:
+def check_paths(options: BuildOptions, grid: Grid) -> BuildPaths:
   """Every folder a build reads or writes, checked before any work and changing nothing (UserError, one line):
   the bundle, --work and --host_work apart from each other and from the inputs, each new, empty or this
-  command's; the inputs what they must be."""
+  command's; the inputs what they must be. (Each is named by its flag: `options` holds what the flags gave.)"""
   from flax_xalign import storage
 
   for flag in ("output", "work", "host_work", "debian_data", "bible_links", "start_dir"):
-    if storage.is_url(getattr(args, flag) or ""):
-      raise UserError(f"--{flag} {getattr(args, flag)} is a URL; xalign gpu_bundle reads and writes local folders "
+    if storage.is_url(getattr(options, flag) or ""):
+      raise UserError(f"--{flag} {getattr(options, flag)} is a URL; xalign gpu_bundle reads and writes local folders "
                       "(it renames and removes them): name a local one")
   given = lambda text: os.path.abspath(os.path.expanduser(text)) if text else ""  # noqa: E731
-  debian_data, links, start_dir = given(args.debian_data), given(args.bible_links), given(args.start_dir)
+  debian_data, links, start_dir = given(options.debian_data), given(options.bible_links), given(options.start_dir)
   inputs = {"--debian_data": debian_data, "--bible_links": links, "--start_dir": start_dir}
-  out = check_output(args.output, overwrite=args.overwrite, inputs=inputs)
-  work = check_work_folder(args.work or out.rstrip("/") + ".work", setting="--work", command=WORK_COMMAND,
+  out = check_output(options.output, overwrite=options.overwrite, inputs=inputs)
+  work = check_work_folder(options.work or out.rstrip("/") + ".work", setting="--work", command=WORK_COMMAND,
                            inputs=inputs)
-  host_work = check_work_folder(args.host_work or default_host_work(out), setting="--host_work",
+  host_work = check_work_folder(options.host_work or default_host_work(out), setting="--host_work",
                                 command=HOST_WORK_COMMAND, inputs=inputs)
   check_apart({"--output": out, "--work": work, "--host_work": host_work})
   check_host_start(os.path.join(host_work, "start"))
   if not os.path.isfile(os.path.join(debian_data, "manifest.json")):
-    raise UserError(f"--debian_data {args.debian_data} is not an `xalign debian_data` output (no manifest.json)")
+    raise UserError(f"--debian_data {options.debian_data} is not an `xalign debian_data` output (no manifest.json)")
   if start_dir and grid.start != "tiny":
     raise UserError(f"--start_dir is for --grid=tiny; --grid={grid.name} starts from {grid.start}: leave it out")
   if start_dir and not os.path.isdir(os.path.join(start_dir, "checkpoints")):
-    raise UserError(f"--start_dir {args.start_dir} is not a MODEL_DIR (no checkpoints/); pass a run, or leave "
+    raise UserError(f"--start_dir {options.start_dir} is not a MODEL_DIR (no checkpoints/); pass a run, or leave "
                     "--start_dir out for a 4-layer model initialised here")
   missing = [f for f in ("train.tsv", "test.tsv", "test.links") if links and not os.path.isfile(os.path.join(links, f))]
   if missing:
-    raise UserError(f"--bible_links {args.bible_links} is not an `xalign eflomal --bible` output (no "
+    raise UserError(f"--bible_links {options.bible_links} is not an `xalign eflomal --bible` output (no "
                     f"{', '.join(missing)}); make one with that command, or leave --bible_links out to make it "
                     "in --work")
   return BuildPaths(output=out, work=work, host_work=host_work, debian_data=debian_data, bible_links=links,

@@ -1,4 +1,4 @@
-"""The experiment grids a GPU bundle carries (`xalign gpu_bundle --grid=NAME`), and how their steps are sized.
+"""The experiment grids a GPU bundle is built from (`xalign gpu_bundle --grid=NAME`), and how their steps are sized.
 
 A grid is data: the caches it trains and evaluates on, its evaluation suites, and its experiments, each a
 `python -m flax_xalign.train` run (gin files + bindings) that starts from the bundle's start weights or from
@@ -14,10 +14,14 @@ Bible (one start, one vocabulary for both settings):
   Debian help mixture (de, el, fr, hi, ru + en), 2 seeds (data order and masks; the same two for every row).
 * `xlm_align`: MLM + TLM + DWA on the Bible (grc-en) with DWA's labels self-made (`self`), eflomal's links
   (`links`) and their union.
-* `so`: awesome-align's SO objective on eflomal's links, one uninterrupted run from e5-small (no MLM head).
+* `so`: awesome-align's SO objective on eflomal's links, one uninterrupted run from e5-small (no MLM head);
+  its recipe is gin_configs/experiments/so_links.gin, the one experiments/e5_so_eflomal.gin includes.
 
 `tiny` is the same machinery in miniature (a 4-layer model, 3 steps per experiment): the CPU proof that a
 bundle runs end to end from its own `run.sh` where TensorFlow and seqio are absent.
+
+A grid is read here, by the builder (`builder`), and nowhere else: the bundle carries every row, family,
+cache and step bound of it (`bundle.Bundle`), and the host runs what the bundle says.
 
 Sizing (`plan_steps`): the runner measures the warm-up's steps per second on the card, then gives each family
 `share` of the training budget; the family's steps are what its experiments' summed relative costs allow in
@@ -117,6 +121,8 @@ class Grid:
         raise ValueError(f"grid {self.name}: {e.name} starts from unknown {e.start!r}")
       if e is not self.warmup and e.family not in {f.name for f in self.families}:
         raise ValueError(f"grid {self.name}: {e.name} has no family {e.family!r}")
+    if self.warmup.family != self.families[0].name:  # (it trains on the first family's cache: `tokens_per_step`)
+      raise ValueError(f"grid {self.name}: the warm-up's family {self.warmup.family!r} is not the first family")
     if abs(sum(f.share for f in self.families) - 1.0) > 1e-6:
       raise ValueError(f"grid {self.name}: family shares sum to {sum(f.share for f in self.families)}")
     return self
@@ -152,6 +158,8 @@ def plan_steps(grid: Grid, *, warmup_steps_per_s: float, train_budget_s: float,
   """Each family's steps from the measured warm-up step rate (module docstring).
 
   Args:
+    grid: a Grid, or the plan a bundle carries (`bundle.Bundle`: the same `families`, `experiments` (the rows
+      the warm-up starts, not it) and `caches` fields), which is what the host plans from.
     warmup_steps_per_s: steps per second of the warm-up alone on this card (compile excluded).
     train_budget_s: seconds left for the families' training.
     safety: the fraction of a family's time its steps are planned to fill (the rest absorbs process starts,
@@ -180,7 +188,8 @@ def plan_steps(grid: Grid, *, warmup_steps_per_s: float, train_budget_s: float,
 
 
 def tokens_per_step(grid: Grid, family: str | None) -> int:
-  """Row slots per step of `family` (None: the warm-up's, which runs on the first family's cache)."""
+  """Row slots per step of `family` (None: the warm-up's, which runs on the first family's cache); `grid` as
+  `plan_steps` takes it."""
   if family is None:
     first = grid.families[0]
     return first.batch_size * grid.caches[first.cache].length
@@ -192,6 +201,8 @@ def tokens_per_step(grid: Grid, family: str | None) -> int:
 
 # Every experiment: no dropout (the CPU recipes' setting, docs/results/code_switch_debian.md).
 COMMON_BINDINGS = ("EncoderConfig.dropout_rate = 0.0", "EncoderConfig.attention_dropout_rate = 0.0")
+# The SO recipe (on the gin search path): the one experiments/e5_so_eflomal.gin includes; the grid sets its layer.
+SO_LINKS_GIN = "experiments/so_links.gin"
 
 
 def _debian_rows(seeds: Sequence[int], objectives: Sequence[str], *, costs: Mapping[str, float],
@@ -219,11 +230,9 @@ def _bible_rows(*, xlm_align_cost: float, so_cost: float, label_sources: Sequenc
                      bindings=(f"DwaConfig.label_source = '{source}'",), start="warmup", cost=xlm_align_cost,
                      metrics=BIBLE_METRICS)
           for source in label_sources]
-  rows.append(Experiment(name="so_links", family="so", objective="so_links", gin_files=(),
-                         bindings=("train.objectives = {'so': 1.0}", "train.objective_options = {'so': @SoConfig()}",
-                                   f"SoConfig.layer = {so_layer}", "SoConfig.label_source = 'links'",
-                                   "SoConfig.softmax_threshold = 1e-3"),
-                         start="start", cost=so_cost, metrics=BIBLE_METRICS))
+  rows.append(Experiment(name="so_links", family="so", objective="so_links", gin_files=(SO_LINKS_GIN,),
+                         bindings=(f"SoConfig.layer = {so_layer}",), start="start", cost=so_cost,
+                         metrics=BIBLE_METRICS))
   return tuple(rows)
 
 

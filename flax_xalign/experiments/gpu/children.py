@@ -1,9 +1,11 @@
-"""The child processes of `xalign gpu_run`: every trainer and scorer, none outliving the driver (R04-R26).
+"""The child processes of the host's runner (`runner`): every trainer and scorer, none outliving the driver
+(R04-R26).
 
 `Children` starts each one in a session of its own under the --launcher, and stops them all when the driver
 gets SIGTERM, SIGINT or SIGHUP or ends: SIGTERM first (a trainer saves its step), SIGKILL to the group after
-STOP_GRACE_S. `Experiment` is one row of the grid: its trainer (SIGTERM at its deadline), then its scorer
-(`python -m flax_xalign.cli.gpu_run BUNDLE --score MODEL_DIR`), which writes MODEL_DIR/scores.json.
+STOP_GRACE_S. `RowRun` is one row of the bundle (`bundle.Row`) as it runs: its trainer (`python -m
+flax_xalign.train`, SIGTERM at its deadline), then its scorer (`python -m flax_xalign.cli.gpu_run BUNDLE --score
+MODEL_DIR`, which calls `runner.score_run`), which writes MODEL_DIR/scores.json.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flax_xalign.experiments.gpu.bundle import Row
+
 SCORE_FILE = "scores.json"
+TRAIN_MODULE = "flax_xalign.train"  # (python -m): the trainer, t5x-style gin flags
+SCORE_MODULE = "flax_xalign.cli.gpu_run"  # (python -m) BUNDLE --score MODEL_DIR --metrics=...: one row's scorer
 
 
 def _python() -> list[str]:
@@ -138,22 +144,22 @@ def _read_scores(path: str) -> dict[str, Any]:
   return scores if isinstance(scores, dict) else {"error": f"scoring wrote a {SCORE_FILE} that is no JSON object"}
 
 
-class Experiment:
-  """One row: train (SIGTERM at its deadline), then score in a process of its own."""
+class RowRun:
+  """One row: train (SIGTERM at its deadline), then score in a process of its own; `row`: its results.json row."""
 
-  def __init__(self, spec: Mapping[str, Any], *, work: str, children: Children):
+  def __init__(self, spec: Row, *, work: str, children: Children):
     self.spec = spec
-    self.name = spec["name"]
+    self.name = spec.name
     self.model_dir = os.path.join(work, "runs", self.name)
     self.children = children
-    self.row: dict[str, Any] = {"name": self.name, "family": spec["family"], "objective": spec["objective"],
-                                "seed": spec.get("seed", 0), "start": spec["start"]}
+    self.row: dict[str, Any] = {"name": self.name, "family": spec.family, "objective": spec.objective,
+                                "seed": spec.seed, "start": spec.start}
 
   def train(self, argv: Sequence[str], *, deadline: float, log: str, env: Mapping[str, str]) -> int | None:
     """Runs the trainer; at `deadline` (time.monotonic) it gets SIGTERM and saves. Returns its exit status (None:
     not started, the driver is stopping)."""
     start = time.monotonic()
-    child = self.children.start([*_python(), "-m", "flax_xalign.train", *argv], log=log, env=env)
+    child = self.children.start([*_python(), "-m", TRAIN_MODULE, *argv], log=log, env=env)
     if child is None:
       return None
     code, stopped = self.children.wait(child, deadline=deadline)
@@ -166,7 +172,7 @@ class Experiment:
     path = os.path.join(self.model_dir, SCORE_FILE)
     with contextlib.suppress(FileNotFoundError):  # An earlier call's scores are never taken for this one's.
       os.remove(path)
-    child = self.children.start([*_python(), "-m", "flax_xalign.cli.gpu_run", bundle_dir, "--score",
+    child = self.children.start([*_python(), "-m", SCORE_MODULE, bundle_dir, "--score",
                                  self.model_dir, f"--metrics={','.join(metrics)}"], log=log, env=env)
     if child is None:
       return None
