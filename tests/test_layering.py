@@ -12,8 +12,9 @@ module at the top level, the module itself. Folders are ordered in *layers*:
     5  runs                 reading a finished run
     6  evaluation           evaluators over a run
     7  interop              Hugging Face / t5x / trimming
-    8  cli                  THE edge: every command, the gin edge, the experiment
-                            drivers, the `xalign` console script
+    8  experiments          the paper drivers' work, the GPU grids, bundle and runner
+    9  cli                  THE edge: every command, the gin edge, the `xalign`
+                            console script
 
 plus the *core* (`errors`, `fileio`, `storage`, `run_spec`, `run_dir`, the package
 `__init__`), which every layer may import and which itself imports only the
@@ -56,7 +57,8 @@ LAYERS = {
     "runs": 5,
     "evaluation": 6,
     "interop": 7,
-    "cli": 8,
+    "experiments": 8,
+    "cli": 9,
 }
 CLI_LEVEL = LAYERS["cli"]
 CORE = {"__init__", "errors", "fileio", "storage", "run_spec", "run_dir"}
@@ -228,7 +230,7 @@ def test_no_import_points_up_the_layers(graph):
     elif high is not None and high > low:
       upward.append((a, b))
   assert not upward, ("imports against the order ops/models <- data <- tasks <- objectives/assets <- training "
-                      "<- runs <- evaluation <- interop <- cli (core: errors, fileio, storage, run_spec, run_dir):\n"
+                      "<- runs <- evaluation <- interop <- experiments <- cli (core: errors, fileio, storage, run_spec, run_dir):\n"
                       + _describe(graph, upward))
 
 
@@ -292,3 +294,125 @@ def test_the_checker_finds_cycles_and_resolves_relative_imports(tmp_path):
   assert node_of("flax_xalign.errors") == "errors" and node_of("flax_xalign.fileio") == "fileio"
   assert cycles({("errors", "fileio"): {"a"}, ("fileio", "errors"): {"b"}}) == [["errors", "fileio"]]
   assert level_of(node_of("flax_xalign.cli.gin_cli")) == CLI_LEVEL
+
+
+# ---------------------------------------------------------------- cli/: one floor of commands over the gin edge
+
+# The modules of cli/ that are not commands: the gin edge and the process set-up every command shares.
+CLI_EDGE = {"__init__", "__main__", "xalign", "common", "_process", "gin_cli", "configurables", "run_edge",
+            "experiments"}  # (experiments: the subpackage's __init__, a folder of commands.)
+MAX_COMMAND_LINES = 150
+MAX_FUNCTION_LINES = 100
+
+
+def _cli_modules() -> dict[str, tuple[pathlib.Path, bool]]:
+  """{name inside cli/ (`align`, `experiments.mlm_gc`): (path, whether it is a command)}."""
+  out = {}
+  for name, path in _modules():
+    if node_of(name) != "cli":
+      continue
+    inner = name[len("flax_xalign.cli."):] if name != "flax_xalign.cli" else "__init__"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out[inner] = (path, any(_is_main_guard(node) for node in tree.body))
+  return out
+
+
+def _cli_imports(path: pathlib.Path, name: str, known: set[str]) -> set[str]:
+  """The cli/ modules a cli/ module imports (`from flax_xalign.cli import align` names `align`)."""
+  dotted = "flax_xalign.cli" if name == "__init__" else f"flax_xalign.cli.{name}"
+  found = set()
+  for imported in _imports(dotted, path):
+    if not imported.startswith("flax_xalign.cli."):
+      continue
+    parts = imported[len("flax_xalign.cli."):].split(".")
+    for k in range(len(parts), 0, -1):  # The longest prefix that is a module: `a.b.c` of a module `a.b` is `a.b`.
+      if ".".join(parts[:k]) in known:
+        found.add(".".join(parts[:k]))
+        break
+  found.discard(name)
+  return found
+
+
+def test_every_cli_module_is_a_command_or_the_gin_edge():
+  modules = _cli_modules()
+  other = sorted(name for name, (_, command) in modules.items() if not command and name not in CLI_EDGE)
+  assert not other, (f"cli/ modules that are neither a command (a __main__ block) nor the gin edge {sorted(CLI_EDGE)}: "
+                     f"{other} (library code goes below cli/: experiments/, data/packed/, ...)")
+  edge_commands = sorted(name for name, (_, command) in modules.items() if command and name in CLI_EDGE
+                         and name not in {"__main__", "xalign"})
+  assert not edge_commands, f"gin-edge modules that run as a command: {edge_commands}"
+
+
+def test_no_command_imports_another_command_and_cli_is_two_floors():
+  modules = _cli_modules()
+  commands = {name for name, (_, command) in modules.items() if command and name not in CLI_EDGE}
+  offenders = {}
+  for name, (path, _) in modules.items():
+    wrong = sorted(_cli_imports(path, name, set(modules)) & commands)
+    if wrong:
+      offenders[name] = wrong
+  assert not offenders, ("cli/ modules that import a command (call the library function the command calls, with "
+                         f"typed arguments): {offenders}")
+
+
+def test_commands_and_functions_are_short():
+  modules = _cli_modules()
+  long_commands = {str(path.relative_to(REPO)): n for name, (path, command) in modules.items()
+                   if command and name not in CLI_EDGE
+                   and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_COMMAND_LINES}
+  assert not long_commands, f"commands over {MAX_COMMAND_LINES} lines (move the work into the library): {long_commands}"
+  long_functions = {}
+  for _, path in _modules():
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+          long_functions[f"{path.relative_to(REPO)}:{node.lineno} {node.name}"] = n
+  assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines (split them): {long_functions}"
+
+
+# Module circles kept on purpose, each with its reason.
+MODULE_CYCLES_ALLOWED = {
+    # format.open_split(URL) hands a bucket's split to staging (which stages it with format's own reader) so
+    # that every reader opens a cache one way, local or gs://; the import is lazy and one-way at load time.
+    ("flax_xalign.data.packed.format", "flax_xalign.data.packed.staging"),
+}
+
+
+def module_graph() -> set[tuple[str, str]]:
+  """(importer, imported) between the modules of ours, every import counted; a package's own submodules and
+  its parents are left out (`from flax_xalign.data import x` names the package, not a circle)."""
+  modules = dict(_modules())
+  edges = set()
+  for name, path in modules.items():
+    for imported in _imports(name, path):
+      parts = imported.split(".")
+      for k in range(len(parts), 0, -1):
+        target = ".".join(parts[:k])
+        if target in modules:
+          if target != name and not name.startswith(target + "."):
+            edges.add((name, target))
+          break
+  return edges
+
+
+def test_no_import_circle_between_modules():
+  """Within a folder too: `training/checkpoints.py` <-> `training/data_positions.py` was one (a lazy import)."""
+  found = [tuple(c) for c in cycles({edge: set() for edge in module_graph()})]
+  unexpected = [c for c in found if tuple(sorted(c)) not in MODULE_CYCLES_ALLOWED]
+  assert not unexpected, f"import circles between modules (move what both need into a third): {unexpected}"
+
+
+def test_bench_imports_no_command():
+  """A benchmark drives the library (or the edge's `common.train`), never a command's module."""
+  modules = _cli_modules()
+  commands = {name for name, (_, command) in modules.items() if command and name not in CLI_EDGE}
+  offenders = {}
+  for path in sorted((REPO / "bench").glob("*.py")):
+    found = set()
+    for imported in _imports(f"bench.{path.stem}", path):
+      if imported.startswith("flax_xalign.cli."):
+        parts = imported[len("flax_xalign.cli."):].split(".")
+        found |= {".".join(parts[:k]) for k in range(1, len(parts) + 1)} & commands
+    if found:
+      offenders[str(path.relative_to(REPO))] = sorted(found)
+  assert not offenders, f"benchmarks that import a command (call the library): {offenders}"
