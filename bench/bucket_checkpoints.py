@@ -8,7 +8,7 @@ disk), in one process:
               (async, then `.wait()`: timed until the step is committed), --repeats times to a local folder
               and to gs://<bucket>/..., alternating; one untimed save each first (clients, folders).
               ratio = bucket median seconds / local median seconds.
-  train       `xalign train` in this process (the real entry point, `flax_xalign.cli.common.train`) on a packed
+  train       `xalign train` in this process (the real entry point, `flax_xalign.cli.gin_cli.train`) on a packed
               cache of the embedded Bible (built here, `xalign cache`), MODEL_DIR in the bucket, --steps
               steps, logging every step: once with CHECKPOINT_EVERY=--every (asynchronous saves, keep 3) and
               once with CHECKPOINT_EVERY above the steps (only the final save, after the timed window).
@@ -197,11 +197,11 @@ OptimizerConfig.warmup_steps = 2
 def train_run(gin_file: str, model_dir: str, *, every: int, args: argparse.Namespace) -> dict:
   """Step times of one `xalign train` run (wall, between progress lines) and its logged steps/s."""
   from flax_xalign import storage
-  from flax_xalign.cli import common
+  from flax_xalign.cli import gin_cli
 
   clock = StepClock()
   with contextlib.redirect_stdout(clock):
-    code = common.train([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", f"--gin.CHECKPOINT_EVERY={every}"])
+    code = gin_cli.train([f"--gin_file={gin_file}", f"--gin.MODEL_DIR='{model_dir}'", f"--gin.CHECKPOINT_EVERY={every}"])
   if code != 0 or len(clock.arrived) != args.steps:
     raise SystemExit(f"xalign train into {model_dir} exited {code} after {len(clock.arrived)} step lines:\n"
                      + "".join(clock.parts)[-3000:])

@@ -299,7 +299,7 @@ def test_the_checker_finds_cycles_and_resolves_relative_imports(tmp_path):
 # ---------------------------------------------------------------- cli/: one floor of commands over the gin edge
 
 # The modules of cli/ that are not commands: the gin edge and the process set-up every command shares.
-CLI_EDGE = {"__init__", "__main__", "xalign", "common", "_process", "gin_cli", "configurables", "run_edge",
+CLI_EDGE = {"__init__", "__main__", "xalign", "common", "_process", "gin_cli", "configurables",
             "experiments"}  # (experiments: the subpackage's __init__, a folder of commands.)
 MAX_COMMAND_LINES = 150
 MAX_FUNCTION_LINES = 100
@@ -353,6 +353,17 @@ def test_no_command_imports_another_command_and_cli_is_two_floors():
       offenders[name] = wrong
   assert not offenders, ("cli/ modules that import a command (call the library function the command calls, with "
                          f"typed arguments): {offenders}")
+  # Two floors: the commands over the edge. Inside the edge a module stands at most one over another (gin_cli
+  # over configurables and _process, common over _process), so no chain of cli/ imports is longer than three.
+  graph = {name: _cli_imports(path, name, set(modules)) for name, (path, _) in modules.items()}
+
+  def chain(name: str, seen: tuple[str, ...] = ()) -> tuple[str, ...]:
+    longest = max((chain(m, (*seen, name)) for m in graph[name] if m not in seen), key=len, default=())
+    return (name, *longest)
+
+  deepest = max((chain(name) for name in graph), key=len)
+  assert len(deepest) <= 3, f"cli/ imports stack {len(deepest)} deep (at most a command over two edge floors): " + \
+      " -> ".join(deepest)
 
 
 def test_commands_and_functions_are_short():
@@ -403,7 +414,7 @@ def test_no_import_circle_between_modules():
 
 
 def test_bench_imports_no_command():
-  """A benchmark drives the library (or the edge's `common.train`), never a command's module."""
+  """A benchmark drives the library (or the edge's `gin_cli.train`), never a command's module."""
   modules = _cli_modules()
   commands = {name for name, (_, command) in modules.items() if command and name not in CLI_EDGE}
   offenders = {}

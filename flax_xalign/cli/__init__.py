@@ -15,8 +15,9 @@ Commands that read a run take `--model_dir` (`common.add_model_dir_flag`;
 the older `--checkpoint` is still accepted); gin commands bind MODEL_DIR.
 A command's `main(argv=None) -> int` calls `setup_process()` first
 (`_process.py`: TF/libtpu quieting, log filters, Orbax noise hooks) and then
-does its work through `common.py`; importing any of these modules changes
-nothing in the process.
+does its work through `common.py` (argparse commands) or `gin_cli.py` (gin
+commands: `gin_main`, `train`, `build_assets`); importing any of these
+modules changes nothing in the process.
 """
 
 from flax_xalign.cli._process import setup_process

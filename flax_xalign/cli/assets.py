@@ -19,11 +19,11 @@ import importlib.util  # noqa: F401  (must precede gin file parsing on gin 0.5)
 import sys
 from typing import Sequence
 
-from flax_xalign.cli import common
+from flax_xalign.cli import gin_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  return common.build_assets(argv, description=__doc__.splitlines()[0])
+  return gin_cli.build_assets(argv, description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

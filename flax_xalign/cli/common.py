@@ -50,55 +50,6 @@ def run_driver(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] 
   return code or status[0]
 
 
-def gin_main(argv: Sequence[str] | None, *, description: str, configurable: str, **kwargs) -> tuple[int, Any]:
-  """(exit status, result) of a gin command (t5x-style flags, `gin_cli.run`, which sets the process up)."""
-  from flax_xalign.cli import gin_cli
-
-  return gin_cli.run(argv_of(argv), description=description, configurable=configurable, **kwargs)
-
-
-ASSETS_DESCRIPTION = "Builds a run's assets into MODEL_DIR without training (the explicit build step)."
-
-
-def build_assets(argv: Sequence[str] | None, *, description: str = ASSETS_DESCRIPTION) -> int:
-  """The exit status of `xalign assets` with the flags `argv` (the flags of `xalign train`), in this process:
-  every asset the run's objectives require built into MODEL_DIR, one line per asset."""
-  code, run = gin_main(argv, description=description, configurable="train_job", assets_only=True)
-  if code == 0:
-    for name, fingerprint in sorted(run.assets.items()):
-      print(f"  {name}: version {fingerprint.get('version')}, sha256 {str(fingerprint.get('sha256'))[:16]}…")
-  return code
-
-
-TRAIN_DESCRIPTION = "Pretraining entry point (t5x-style flags)."
-
-
-def train(argv: Sequence[str] | None, *, description: str = TRAIN_DESCRIPTION) -> int:
-  """The exit status of `xalign train` with the flags `argv` (None: the process's own), in this process.
-
-  The flags are checked once, before JAX and TensorFlow load; then this process joins a multi-process job
-  (if one is configured) and turns the compilation cache on, before anything touches a device. A run
-  stopped by a signal exits 128 + the signal (Ctrl-C 130, SIGTERM 143) once it has saved. Library code that
-  must train through gin (the experiment drivers) is handed this function.
-  """
-  def join_and_cache() -> None:
-    from flax_xalign.training import distributed
-
-    distributed.maybe_initialize_distributed()
-    distributed.enable_compilation_cache()
-
-  code, result = gin_main(argv, description=description, configurable="train_job", after_flags=join_and_cache,
-                          write_config=True)
-  if code == 0 and result.interrupted:
-    # Several processes stop together through jax's preemption service (a SIGTERM), not a signal of their own.
-    import signal
-
-    import jax
-
-    return 128 + (result.stop_signal or (signal.SIGTERM if jax.process_count() > 1 else signal.SIGINT))
-  return code
-
-
 def add_model_dir_flag(parser: argparse.ArgumentParser, *, help: str, required: bool = True,  # noqa: A002
                        default: str | None = None) -> None:
   """`--model_dir` (alias `--checkpoint`), read as `args.model_dir`."""

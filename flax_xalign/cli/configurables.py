@@ -121,7 +121,7 @@ def register() -> None:
   global _REGISTERED
   if _REGISTERED:
     return
-  from flax_xalign.cli.run_edge import taking_model_dir
+  from flax_xalign.runs.by_folder import taking_model_dir
   from flax_xalign.evaluation import mlm_eval
   from flax_xalign.evaluation import registry as evaluation_registry
   from flax_xalign.evaluation.transfer import transfer

@@ -64,7 +64,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def evaluate(argv: Sequence[str]) -> tuple[int, Any]:
   """`xalign eval` (the masked-token evaluation, runs/eval.gin) with `argv`: (exit status, its results)."""
-  return common.gin_main(argv, description="eval", configurable="evaluate", default_gin_files=("runs/eval.gin",))
+  from flax_xalign.cli import gin_cli
+
+  return gin_cli.gin_main(argv, description="eval", configurable="evaluate", default_gin_files=("runs/eval.gin",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,7 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None = None) -> int:
   setup_process()
   args = parse_args(argv)
-  return demo.run(demo.DemoSettings(**vars(args)), trainer=common.train, evaluate=evaluate)
+  from flax_xalign.cli import gin_cli
+
+  return demo.run(demo.DemoSettings(**vars(args)), trainer=gin_cli.train, evaluate=evaluate)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ import importlib.util  # noqa: F401  (must precede gin file parsing on gin 0.5)
 import sys
 from collections.abc import Sequence
 
-from flax_xalign.cli import common
+from flax_xalign.cli import gin_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  code, results = common.gin_main(argv, description=__doc__.splitlines()[0], configurable="eval_job",
+  code, results = gin_cli.gin_main(argv, description=__doc__.splitlines()[0], configurable="eval_job",
                                   default_gin_files=("runs/eval.gin",))
   if code == 0 and "overall" in results:  # evaluate's masked-token accuracy
     from flax_xalign.evaluation import mlm_eval

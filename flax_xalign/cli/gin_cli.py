@@ -450,7 +450,7 @@ def run(argv: Sequence[str], *, description: str, configurable: str,
 
   from flax_xalign.cli import _process
 
-  _process.setup_process()  # The one set-up of a gin command (`common.gin_main` leaves it to this).
+  _process.setup_process()  # The one set-up of a gin command (`gin_main`, `train` and `build_assets` are `run`).
   noise = _process.known_noise()
   noise.held.clear()  # What seqio holds back belongs to this call only (tests and notebooks call run twice).
   prog = prog or prog_of(configurable, call_kwargs)
@@ -521,3 +521,56 @@ def train_bindings(args: argparse.Namespace) -> dict[str, Any]:
   configurables.register()
   parse_gin_without_training_macros(args)
   return dict(gin.get_bindings("flax_xalign.train", resolve_references=False))
+
+
+# ---------------------------------------------------------------- the gin commands, callable in this process
+
+
+def gin_main(argv: Sequence[str] | None, *, description: str, configurable: str, **kwargs) -> tuple[int, Any]:
+  """(exit status, result) of a gin command with the flags `argv` (None: the process's own): `run`."""
+  import sys
+
+  return run(list(sys.argv[1:] if argv is None else argv), description=description, configurable=configurable,
+             **kwargs)
+
+
+ASSETS_DESCRIPTION = "Builds a run's assets into MODEL_DIR without training (the explicit build step)."
+
+
+def build_assets(argv: Sequence[str] | None, *, description: str = ASSETS_DESCRIPTION) -> int:
+  """The exit status of `xalign assets` with the flags `argv` (the flags of `xalign train`), in this process:
+  every asset the run's objectives require built into MODEL_DIR, one line per asset."""
+  code, run = gin_main(argv, description=description, configurable="train_job", assets_only=True)
+  if code == 0:
+    for name, fingerprint in sorted(run.assets.items()):
+      print(f"  {name}: version {fingerprint.get('version')}, sha256 {str(fingerprint.get('sha256'))[:16]}…")
+  return code
+
+
+TRAIN_DESCRIPTION = "Pretraining entry point (t5x-style flags)."
+
+
+def train(argv: Sequence[str] | None, *, description: str = TRAIN_DESCRIPTION) -> int:
+  """The exit status of `xalign train` with the flags `argv` (None: the process's own), in this process.
+
+  The flags are checked once, before JAX and TensorFlow load; then this process joins a multi-process job
+  (if one is configured) and turns the compilation cache on, before anything touches a device. A run
+  stopped by a signal exits 128 + the signal (Ctrl-C 130, SIGTERM 143) once it has saved. Library code that
+  must train through gin (the experiment drivers) is handed this function.
+  """
+  def join_and_cache() -> None:
+    from flax_xalign.training import distributed
+
+    distributed.maybe_initialize_distributed()
+    distributed.enable_compilation_cache()
+
+  code, result = gin_main(argv, description=description, configurable="train_job", after_flags=join_and_cache,
+                          write_config=True)
+  if code == 0 and result.interrupted:
+    # Several processes stop together through jax's preemption service (a SIGTERM), not a signal of their own.
+    import signal
+
+    import jax
+
+    return 128 + (result.stop_signal or (signal.SIGTERM if jax.process_count() > 1 else signal.SIGINT))
+  return code

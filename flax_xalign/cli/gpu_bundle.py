@@ -95,10 +95,10 @@ def register_tasks(gin_file: str) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-  from flax_xalign.cli import common
+  from flax_xalign.cli import gin_cli
   from flax_xalign.experiments.gpu import builder
 
-  builder.build(build_options(args), builder.GinEdge(register_tasks=register_tasks, build_assets=common.build_assets))
+  builder.build(build_options(args), builder.GinEdge(register_tasks=register_tasks, build_assets=gin_cli.build_assets))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

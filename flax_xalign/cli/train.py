@@ -22,11 +22,11 @@ import importlib.util  # noqa: F401  (must precede gin file parsing on gin 0.5)
 import sys
 from collections.abc import Sequence
 
-from flax_xalign.cli import common
+from flax_xalign.cli import gin_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  return common.train(argv)
+  return gin_cli.train(argv)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Every function runs what a user would run by hand (`xalign train`, `xalign bli`,
 `xalign e5_small`, the transfer harness of the ALIGN-MLM grid), so a driver's
 table is reproducible command by command. Training goes through gin, which
 only `cli/` may import: a driver is handed the edge's trainer (`Trainer`, the
-command passes `cli.common.train`) and calls it with `xalign train`'s flags.
+command passes `cli.gin_cli.train`) and calls it with `xalign train`'s flags.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from flax_xalign.cli.run_edge import taking_model_dir
+from flax_xalign.runs.by_folder import taking_model_dir
 from flax_xalign.errors import UserError
 from flax_xalign.evaluation import mlm_eval
 from flax_xalign.evaluation.transfer import transfer

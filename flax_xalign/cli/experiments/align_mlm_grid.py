@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None = None) -> int:
   setup_process()
   args = parse_args(argv)
-  return align_mlm_grid.run(align_mlm_grid.GridSettings(**vars(args)), trainer=common.train)
+  from flax_xalign.cli import gin_cli
+
+  return align_mlm_grid.run(align_mlm_grid.GridSettings(**vars(args)), trainer=gin_cli.train)
 
 
 if __name__ == "__main__":

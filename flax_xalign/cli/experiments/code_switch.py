@@ -79,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None = None) -> int:
   setup_process()
   args = parse_args(argv)
-  return code_switch.run(code_switch.CodeSwitchSettings(**vars(args)), trainer=common.train)
+  from flax_xalign.cli import gin_cli
+
+  return code_switch.run(code_switch.CodeSwitchSettings(**vars(args)), trainer=gin_cli.train)
 
 
 if __name__ == "__main__":

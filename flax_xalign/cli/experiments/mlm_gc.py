@@ -73,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None = None) -> int:
   setup_process()
   args = parse_args(argv)
-  return mlm_gc.run(mlm_gc.MlmGcSettings(**vars(args)), trainer=common.train)
+  from flax_xalign.cli import gin_cli
+
+  return mlm_gc.run(mlm_gc.MlmGcSettings(**vars(args)), trainer=gin_cli.train)
 
 
 if __name__ == "__main__":

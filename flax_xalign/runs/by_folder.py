@@ -1,4 +1,4 @@
-"""Where a run's folder becomes a `runs.Run`: the gin edge of the evaluations.
+"""Where a run's folder becomes a `runs.Run`: the bridge the gin edge registers the evaluations through.
 
 Library evaluations take the run itself, at the step it was opened at
 (`mlm_eval.evaluate(run, ...)`, `transfer.pair_transfer_from_files(run, ...)`),
