@@ -35,9 +35,9 @@ NATURAL_NORMALIZE = "nfd_strip_marks"
 
 
 @dataclasses.dataclass(frozen=True)
-class CodeSwitchSettings:
+class CodeSwitchSettings(e5_debian.DebianFlags):
   """The driver's settings: the command's flags, in their order (results.json records them as `args`); the
-  `debian_*` / `seeds` fields are `e5_debian.DebianSetting`'s."""
+  `debian_*` / `seeds` fields are `e5_debian.DebianFlags`'."""
 
   model_dir: str
   settings: str = "synthetic,natural"  # Of SETTINGS (+ ALIASES).
@@ -52,14 +52,6 @@ class CodeSwitchSettings:
   finetune_steps: int = 150
   gin: Sequence[str] = ()  # Extra gin bindings for every run, NAME=VALUE.
   fresh: bool = False  # Delete model_dir first.
-  debian_data: str = "runs/debian_data"
-  debian_languages: str = ""
-  debian_e5_dir: str = "runs/e5_debian"
-  debian_steps: int = 80
-  seeds: int = 2
-  debian_gold: str = ""
-  debian_eval_sentences: int = 200
-  debian_retrieval_pairs: int = 100
 
 
 def _bli(run: Any, settings: CodeSwitchSettings, **options: Any) -> dict[str, Any]:

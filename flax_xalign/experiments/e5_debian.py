@@ -60,15 +60,12 @@ PIVOT = "en"
 RETRIEVAL_MAX_LENGTH = 128  # Tokens of a help paragraph kept for retrieval (the model's limit if lower).
 
 
-@dataclasses.dataclass(frozen=True)
-class DebianSetting:
-  """What the setting reads of a driver's settings (code_switch's or mlm_gc's): the driver's folder, the
-  vocabularies' count threshold and extra gin bindings, and the `--debian_*` / `--seeds` flags (their
-  defaults here are the flags')."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DebianFlags:
+  """The `--debian_*` / `--seeds` flags of the drivers that run the Debian setting (code_switch, mlm_gc), with
+  the flags' defaults (`cli/experiments/__init__.add_debian_arguments`); their settings dataclasses take them
+  from here."""
 
-  model_dir: str
-  min_count: int = 5
-  gin: Sequence[str] = ()
   debian_data: str = "runs/debian_data"
   debian_languages: str = ""
   debian_e5_dir: str = "runs/e5_debian"
@@ -77,6 +74,16 @@ class DebianSetting:
   debian_gold: str = ""
   debian_eval_sentences: int = 200
   debian_retrieval_pairs: int = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class DebianSetting(DebianFlags):
+  """What the setting reads of a driver's settings (code_switch's or mlm_gc's): the driver's folder, the
+  vocabularies' count threshold and extra gin bindings, and the `DebianFlags`."""
+
+  model_dir: str
+  min_count: int = 5
+  gin: Sequence[str] = ()
 
   @classmethod
   def of(cls, settings: Any) -> "DebianSetting":

@@ -30,9 +30,9 @@ NATURAL_LEXICON = "grc-en.train.txt"
 
 
 @dataclasses.dataclass(frozen=True)
-class MlmGcSettings:
+class MlmGcSettings(e5_debian.DebianFlags):
   """The driver's settings: the command's flags, in their order (results.json records them as `args`); the
-  `debian_*` / `seeds` fields are `e5_debian.DebianSetting`'s."""
+  `debian_*` / `seeds` fields are `e5_debian.DebianFlags`'."""
 
   model_dir: str
   settings: str = ",".join(SETTINGS)
@@ -43,14 +43,6 @@ class MlmGcSettings:
   finetune_steps: int = 150  # POS fine-tuning steps (synthetic).
   gin: Sequence[str] = ()  # Extra gin bindings for every run, NAME=VALUE.
   fresh: bool = False  # Delete model_dir first.
-  debian_data: str = "runs/debian_data"
-  debian_languages: str = ""
-  debian_e5_dir: str = "runs/e5_debian"
-  debian_steps: int = 80
-  seeds: int = 2
-  debian_gold: str = ""
-  debian_eval_sentences: int = 200
-  debian_retrieval_pairs: int = 100
 
 
 def _setting_gin(setting: str) -> tuple[list[str], list[str]]:

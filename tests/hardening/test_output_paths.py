@@ -115,8 +115,6 @@ NOT_WRITERS = {
     "experiments/bli_table": "driver; its --output checks in tests/cli/test_bli_table_cli.py",
     "experiments/code_switch": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
     "experiments/mlm_gc": "driver; its --model_dir and --fresh are experiments.harness.Results' (tested below)",
-    "experiments/e5_debian": "driver",
-    "experiments/e5_debian_report": "driver",
     "xalign": "the console script: it runs another command (whose row is above) with the flags after its name",
 }
 # A command module's name in cli/ -> its row(s) above.
