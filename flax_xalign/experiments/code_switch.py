@@ -1,6 +1,7 @@
 """The TCS-MLM / SCS-MLM miniature laboratory (Lu, Lu & Zhang 2023) at laptop scale (`xalign code_switch`).
 
-Three settings, each a starting "mono-mPLM" continued at the same budget with
+Three settings, each a starting model (a true mono-mPLM only in `synthetic`: e5-small was trained on
+text pairs, translations among them) continued at the same budget with
 MLM (the baseline), TCS-MLM and SCS-MLM through the real entry point (the
 trainer the command hands in: `xalign train` + gin_configs/experiments/code_switch/*.gin):
 `synthetic` (the Greek NT and its transliterated copy, a mono-mPLM trained

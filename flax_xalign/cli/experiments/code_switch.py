@@ -5,7 +5,8 @@
       [--natural_steps=N] [--e5_dir=runs/e5_bible] [--finetune_steps=150] [--max_sentences=N] [--fresh] \
       [--debian_data=runs/debian_data] [--debian_steps=N] [--seeds=2] [--debian_gold=DIR/{lang}-en.txt]
 
-Three settings, each a starting "mono-mPLM" continued at the same budget with
+Three settings, each a starting model (a true mono-mPLM only in `synthetic`: e5-small was trained on
+text pairs, translations among them) continued at the same budget with
 MLM (the baseline), TCS-MLM and SCS-MLM through the real entry point
 (`flax_xalign.train` + gin_configs/experiments/code_switch/*.gin):
 

@@ -12,8 +12,9 @@ Bible (one start, one vocabulary for both settings):
   trained with one. Every MLM-trained continuation starts from it; its encoder is e5's, unchanged.
 * `debian`: MLM, TCS-MLM, SCS-MLM (batch and vocabulary candidates) and MLM-GC continued on the monolingual
   Debian help mixture (de, el, fr, hi, ru + en), 2 seeds (data order and masks; the same two for every row).
-* `xlm_align`: MLM + TLM + DWA on the Bible (grc-en) with DWA's labels self-made (`self`), eflomal's links
-  (`links`) and their union.
+* `xlm_align`: TLM + DWA on the Bible (grc-en) with DWA's labels self-made (`self`), eflomal's links
+  (`links`) and their union. Its `mlm` term trains nothing: the `bible` cache holds pairs only and `mlm`
+  scores only pair_side 0 slots (objectives/mlm.py), so its weight is 0 on every step.
 * `so`: awesome-align's SO objective on eflomal's links, one uninterrupted run from e5-small (no MLM head);
   its recipe is gin_configs/experiments/so_links.gin, the one experiments/e5_so_eflomal.gin includes.
 
