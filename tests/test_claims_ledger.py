@@ -104,3 +104,15 @@ def test_the_headline_check_catches_a_number_no_raw_file_has():
   assert headline_numbers(table) == [34.6, 79.7, 55.5]
   assert unsourced([34.6, 79.7, 55.5], {"aer": 0.3461, "precision": 0.797, "recall": 0.5549}) == []
   assert unsourced([34.75], {"aer": 0.3461}) == [34.75]
+
+
+def test_spearman_and_its_interval_match_scipy():
+  from scipy import stats
+
+  ledger = _ledger_module()
+  x = [0.1, 0.4, 0.4, 0.2, 0.9, 0.5, 0.3, 0.8]
+  y = [3.0, 1.0, 2.0, 2.0, 0.5, 1.5, 2.5, 0.7]
+  assert abs(ledger.spearman(x, y) - stats.spearmanr(x, y).statistic) < 1e-12
+  assert ledger.spearman([1, 1, 1], [1, 2, 3]) == 0.0
+  low, high = ledger.bootstrap_interval(x, y, draws=400)
+  assert low <= ledger.spearman(x, y) <= high and ledger.bootstrap_interval(x, y, draws=400) == (low, high)
