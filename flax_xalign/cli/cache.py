@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flax_xalign.cli import common
+from flax_xalign.cli import cache_flags
 from flax_xalign.training import cache_job
 
 
@@ -52,8 +53,8 @@ def _gin_flags(rest: list[str]) -> Any:
 
 
 def parse_args(argv: Sequence[str]) -> Any:
-  """The flags (`cache_job.parse_flags`: every flag of the job; `args.gin`, the gin flags or None)."""
-  return cache_job.parse_flags(argv, prog="xalign cache", description=__doc__.splitlines()[0], gin_flags=_gin_flags)
+  """The flags (`cache_flags.parse_flags`: every flag of the job; `args.gin`, the gin flags or None)."""
+  return cache_flags.parse_flags(argv, prog="xalign cache", description=__doc__.splitlines()[0], gin_flags=_gin_flags)
 
 
 def _fill_from_gin(gin_args: Any, job: cache_job.CacheJob) -> cache_job.CacheJob:
@@ -67,7 +68,7 @@ def run(args: Any) -> None:
   from flax_xalign.cli._process import setup_process
 
   fill = functools.partial(_fill_from_gin, args.gin) if args.gin is not None else None
-  cache_job.write_cache(cache_job.job_of(args), fill=fill, worker_setup=setup_process)
+  cache_job.write_cache(cache_flags.job_of(args), fill=fill, worker_setup=setup_process)
 
 
 def _ignore_ctrl_c() -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from flax_xalign.cli import common
 from flax_xalign.errors import ArgumentParser, UserError
+from flax_xalign.cli import cache_flags
 from flax_xalign.training import cache_job
 
 DEFAULT_SHARDS = 8
@@ -37,7 +38,7 @@ RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "Port
 def _gin_flags(rest: list[str]) -> Any:
   from flax_xalign.cli import gin_cli
 
-  return gin_cli.parse_args(rest, description=cache_job.DESCRIPTION, prog="xalign cache")
+  return gin_cli.parse_args(rest, description=cache_flags.DESCRIPTION, prog="xalign cache")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -55,8 +56,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
   if ours.num_shards < 1:
     raise UserError(f"--num_shards={ours.num_shards} must be at least 1.")
   packed_beam.require_beam()  # Beam's own flags are told apart by Beam.
-  beam_flags, cache_flags = packed_beam.split_flags(rest)
-  args = cache_job.parse_flags(cache_flags, prog="xalign cache", description=cache_job.DESCRIPTION,
+  beam_flags, job_flags = packed_beam.split_flags(rest)
+  args = cache_flags.parse_flags(job_flags, prog="xalign cache", description=cache_flags.DESCRIPTION,
                                gin_flags=_gin_flags)
   if args.workers != 1:
     raise UserError(f"--workers={args.workers} is `xalign cache`'s flag; here --num_shards=N sets the shards Beam's "
@@ -80,7 +81,7 @@ def run(parsed: tuple[argparse.Namespace, list[str]]) -> Any:
 
   args, beam_flags = parsed
   fill = functools.partial(_fill_from_gin, args.gin) if args.gin is not None else None
-  return cache_job.write_cache_beam(cache_job.job_of(args), beam_flags, num_shards=args.num_shards, fill=fill,
+  return cache_job.write_cache_beam(cache_flags.job_of(args), beam_flags, num_shards=args.num_shards, fill=fill,
                                     worker_setup=setup_process)
 
 
