@@ -54,8 +54,7 @@ def parse_args(argv: Sequence[str]):
 def run(args) -> None:
   from flax_xalign import fileio
   from flax_xalign.evaluation.word_alignment import aer, statistical
-  from flax_xalign.evaluation.word_alignment.bible_links import (BIBLE_COMMAND, combine, is_bible_links_folder,
-                                                                 write_bible_links)
+  from flax_xalign.evaluation.word_alignment.bible_links import check_output_dir, combine, write_bible_links
 
   if args.input:
     fileio.check_output_file(args.output, inputs={"--input": args.input})
@@ -70,8 +69,7 @@ def run(args) -> None:
 
   storage.check_local(args.output_dir, setting="--output_dir", reason="the Bible's splits and links are written "
                       "as local files, marked and locked (eflomal reads local files)")
-  fileio.check_output_folder(args.output_dir, setting="--output_dir", owned=is_bible_links_folder,
-                             what=f"an earlier --bible output (marked by {BIBLE_COMMAND}, {fileio.MARK})")
+  check_output_dir(args.output_dir)
   result, _ = write_bible_links(args.output_dir, symmetrize=args.symmetrize, verbose=True)
   print(f"eflomal {result.version}, {args.symmetrize}, {result.seconds:.1f} s")
 

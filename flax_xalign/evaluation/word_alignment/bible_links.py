@@ -41,6 +41,15 @@ def is_bible_links_folder(folder: str) -> bool:
   return bool(mark) and mark["command"] == BIBLE_COMMAND and set(os.listdir(folder)) <= own_files()
 
 
+def check_output_dir(output_dir: str) -> None:
+  """UserError unless `output_dir` may receive --bible's files: new, empty, or an earlier --bible output (its
+  mark and only its files); before any work."""
+  from flax_xalign import fileio
+
+  fileio.check_output_folder(output_dir, setting="--output_dir", owned=is_bible_links_folder,
+                             what=f"an earlier --bible output (marked by {BIBLE_COMMAND}, {fileio.MARK})")
+
+
 def write_bible_links(output_dir: str, *, symmetrize: str = "grow-diag-final-and", verbose: bool = False
                       ) -> tuple[Any, dict[str, list[int]]]:
   """eflomal over every New Testament verse pair; `<split>.tsv` + `<split>.links` per split into `output_dir`.

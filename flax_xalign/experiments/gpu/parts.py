@@ -41,14 +41,12 @@ def bible_links(given: str, work: str) -> str:
   target = os.path.join(work, "bible_links")
   made = inputs_fingerprint((), command="xalign eflomal --bible", symmetrize="grow-diag-final-and")
   if not (made_for(target, made) and os.path.isfile(os.path.join(target, "train.links"))):
-    from flax_xalign import fileio
     from flax_xalign.evaluation.word_alignment import bible_links as links_lib
 
     print("eflomal: aligning the Bible for the link-labelled tasks", flush=True)
     with contextlib.suppress(FileNotFoundError):
       os.unlink(target + INPUTS_SUFFIX)
-    fileio.check_output_folder(target, setting="--output_dir", owned=links_lib.is_bible_links_folder,
-                               what=f"an earlier --bible output (marked by {links_lib.BIBLE_COMMAND}, {fileio.MARK})")
+    links_lib.check_output_dir(target)
     symmetrize = "grow-diag-final-and"
     result, _ = links_lib.write_bible_links(target, symmetrize=symmetrize, verbose=True)
     print(f"eflomal {result.version}, {symmetrize}, {result.seconds:.1f} s")
