@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flax_xalign.errors import UserError
-from flax_xalign.experiments.gpu.grids import Family
+from flax_xalign.experiments.gpu.grids import Family, RowSet
 
 BUNDLE_FILE = "bundle.json"
 SUITE_DIR = "suite"  # The bundle's evaluation suite (`evaluation.offline.suite.write_suite`).
@@ -73,7 +73,7 @@ class Row:
 
 
 @dataclasses.dataclass(frozen=True)
-class Bundle:
+class Bundle(RowSet):
   """Everything the host runs and reports, as built (module docstring)."""
 
   grid: str                       # the grid's name: a label (the host runs the rows below, not the grid)
@@ -93,16 +93,6 @@ class Bundle:
   parts: Mapping[str, int]        # bytes per part (start, caches, assets, suite, wheels, run.sh)
   bytes: int
   files: Mapping[str, int]        # every file of the bundle but bundle.json, with its size
-
-  def family(self, name: str) -> Family:
-    return next(f for f in self.families if f.name == name)
-
-  def all_experiments(self) -> tuple[Row, ...]:
-    return (self.warmup, *self.experiments)
-
-  def metrics(self) -> tuple[str, ...]:
-    """Every metric some row is scored on (the start row gets all of them)."""
-    return tuple(dict.fromkeys(m for e in self.experiments for m in e.metrics))
 
 
 # ---------------------------------------------------------------------------- the shape of bundle.json

@@ -88,8 +88,23 @@ class Experiment:
   metrics: tuple[str, ...] = ()   # what its last step is scored on (`evaluation.offline` metric families)
 
 
+class RowSet:
+  """What a grid and a built bundle both answer of their rows: a dataclass with the fields `families`,
+  `warmup` and `experiments` (each row with `metrics`)."""
+
+  def family(self, name: str) -> Family:
+    return next(f for f in self.families if f.name == name)
+
+  def all_experiments(self) -> tuple:
+    return (self.warmup, *self.experiments)
+
+  def metrics(self) -> tuple[str, ...]:
+    """Every metric some experiment is scored on (the start row gets all of them)."""
+    return tuple(dict.fromkeys(m for e in self.experiments for m in e.metrics))
+
+
 @dataclasses.dataclass(frozen=True)
-class Grid:
+class Grid(RowSet):
   name: str
   description: str
   start: str                      # "e5" (e5-small trimmed to the grid's text) or "tiny" (a 4-layer model)
@@ -101,16 +116,6 @@ class Grid:
   experiments: tuple[Experiment, ...]
   budget_s: float                 # default BUDGET_S: training + scoring, the host's start not included
   measured: "MeasuredBundle | None" = None  # what a built bundle of this grid took (`estimate_bytes`)
-
-  def family(self, name: str) -> Family:
-    return next(f for f in self.families if f.name == name)
-
-  def all_experiments(self) -> tuple[Experiment, ...]:
-    return (self.warmup, *self.experiments)
-
-  def metrics(self) -> tuple[str, ...]:
-    """Every metric some experiment is scored on (the start row gets all of them)."""
-    return tuple(dict.fromkeys(m for e in self.experiments for m in e.metrics))
 
   def check(self) -> "Grid":
     names = [e.name for e in self.all_experiments()]
