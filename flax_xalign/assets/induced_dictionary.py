@@ -20,10 +20,17 @@ Where the embeddings come from:
   run continues with exactly it. Without a source the dictionary then starts
   empty (every `translation` -1: TCS switches nothing) until step N.
 * neither: a UserError (there is nothing to induce from).
+* `method='gold'` (a control, not the paper's method): no model at all; a
+  transliterated synthetic language's true token map (the `token_map` asset's),
+  each entry kept with probability `precision` and otherwise replaced by a
+  token drawn uniformly from the partner vocabulary's others (`seed` draws
+  them), so TCS can be run with a dictionary of a chosen Hit@1 (the paper's
+  Table 1 self-induced dictionaries are about 50%). Entries whose true partner
+  is not in the partner vocabulary stay untranslated; never refreshed.
 
 Options (`asset_options={'induced_dictionary': {...}}`): `source`, `method`
 ('csls', or 'nn' for the plain cosine nearest neighbour), `knn` (10),
-`refresh_every` (0); `languages`, `pivot`, `min_count` and `split` are the
+`refresh_every` (0), and for 'gold' `precision` (1.0) and `seed` (0); `languages`, `pivot`, `min_count` and `split` are the
 `lang_vocab` options (`asset_options['lang_vocab']`), which may be
 overridden here. With a pivot (many languages) every pair (X, pivot) gets its
 own dictionary, both directions, between its own two vocabularies (§2.2:
@@ -66,10 +73,10 @@ if TYPE_CHECKING:
   from flax_xalign.run_spec import RunSpec
 
 FILENAME = "induced_dictionary.tsv"
-METHODS = ("csls", "nn")
+METHODS = ("csls", "nn", "gold")
 DEFAULT_METHOD = "csls"
 DEFAULT_KNN = 10
-OWN_OPTIONS = ("source", "method", "knn", "refresh_every")
+OWN_OPTIONS = ("source", "method", "knn", "refresh_every", "precision", "seed")
 OPTIONS = OWN_OPTIONS + lang_vocab_lib.OPTIONS
 COLUMNS = ("src_lang", "src_id", "tgt_id", "src_piece", "tgt_piece", "score")
 BLOCK = 1024  # Source rows per block of the similarity search (memory O(BLOCK x C)).
@@ -152,8 +159,12 @@ class InducedDictionary(Asset):
 
   def __init__(self, *, vocab: lang_vocab_lib.LangVocab, source: str | None, method: str = DEFAULT_METHOD,
                knn: int = DEFAULT_KNN, refresh_every: int = 0, vocab_size: int = 0,
-               piece: Callable[[int], str] | None = None):
+               piece: Callable[[int], str] | None = None, gold: Any = None, precision: float = 1.0,
+               seed: int = 0):
     self.vocab = vocab
+    self.gold = gold  # method 'gold': the SyntheticLanguage whose id map is the truth.
+    self.precision = float(precision)
+    self.seed = int(seed)
     self.source = source
     self.method = method
     self.knn = int(knn)
@@ -177,8 +188,33 @@ class InducedDictionary(Asset):
     return {"vocab_ids": value["vocab_ids"], "vocab_mask": value["vocab_mask"], "translation": translation,
             "score": score, "lang_ids": value["lang_ids"]}
 
+  def gold_value(self, value: Value, first_regular: int) -> Value:
+    """`value` translated by the true map, each entry kept with probability `precision` (method 'gold')."""
+    id_map = np.asarray(self.gold.id_map())
+    inverse = np.full(max(len(id_map), int(id_map.max()) + 1), -1, np.int64)
+    regular = np.arange(len(id_map)) >= first_regular
+    inverse[id_map[regular]] = np.flatnonzero(regular)
+    ids, mask = np.asarray(value["vocab_ids"]), np.asarray(value["vocab_mask"], bool)
+    translation = np.full(ids.shape, -1, np.int32)
+    rng = np.random.default_rng(self.seed)
+    natural = _natural_language()
+    for s in range(ids.shape[0]):
+      partner = ids[s ^ 1][mask[s ^ 1]]
+      in_partner = set(partner.tolist())
+      truth = id_map if lang_vocab_lib.side_language(self.sides[s]) == natural else inverse
+      for i in np.flatnonzero(mask[s]):
+        true = int(truth[ids[s, i]]) if ids[s, i] < len(truth) else -1
+        if true < 0 or true == ids[s, i] or true not in in_partner:
+          continue
+        others = partner[partner != true]
+        translation[s, i] = true if rng.random() < self.precision or not others.size else int(rng.choice(others))
+    return {**value, "translation": translation,
+            "score": np.where(translation >= 0, np.float32(1), np.float32(0)).astype(np.float32)}
+
   def build(self, run: "RunSpec", *, source: Any = None) -> Value:
     """The dictionary induced from `source` (the opened `self.source` run), or empty until the first refresh."""
+    if self.method == "gold":
+      return self.gold_value(empty_value(self.vocab.build(run)), run.vocabulary.specials.first_regular)
     if self.source is None and not self.refresh_every:
       raise UserError(
           "the induced_dictionary asset needs a model to induce from: warm-start the run from one "
@@ -196,6 +232,8 @@ class InducedDictionary(Asset):
     return {k: np.asarray(v) for k, v in jax.device_get(self.induce(params, value)).items()}
 
   def refresh(self, params: Any, value: Value, run: "RunSpec") -> Value:
+    if self.method == "gold":
+      return value
     return self.induce(params, value)
 
   # ---------------------------------------------------------------- files
@@ -210,6 +248,7 @@ class InducedDictionary(Asset):
         *lang_vocab_lib.setting_lines(self.languages, self.vocab.pivot),
         f"# lang_ids: {' '.join(str(int(i)) for i in np.asarray(value['lang_ids']))}",
         f"# method: {self.method}",
+        *([f"# precision: {self.precision!r}", f"# seed: {self.seed}"] if self.method == "gold" else []),
         f"# knn: {self.knn}",
         f"# source: {self.source or ''}",
         f"# refresh_every: {self.refresh_every}",
@@ -290,8 +329,9 @@ class InducedDictionary(Asset):
 
   def check(self, value: Value, run: "RunSpec") -> None:
     header = self.loaded_header or {}
+    gold = {"precision": repr(self.precision), "seed": str(self.seed)} if self.method == "gold" else {}
     lang_vocab_lib.check_header_settings(FILENAME, header, {
-        "method": self.method, "knn": str(self.knn),
+        "method": self.method, "knn": str(self.knn), **gold,
         "source": self.source or "", "min_count": str(self.vocab.min_count), "split": self.vocab.split,
         "vocab_size": str(run.vocabulary.size)}, options="options")
     lang_vocab_lib.check_sides(FILENAME, header, self.sides)
@@ -317,6 +357,8 @@ class InducedDictionary(Asset):
     translation, score = np.asarray(value["translation"]), np.asarray(value["score"])
     induced = (translation >= 0) & mask
     origin = (f"from {self.source}" if self.source else "empty until the first refresh")
+    if self.method == "gold":
+      origin = f"the true token map, each entry kept with probability {self.precision:g} (seed {self.seed})"
     if self.refresh_every:
       origin += f", refreshed every {self.refresh_every} steps"
     sides = self.sides
@@ -342,6 +384,28 @@ def _int_option(options: Mapping[str, Any], key: str, default: int, low: int) ->
   return int(value)
 
 
+def _natural_language() -> str:
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+  return synthetic_tasks.NATURAL
+
+
+def _gold_options(run: "RunSpec", options: Mapping[str, Any], method: str) -> tuple[Any, float, int]:
+  """(the synthetic language, precision, seed) of method 'gold'; (None, 1.0, 0) for the others."""
+  if method != "gold":
+    given = sorted({"precision", "seed"} & set(options))
+    if given:
+      raise UserError(f"induced_dictionary option(s) {given} belong to method 'gold'; method {method!r} takes none.")
+    return None, 1.0, 0
+  from flax_xalign.assets.dictionary import transliterated_language
+  precision = options.get("precision", 1.0)
+  if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0.0 <= precision <= 1.0:
+    raise UserError(f"induced_dictionary option 'precision' must be a number in [0, 1], got {precision!r}.")
+  if options.get("refresh_every", 0) or options.get("source") is not None:
+    raise UserError("induced_dictionary method 'gold' reads the true token map and nothing else: drop its "
+                    "'source' and 'refresh_every' options.")
+  return transliterated_language(run), float(precision), _int_option(options, "seed", 0, 0)
+
+
 @registry.register("induced_dictionary")
 def _induced_dictionary(run: "RunSpec") -> Asset:
   options = run.options_of("induced_dictionary")
@@ -355,7 +419,8 @@ def _induced_dictionary(run: "RunSpec") -> Asset:
   if method not in METHODS:
     raise UserError(f"induced_dictionary option 'method' must be one of {', '.join(map(repr, METHODS))}, "
                     f"got {method!r}.")
-  source = options.get("source", run.init_from_checkpoint)
+  gold, precision, seed = _gold_options(run, options, method)
+  source = None if gold is not None else options.get("source", run.init_from_checkpoint)
   if source is not None and (not isinstance(source, str) or not source):
     raise UserError(f"induced_dictionary option 'source' must be a MODEL_DIR path, got {source!r}.")
   piece = lang_vocab_lib.piece_function(run)
@@ -363,4 +428,4 @@ def _induced_dictionary(run: "RunSpec") -> Asset:
                                    vocab_size=run.vocabulary.size, piece=piece, pivot=pivot)
   return InducedDictionary(vocab=vocab, source=source, method=method, knn=_int_option(options, "knn", DEFAULT_KNN, 1),
                            refresh_every=_int_option(options, "refresh_every", 0, 0),
-                           vocab_size=run.vocabulary.size, piece=piece)
+                           vocab_size=run.vocabulary.size, piece=piece, gold=gold, precision=precision, seed=seed)

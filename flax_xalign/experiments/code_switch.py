@@ -28,7 +28,7 @@ from flax_xalign.run_dir import RunDir
 
 SETTINGS = ("synthetic", "bible", "debian")
 ALIASES = {"natural": "debian"}
-OBJECTIVES = ("mlm", "tcs", "scs", "gc")
+OBJECTIVES = ("mlm", "tcs", "scs", "gc", "tcs_gold")  # tcs_gold: the control of tcs_gold.gin (synthetic only).
 DEFAULT_OBJECTIVES = {"synthetic": ("mlm", "tcs", "scs"), "bible": ("mlm", "tcs", "scs"),
                       "debian": ("mlm", "tcs", "scs", "gc")}
 NATURAL_LEXICON = "grc-en.train.txt"
@@ -76,6 +76,24 @@ def _row(setting: str, objective: str, model_dir: str, result: dict[str, Any], s
           "mlm_accuracy": harness.mlm_accuracy(model_dir)}
 
 
+def dictionary_hit1(run: Any) -> float | None:
+  """Hit@1 of the dictionary a TCS run switched with, natural -> derived, against the true token map: of the
+  natural language-specific tokens whose counterpart is in the derived vocabulary, the share translated to
+  it (None for a run without an `induced_dictionary`)."""
+  import numpy as np
+
+  from flax_xalign.tasks import synthetic as synthetic_tasks
+
+  if "induced_dictionary" not in run.spec.assets:
+    return None
+  value = run.assets(("induced_dictionary",))["induced_dictionary"]
+  id_map = np.asarray(synthetic_tasks.language_of(run.spec.task).id_map())
+  ids, mask, translation = (np.asarray(value[k]) for k in ("vocab_ids", "vocab_mask", "translation"))
+  src, out = ids[0][mask[0]], translation[0][mask[0]]
+  keep = np.isin(id_map[src], ids[1][mask[1]])
+  return float(np.mean(out[keep] == id_map[src][keep])) if keep.any() else None
+
+
 def synthetic_rows(trainer: harness.Trainer, settings: CodeSwitchSettings, objectives: Sequence[str], done: dict,
                    save) -> list[dict]:
   root = os.path.join(settings.model_dir, "synthetic")
@@ -111,6 +129,7 @@ def synthetic_rows(trainer: harness.Trainer, settings: CodeSwitchSettings, objec
     result = _bli(run, settings, src=synthetic_tasks.NATURAL, tgt=derived, gold="token_map")
     row = _row("synthetic", objective, run_dir, result, seconds)
     row["pos"] = harness.pos_transfer(run, finetune_steps=settings.finetune_steps, cache=data)
+    row["dictionary_hit1"] = dictionary_hit1(run)
     rows.append(row)
     save(row)
   return rows
@@ -171,6 +190,8 @@ def format_table(rows: Sequence[dict]) -> str:
     name = "starting model" if row["objective"] == "start" else f"+ {row['objective'].upper()}"
     if row["objective"] == "mlm":
       name = "+ MLM (baseline)"
+    elif row["objective"] == "tcs_gold":
+      name = "+ TCS, gold dictionary kept at 50% (control)"
     cells = [row["setting"], name, pct(row["nn"]["hit@1"]), pct(row["nn"]["hit@5"]), pct(row["csls"]["hit@1"]),
              pct(row["csls"]["hit@5"]), f"{row['pairs']:,}", f"{row['rsim_top_half']:.3f}",
              pct(pos.get("sup")), pct(pos.get("zs")), pct(pos.get("delta")), pct(row.get("mlm_accuracy"))]
@@ -183,7 +204,8 @@ def plot(rows: Sequence[dict], setting: str, path: str) -> str | None:
   curves = {r["objective"]: r["per_layer"]["rsim"] for r in rows if r["setting"] == setting}
   if "mlm" not in curves or len(curves) < 2:
     return None
-  labels = {"start": "starting model", "mlm": "MLM", "tcs": "TCS-MLM", "scs": "SCS-MLM"}
+  labels = {"start": "starting model", "mlm": "MLM", "tcs": "TCS-MLM", "scs": "SCS-MLM",
+            "tcs_gold": "TCS-MLM, 50%-correct gold dictionary"}
   layers = next(r["per_layer"]["layers"] for r in rows if r["setting"] == setting)
   return rsim.plot_delta_rsim({labels[k]: v for k, v in curves.items()}, "MLM", path, layers=layers,
                               title=f"{setting}: RSIM per layer and ΔRSIM against continued MLM")
@@ -198,6 +220,9 @@ def _choices(settings: CodeSwitchSettings) -> tuple[list[str], dict[str, list[st
   asked = harness.split_choices(settings.objectives, OBJECTIVES, "objectives") if settings.objectives else None
   chosen = {s: list(asked or DEFAULT_OBJECTIVES[s]) for s in chosen_settings}
   for setting, objectives in chosen.items():
+    if setting != "synthetic" and "tcs_gold" in objectives:
+      raise UserError(f"--objectives=tcs_gold needs the true token map, which only the synthetic setting has "
+                      f"(asked for {setting}).")
     if setting != "debian" and "gc" in objectives:
       raise UserError(f"--objectives=gc runs in the debian setting only; the {setting} MLM-GC runs are "
                       "`xalign mlm_gc`.")

@@ -294,3 +294,44 @@ def test_many_languages_pair_each_with_the_pivot(corpus3, tmp_path):
 def test_a_pivot_outside_the_languages_is_one_error(corpus3):
   with pytest.raises(UserError, match="option 'pivot' must be one of its languages"):
     registry.create("lang_vocab", _run("lv3_mix", {"lang_vocab": {"pivot": "es"}}))
+
+
+def test_gold_dictionary_is_the_true_map_kept_at_the_asked_precision(bible_data_dir, tmp_path):
+  """method 'gold' (the TCS control): precision 1 is the id map both ways; 0.5 keeps about half, the rest wrong
+  partner-vocabulary tokens, the same for the same seed; its file round-trips; bad options are one error."""
+  from flax_xalign.assets import induced_dictionary as idict
+
+  V = 211
+  language = SyntheticLanguage(transforms="trans", vocab_size=V, overlap=0.2, seed=0)
+  names = register_synthetic_afresh(language)
+  id_map = language.id_map()
+
+  def build(**options):
+    run = _run(names["mlm"], {"lang_vocab": {"min_count": 20}, "induced_dictionary": {"method": "gold", **options}})
+    asset = registry.create("induced_dictionary", run)
+    return asset, asset.build(run), run
+
+  _, exact, _ = build()
+  mask, ids, translation = exact["vocab_mask"], exact["vocab_ids"], exact["translation"]
+  natural, derived = ids[0][mask[0]], ids[1][mask[1]]
+  np.testing.assert_array_equal(translation[0][mask[0]], id_map[natural])
+  inverse = {int(id_map[t]): t for t in range(5, V) if id_map[t] != t}
+  np.testing.assert_array_equal(translation[1][mask[1]], [inverse[int(d)] for d in derived])
+
+  asset, half, run = build(precision=0.5, seed=3)
+  kept = translation[0][mask[0]] == half["translation"][0][mask[0]]
+  assert 0.35 < kept.mean() < 0.65, kept.mean()
+  wrong = half["translation"][0][mask[0]][~kept]
+  assert np.isin(wrong, derived).all()
+  np.testing.assert_array_equal(build(precision=0.5, seed=3)[1]["translation"], half["translation"])
+  assert not np.array_equal(build(precision=0.5, seed=4)[1]["translation"], half["translation"])
+  asset.save(str(tmp_path), half)
+  loaded = asset.load(str(tmp_path))
+  asset.check(loaded, run)
+  np.testing.assert_array_equal(loaded["translation"], half["translation"])
+  with pytest.raises(UserError, match="precision"):
+    build(precision=1.5)
+  with pytest.raises(UserError, match="belong to method 'gold'"):
+    registry.create("induced_dictionary", _run(names["mlm"], {"induced_dictionary": {"seed": 1, "source": "x"}}))
+  with pytest.raises(UserError, match="'gold' reads the true token map"):
+    build(refresh_every=5)

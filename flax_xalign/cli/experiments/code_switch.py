@@ -57,7 +57,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser = ArgumentParser(prog="xalign code_switch", description=__doc__.splitlines()[0])
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--settings", default="synthetic,natural", help=f"of {', '.join(SETTINGS)}; natural = debian")
-  parser.add_argument("--objectives", default="", help="default: mlm,tcs,scs (debian: also gc)")
+  parser.add_argument("--objectives", default="", help="default: mlm,tcs,scs (debian: also gc); synthetic also "
+                      "takes tcs_gold, TCS with a 50%%-correct true dictionary (a control)")
   parser.add_argument("--base_steps", type=int, default=5000, help="MLM steps of the synthetic mono-mPLM")
   parser.add_argument("--steps", type=int, default=600, help="continuation steps, synthetic setting")
   parser.add_argument("--natural_steps", type=int, default=100, help="continuation steps, bible setting")
