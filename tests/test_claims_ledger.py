@@ -2,7 +2,9 @@
 
 tools/claims_ledger.py writes the ledger from the raw JSON files it names; these tests regenerate it and
 compare, check that every raw file it names is in the checkout (and tracked by git where there is one), and
-that every number of the README's headline table is a number of the raw file the table names.
+that every number of the README's headline table is a number of the raw file the table names, and every
+decimal of its results table (`| result | number | ...`) one of the raw files its row links (a page's raw
+files by RESULT_PAGES_RAW), or a number of the paper the row quotes (PAPER_NUMBERS).
 """
 
 from __future__ import annotations
@@ -104,6 +106,68 @@ def test_the_headline_check_catches_a_number_no_raw_file_has():
   assert headline_numbers(table) == [34.6, 79.7, 55.5]
   assert unsourced([34.6, 79.7, 55.5], {"aer": 0.3461, "precision": 0.797, "recall": 0.5549}) == []
   assert unsourced([34.75], {"aer": 0.3461}) == [34.75]
+
+
+# A results row that links a page (not a raw file) is checked against the page's raw files; a page missing
+# here fails the test: a number that has no raw file does not belong in the table.
+RESULT_PAGES_RAW = {
+    "docs/results/gpu_science_h200.md": ("docs/results/gpu_science_h200/results.json",),
+    "docs/results/bli_table1.md": ("docs/results/bli_table1.json",),
+    "docs/results/code_switch_debian.md": ("docs/results/code_switch_debian.json",),
+}
+PAPER_NUMBERS = {50.4}  # The TCS paper's Table 1, XLM-R base (quoted beside ours, not measured here).
+
+
+def _raw_numbers(path: str) -> set[float]:
+  text = (REPO / path).read_text(encoding="utf-8")
+  if path.endswith(".json"):
+    return _numbers(json.loads(text), set())
+  return {float(x) for x in re.findall(r"\d+\.\d+|\d+", text.replace(",", ""))}
+
+
+def results_rows(readme: str) -> list[tuple[str, list[float], list[str]]]:
+  """(the result's name, the decimals of its `number` cell, the docs/results files its row links) per row."""
+  lines = readme.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith("| result | number |"))
+  rows = []
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    numbers = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", cells[1])]
+    rows.append((cells[0], numbers, re.findall(r"\((docs/results/[^)#]+)", cells[-1])))
+  return rows
+
+
+def unsourced_results(rows) -> list[str]:
+  problems = []
+  for name, numbers, links in rows:
+    raw = [f for link in links for f in (RESULT_PAGES_RAW.get(link, (link,)) if link.endswith(".md") else (link,))]
+    if not raw or any(f.endswith(".md") for f in raw):
+      problems.append(f"{name[:60]!r} links no raw file ({links})")
+      continue
+    have = set().union(*(_raw_numbers(f) for f in raw)) | PAPER_NUMBERS
+    missing = [n for n in numbers if n not in have]
+    if missing:
+      problems.append(f"{name[:60]!r}: {missing} not in {raw}")
+  return problems
+
+
+def test_every_number_of_the_readme_results_table_is_in_its_raw_files():
+  rows = results_rows((REPO / "README.md").read_text(encoding="utf-8"))
+  assert len(rows) >= 8 and sum(len(numbers) for _, numbers, _ in rows) >= 20
+  problems = unsourced_results(rows)
+  assert not problems, "README results rows without a committed raw source: " + "; ".join(problems)
+
+
+def test_the_results_check_catches_a_page_without_raw_files_and_a_number_not_in_them(tmp_path):
+  table = ("| result | number | command, machine | details |\n|---|---|---|---|\n"
+           "| a | **31.0** AER | x | [p](docs/results/e5_so_eflomal.md) |\n"
+           "| b | Trans 37.8, 99.9 | x | [g](docs/results/align_mlm_grid.json) |\n")
+  rows = results_rows(table)
+  assert rows[1][1] == [37.8, 99.9]
+  problems = unsourced_results(rows)
+  assert len(problems) == 2 and "links no raw file" in problems[0] and "[99.9]" in problems[1], problems
 
 
 def test_spearman_and_its_interval_match_scipy():
