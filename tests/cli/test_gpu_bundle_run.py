@@ -81,10 +81,14 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
     assert rows[name]["steps_done"] == rows[name]["steps_planned"] == 3 and rows[name]["tokens_seen"] > 0
   assert rows["warmup"]["steps_done"] == 3
   debian, bible = rows["debian_tcs_s0"]["scores"], rows["xlm_align_union"]["scores"]
-  assert set(debian["metrics"]) == {"bli", "retrieval", "mlm"} and bible["metrics"] == ["word_alignment"]
+  assert set(debian["metrics"]) == {"bli", "retrieval", "mlm"}
+  assert bible["metrics"] == ["word_alignment", "word_alignment_modes"]
+  assert set(bible["word_alignment_modes"]) == {"separate/cosine", "joint/dot"}
+  assert "sinkhorn_itermax" in bible["word_alignment_modes"]["joint/dot"]["test"]["by_method"]
   assert len(debian["bli"]["de"]["test"]["per_layer"]["rsim"]) == 5  # The embedding layer and 4 layers.
   assert {"aer", "layer"} <= set(bible["word_alignment"]["test"]["by_method"]["argmax"])
-  assert set(rows["start"]["scores"]["metrics"]) == {"bli", "retrieval", "mlm", "word_alignment"}
+  assert set(rows["start"]["scores"]["metrics"]) == {"bli", "retrieval", "mlm", "word_alignment",
+                                                    "word_alignment_modes"}
   # The warm-up trained the MLM head only: every other parameter is the start's, bit for bit.
   import jax
   import numpy as np

@@ -13,7 +13,9 @@ Each metric family is the existing scorer fed from the suite (`suite.py` says wh
 * mlm: `mlm_eval.masked_accuracy` on the suite's held-out rows, beside the unigram baseline;
 * word_alignment: `word_align.WordAligner.sweep` with every method of `ops.align_solver.METHODS` and every
   layer on the Bible's validation verses; each method's best layer (lowest AER) then scores the test verses
-  once (AER, precision, recall, F1).
+  once (AER, precision, recall, F1), in the run's own encoding and similarity (`model_defaults`);
+* word_alignment_modes (asked for by name, not in the default set): the same in each of ALIGNMENT_MODES
+  (separate/cosine, joint/dot), so runs trained for different modes are compared in one.
 
 The result is JSON-able and every field is filled: a metric that cannot be computed raises a UserError.
 """
@@ -31,26 +33,34 @@ from flax_xalign.evaluation.offline import suite_files as sf
 
 RETRIEVAL_MAX_LENGTH = 128  # Tokens of a help paragraph kept for retrieval (the model's limit if lower).
 ALIGN_MAX_LENGTH = 256
+# Word alignment scored in fixed modes besides the run's own (`word_alignment_modes`): each side encoded alone
+# with cosine (how zero-shot encoders and SO are scored) and both sides in one row with the dot product (how
+# TLM/DWA-trained encoders are), so a start and its continuations compare in one mode whatever each defaults to.
+ALIGNMENT_MODES = (("separate", "cosine"), ("joint", "dot"))
+# What `score` computes: the suite's metric families, and word alignment in ALIGNMENT_MODES (the suite's verses).
+SCORED = (*sf.METRICS, "word_alignment_modes")
 Log = Callable[[str], None]
 
 
 def score(run: Any, suite_dir: str, *, metrics: Sequence[str] | None = None,
           progress: Log = print) -> dict[str, Any]:
-  """Every metric of `suite_dir` (or those in `metrics`, from `suite_files.METRICS`) on `run` (a `runs.Run`).
+  """Every metric of `suite_dir` (or those in `metrics`, of SCORED) on `run` (a `runs.Run`).
 
   Returns:
     {"run", "step", "suite", "metrics", "bli": {lang: {split: ...}}, "retrieval": {lang: ...},
-     "mlm": {...}, "word_alignment": {...}, "seconds": {metric: s}} (the metrics asked for).
+     "mlm": {...}, "word_alignment": {...}, "word_alignment_modes": {"separate/cosine": {...}, ...},
+     "seconds": {metric: s}} (the metrics asked for; by default the suite's, not the extra modes).
   """
   chosen = list(sf.METRICS if metrics is None else metrics)
-  unknown = [m for m in chosen if m not in sf.METRICS]
+  unknown = [m for m in chosen if m not in SCORED]
   if unknown or not chosen:
-    raise UserError(f"metrics={list(metrics or [])!r}: choose from {', '.join(sf.METRICS)}.")
+    raise UserError(f"metrics={list(metrics or [])!r}: choose from {', '.join(SCORED)}.")
   suite = sf.Suite(suite_dir)
   suite.check_run(run)
   result: dict[str, Any] = {"run": run.path, "step": int(run.step), "suite": suite.folder, "metrics": chosen,
                             "seconds": {}}
-  scorers = {"bli": _bli, "retrieval": _retrieval, "mlm": _mlm, "word_alignment": _word_alignment}
+  scorers = {"bli": _bli, "retrieval": _retrieval, "mlm": _mlm, "word_alignment": _word_alignment,
+             "word_alignment_modes": _word_alignment_modes}
   for metric in chosen:
     start = time.perf_counter()
     progress(f"--- {metric} ({run.path} step {run.step})")
@@ -187,8 +197,19 @@ def _read_split(suite: sf.Suite, split: str):
   return pairs, [g.sure for g in gold]
 
 
-def _word_alignment(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
-  """Every method at every layer on validation; each method's best layer scored once on test."""
+def _word_alignment_modes(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
+  """`_word_alignment` in each of ALIGNMENT_MODES, keyed "encoding/similarity"."""
+  out = {}
+  for encoding, similarity in ALIGNMENT_MODES:
+    log(f"  word alignment, {encoding} encoding, {similarity} similarity")
+    out[f"{encoding}/{similarity}"] = _word_alignment(run, suite, log, encoding=encoding, similarity=similarity)
+  return out
+
+
+def _word_alignment(run: Any, suite: sf.Suite, log: Log, *, encoding: str | None = None,
+                    similarity: str | None = None) -> dict[str, Any]:
+  """Every method at every layer on validation; each method's best layer scored once on test. `encoding` and
+  `similarity` None: the run's own (`word_align.load_aligner`)."""
   import dataclasses
 
   from flax_xalign.evaluation.word_alignment import aer, word_align
@@ -196,7 +217,8 @@ def _word_alignment(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
 
   layout = suite.word_alignment
   aligner, _, step = word_align.load_aligner(run, src_lang=layout["src_lang"], tgt_lang=layout["tgt_lang"],
-                                             vocabulary=suite.tokens(sf.WORDS), max_length=ALIGN_MAX_LENGTH)
+                                             vocabulary=suite.tokens(sf.WORDS), max_length=ALIGN_MAX_LENGTH,
+                                             encoding=encoding, similarity=similarity)
   if aligner.normalize not in layout["normalizers"]:
     raise UserError(f"the aligner normalises with {aligner.normalize!r}, the suite tokenised the Bible's words "
                     f"for {layout['normalizers']}; write the suite again.")

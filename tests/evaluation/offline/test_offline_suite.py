@@ -89,6 +89,30 @@ def test_word_alignment_picks_the_layer_on_validation_and_scores_test_once(run, 
   assert ours["methods"] == list(METHODS) and ours["test"]["pairs"] == SIZES["bible_pairs"]
 
 
+def test_word_alignment_modes_equal_the_evaluator_told_each_mode(run, suite):
+  """Both fixed modes (separate/cosine, joint/dot) against the `word_align` evaluator given that mode."""
+  from flax_xalign.evaluation.evaluators.word_alignment import WordAlignment
+  from flax_xalign.evaluation.offline.scoring import ALIGNMENT_MODES, score
+  from flax_xalign.ops.align_solver import METHODS
+
+  modes = score(run, suite["dir"], metrics=["word_alignment_modes"], progress=lambda line: None)
+  assert sorted(modes["word_alignment_modes"]) == sorted(f"{e}/{s}" for e, s in ALIGNMENT_MODES)
+  common = {"src_lang": "de", "tgt_lang": "en", "max_pairs": SIZES["bible_pairs"], "methods": METHODS}
+  for encoding, similarity in ALIGNMENT_MODES:
+    ours = modes["word_alignment_modes"][f"{encoding}/{similarity}"]
+    assert ours["encoding"] == encoding and ours["solver"]["similarity"] == similarity
+    validation = WordAlignment(run, bible_gold="validation", encoding=encoding, similarity=similarity, **common)()
+    _close(ours["validation"]["scores"], validation["scores"], f"modes.{encoding}.validation.scores")
+    method = "sinkhorn_itermax"
+    layer = ours["test"]["by_method"][method]["layer"]
+    test = WordAlignment(run, bible_gold="test", layers=[layer], encoding=encoding, similarity=similarity,
+                         **common)()
+    _close({k: v for k, v in ours["test"]["by_method"][method].items() if k != "layer"},
+           test["scores"][method][str(layer)], f"modes.{encoding}.test.{method}")
+  one, other = (modes["word_alignment_modes"][f"{e}/{s}"]["validation"]["scores"] for e, s in ALIGNMENT_MODES)
+  assert one != other  # The two modes are two computations, not one reported twice.
+
+
 def test_a_run_with_another_vocabulary_is_refused(suite, run):
   from flax_xalign.evaluation.offline.scoring import score
 
