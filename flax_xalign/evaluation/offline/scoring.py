@@ -60,7 +60,7 @@ def score(run: Any, suite_dir: str, *, metrics: Sequence[str] | None = None,
   result: dict[str, Any] = {"run": run.path, "step": int(run.step), "suite": suite.folder, "metrics": chosen,
                             "seconds": {}}
   scorers = {"bli": _bli, "retrieval": _retrieval, "mlm": _mlm, "word_alignment": _word_alignment,
-             "word_alignment_modes": _word_alignment_modes}
+             "word_alignment_modes": lambda *args: _word_alignment_modes(*args, own=result.get("word_alignment"))}
   for metric in chosen:
     start = time.perf_counter()
     progress(f"--- {metric} ({run.path} step {run.step})")
@@ -197,10 +197,15 @@ def _read_split(suite: sf.Suite, split: str):
   return pairs, [g.sure for g in gold]
 
 
-def _word_alignment_modes(run: Any, suite: sf.Suite, log: Log) -> dict[str, Any]:
-  """`_word_alignment` in each of ALIGNMENT_MODES, keyed "encoding/similarity"."""
+def _word_alignment_modes(run: Any, suite: sf.Suite, log: Log, *, own: dict[str, Any] | None = None
+                          ) -> dict[str, Any]:
+  """`_word_alignment` in each of ALIGNMENT_MODES, keyed "encoding/similarity"; `own` (the run's own mode's
+  result, already computed) stands for the mode it was scored in."""
   out = {}
   for encoding, similarity in ALIGNMENT_MODES:
+    if own is not None and (own["encoding"], own["solver"]["similarity"]) == (encoding, similarity):
+      out[f"{encoding}/{similarity}"] = own
+      continue
     log(f"  word alignment, {encoding} encoding, {similarity} similarity")
     out[f"{encoding}/{similarity}"] = _word_alignment(run, suite, log, encoding=encoding, similarity=similarity)
   return out
