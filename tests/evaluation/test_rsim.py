@@ -78,3 +78,28 @@ def test_plots_and_delta(tmp_path):
   assert (tmp_path / "delta.png").stat().st_size > 1000
   with pytest.raises(ValueError, match="baseline"):
     rsim.delta_rsim(rsims, "XLM")
+
+
+def test_layer_curves_controls_are_centred_and_shuffled_rsim_by_hand():
+  """rsim_centred: scipy's Pearson of the cosines after each side's mean is subtracted; rsim_shuffled: of the
+  target pairs permuted by the same draw. A direction added to every vector (an anisotropic layer) moves RSIM
+  and leaves the centred control where it was."""
+  from flax_xalign.evaluation.lexicon import bli
+
+  rng = np.random.default_rng(3)
+  x0, y0 = _pairs(rng, 40, e=16, f=16, noise=3.0)
+  direction = 6.0 * rng.normal(size=16)
+  x, y = (x0 + direction).astype(np.float32), (y0 + direction).astype(np.float32)
+  pairs = (np.arange(40), np.arange(40))
+  curves = bli.layer_curves({0: x}, {0: y}, pairs=pairs)
+  plain = bli.layer_curves({0: x0}, {0: y0}, pairs=pairs)
+  centred = scipy.stats.pearsonr(_cosines(x - x.mean(0)), _cosines(y - y.mean(0)))[0]
+  np.testing.assert_allclose(curves["rsim_centred"][0], centred, atol=2e-6)
+  np.testing.assert_allclose(curves["rsim_centred"][0], plain["rsim_centred"][0], atol=1e-5)
+  shuffle = np.random.default_rng(0).permutation(40)
+  # (float32 cosines near 1 in the shifted space: the uncentred ones round more)
+  np.testing.assert_allclose(curves["rsim_shuffled"][0], scipy.stats.pearsonr(_cosines(x), _cosines(y[shuffle]))[0],
+                             atol=1e-5)
+  np.testing.assert_allclose(curves["rsim"][0], scipy.stats.pearsonr(_cosines(x), _cosines(y))[0], atol=1e-5)
+  assert abs(curves["rsim"][0] - plain["rsim"][0]) > 0.02  # The shift moved RSIM (0.59 -> 0.55 here) ...
+  assert abs(plain["rsim_shuffled"][0]) < 0.2 < plain["rsim"][0]  # ... and without the pairing little is left.

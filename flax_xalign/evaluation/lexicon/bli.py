@@ -450,7 +450,10 @@ def score(src: Any, tgt: Any, gold: Gold, *, src_mask: Any = None, tgt_mask: Any
 def layer_curves(src_layers: Mapping[int, Any], tgt_layers: Mapping[int, Any], *, pairs: tuple[np.ndarray, np.ndarray],
                  src_mask: Any = None, tgt_mask: Any = None, gold: Gold | None = None,
                  knn: int = DEFAULT_KNN) -> dict[str, list]:
-  """Per layer: Hit@1 (NN, CSLS; with `gold`), mean cosine and RSIM of translation pairs (Fig. 3).
+  """Per layer: Hit@1 (NN, CSLS; with `gold`), mean cosine and RSIM of translation pairs (Fig. 3), and RSIM's
+  two controls: `rsim_centred`, each side's mean vector over the pairs subtracted first (an anisotropic layer,
+  every vector near one direction, can score a high RSIM from that direction alone), and `rsim_shuffled`, the
+  target side's pairs permuted (a fixed draw): the value with the translations' correspondence taken away.
 
   Args:
     src_layers, tgt_layers: {layer: [C, embed] representations} of the two sides.
@@ -460,18 +463,23 @@ def layer_curves(src_layers: Mapping[int, Any], tgt_layers: Mapping[int, Any], *
     knn: K of CSLS.
 
   Returns:
-    {"layers", "mean_cosine", "rsim"} and, with gold, {"hit@1_nn", "hit@1_csls"}: lists over layers.
+    {"layers", "mean_cosine", "rsim", "rsim_centred", "rsim_shuffled"} and, with gold, {"hit@1_nn",
+    "hit@1_csls"}: lists over layers.
   """
   from flax_xalign.evaluation.lexicon import rsim
   layers = sorted(src_layers)
-  out: dict[str, list] = {"layers": layers, "mean_cosine": [], "rsim": []}
+  out: dict[str, list] = {"layers": layers, "mean_cosine": [], "rsim": [], "rsim_centred": [], "rsim_shuffled": []}
   if gold is not None:
     out.update({f"hit@1_{method}": [] for method in METHODS})
   src_rows, tgt_rows = (np.asarray(p) for p in pairs)
+  shuffle = np.random.default_rng(0).permutation(len(tgt_rows))
   for layer in layers:
     x, y = np.asarray(src_layers[layer])[src_rows], np.asarray(tgt_layers[layer])[tgt_rows]
     out["mean_cosine"].append(float(rsim.mean_pair_cosine(x, y)))
     out["rsim"].append(float(rsim.rsim(x, y)))
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    out["rsim_centred"].append(float(rsim.rsim(x64 - x64.mean(0), y64 - y64.mean(0))))
+    out["rsim_shuffled"].append(float(rsim.rsim(x, y[shuffle])))
     if gold is not None:
       scores = score(src_layers[layer], tgt_layers[layer], gold, src_mask=src_mask, tgt_mask=tgt_mask,
                      ks=(1,), knn=knn)
