@@ -24,7 +24,6 @@ from typing import Any
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEDGER = os.path.join("docs", "results", "claims.md")
 STATUSES = ("shown", "not shown", "contradicted", "lead")
-RSIM_MARGIN = 0.01  # An RSIM difference smaller than this is not read as an effect (one seed).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,13 +162,44 @@ def _rsim_falls_with_depth(code_switch: Any) -> Measured:
                   "RSIM of layer 0 minus the last layer, the synthetic from-scratch MLM start")
 
 
-def _tcs_scs_upper_rsim(code_switch: Any) -> Measured:
-  mlm = _one(code_switch, setting="synthetic", objective="mlm")["per_layer"]["rsim"][-1]
-  gains = tuple(_one(code_switch, setting="synthetic", objective=o)["per_layer"]["rsim"][-1] - mlm
-                for o in ("tcs", "scs"))
-  status = ("shown" if all(g > RSIM_MARGIN for g in gains) else
-            "contradicted" if all(g < -RSIM_MARGIN for g in gains) else "not shown")
-  return Measured(gains, status, "last-layer RSIM of TCS and SCS minus MLM's (the two continuations, one seed)")
+CS_LABELS = {"tcs": "TCS (self-induced dictionary)", "scs": "SCS", "tcs_gold": "TCS with the 50%-correct gold "
+             "dictionary (control)"}
+
+
+def _cs_pairs(files: Sequence[Any], objective: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+  """(MLM row, `objective` row) of the synthetic setting, one pair per seed file."""
+  return [(_one(d, setting="synthetic", objective="mlm"), _one(d, setting="synthetic", objective=objective))
+          for d in files]
+
+
+def _by_seed_rule(diffs: Sequence[float], better: Callable[[float], bool]) -> str:
+  """docs/results/code_switch_seeds.md's rule: better in every seed, shown; worse in 2 or more, contradicted."""
+  worse = sum(not better(d) and d != 0 for d in diffs)
+  return "shown" if all(better(d) for d in diffs) and len(diffs) >= 3 else ("contradicted" if worse >= 2
+                                                                            else "not shown")
+
+
+def _cs_upper_rsim(objective: str) -> Callable[..., Measured]:
+  def measure(*files: Any) -> Measured:
+    diffs = tuple(row["rsim_top_half"] - mlm["rsim_top_half"] for mlm, row in _cs_pairs(files, objective))
+    return Measured(diffs, _by_seed_rule(diffs, lambda d: d > 0),
+                    f"upper-half RSIM of {CS_LABELS[objective]} minus MLM's, per seed (positive: it helps)")
+  return measure
+
+
+def _cs_transfer(objective: str) -> Callable[..., Measured]:
+  def measure(*files: Any) -> Measured:
+    diffs = tuple(row["pos"]["delta"] - mlm["pos"]["delta"] for mlm, row in _cs_pairs(files, objective))
+    return Measured(diffs, _by_seed_rule(diffs, lambda d: d < 0),
+                    f"POS transfer gap Δ of {CS_LABELS[objective]} minus MLM's, per seed (negative: it helps)")
+  return measure
+
+
+def _cs_self_induced(*files: Any) -> Measured:
+  hits = tuple(row["dictionary_hit1"] for _, row in _cs_pairs(files, "tcs"))
+  return Measured(hits, "shown" if all(h >= 0.4 for h in hits) else "not shown",
+                  "Hit@1 of the dictionary CSLS self-induced from the from-scratch mono-mPLM (the one TCS switched "
+                  "with), against the true map, per seed")
 
 
 def _mlm_gc_pos(*files: Any) -> Measured:
@@ -211,6 +241,14 @@ def _so_vs_eflomal_demo(demo: Any) -> Measured:
 # Seed 0 is the committed grid (its Trans∘Inv rows); seeds 1 and 2 are docs/results/align_mlm_seeds.md's runs.
 ALIGN_MLM_SEEDS = ("docs/results/align_mlm_grid.json", "docs/results/align_mlm_seed1.json",
                    "docs/results/align_mlm_seed2.json")
+# The from-scratch TCS/SCS runs, one file per seed (docs/results/code_switch_seeds.md).
+CODE_SWITCH_SEEDS = tuple(f"docs/results/code_switch_seed{s}.json" for s in range(3))
+CODE_SWITCH_COMMAND = ("xalign code_switch --settings=synthetic --objectives=mlm,tcs,scs,tcs_gold --gin SEED=s "
+                       "(docs/results/code_switch_seeds.md)")
+CODE_SWITCH_RULE = ("shown if above MLM in all 3 seeds, contradicted if below in 2 or more "
+                    "(docs/results/code_switch_seeds.md, written before the runs)")
+CODE_SWITCH_TRANSFER_RULE = ("shown if Δ is below MLM's in all 3 seeds, contradicted if above in 2 or more "
+                             "(docs/results/code_switch_seeds.md, written before the runs)")
 
 CLAIMS = (
     Claim("XLM-Align (Chi et al. 2021)", "Table 2", "DWA with self-labelled alignments lowers word-alignment AER",
@@ -232,11 +270,18 @@ CLAIMS = (
           "geometric similarity weaker at top layers (XLM-R large)", ("docs/results/code_switch.json",),
           "xalign code_switch --settings=synthetic (docs/code_switch.md)",
           "shown if the last layer's RSIM is below half of layer 0's", _rsim_falls_with_depth),
-    Claim("TCS/SCS (Lu et al. 2023)", "Fig. 7", "TCS and SCS raise upper-layer RSIM over MLM",
-          "SCS-MLM's RSIM above XLM-R's, the gain in the higher layers", ("docs/results/code_switch.json",),
-          "xalign code_switch --settings=synthetic (docs/code_switch.md)",
-          f"shown if both raise the last layer's RSIM over MLM by more than {RSIM_MARGIN}, contradicted if both "
-          f"lower it by more than {RSIM_MARGIN}, else not shown", _tcs_scs_upper_rsim),
+    *(Claim("TCS/SCS (Lu et al. 2023)", "Fig. 7", f"{CS_LABELS[o]} raises upper-layer RSIM over MLM "
+            "(from scratch, monolingual data only)", "SCS-MLM's RSIM above XLM-R's, the gain in the higher layers",
+            CODE_SWITCH_SEEDS, CODE_SWITCH_COMMAND, CODE_SWITCH_RULE, _cs_upper_rsim(o))
+      for o in ("tcs", "scs", "tcs_gold")),
+    *(Claim("TCS/SCS (Lu et al. 2023)", "Tables 2-4", f"{CS_LABELS[o]} improves zero-shot transfer over MLM",
+            "XNLI / POS / NER gains over XLM-R continued with MLM", CODE_SWITCH_SEEDS, CODE_SWITCH_COMMAND,
+            CODE_SWITCH_TRANSFER_RULE, _cs_transfer(o))
+      for o in ("tcs", "scs", "tcs_gold")),
+    Claim("TCS/SCS (Lu et al. 2023)", "Table 1", "the self-induced dictionary is good enough to code-switch with",
+          "CSLS Hit@1 about 50% (XLM-R base, X->en)", CODE_SWITCH_SEEDS, CODE_SWITCH_COMMAND,
+          "shown if its Hit@1 is at least 40% in every seed, else not shown (the premise unmet here)",
+          _cs_self_induced),
     Claim("MLM-GC (Ai & Fang 2023)", "Table 5", "MLM-GC improves zero-shot transfer",
           "XNLI average 71.5 (XLM) -> 74.6 (XLM + MLM-GC)", ("docs/results/mlm_gc.json", "docs/results/mlm_gc_seed1.json"),
           "xalign mlm_gc (docs/mlm_gc.md)", "lead while fewer than 4 paired seeds all favour GC; not shown otherwise",

@@ -71,7 +71,7 @@ def test_grid_checks_refuse_what_cannot_run():
   bad = gpu_grids.Experiment(name="q", family="fa", objective="mlm", gin_files=(), start="nowhere")
   with pytest.raises(ValueError, match="unknown 'nowhere'"):
     _grid(experiments=(bad,))
-  with pytest.raises(UserError, match="--grid='huge' is not a grid; choose from science, tiny"):
+  with pytest.raises(UserError, match="--grid='huge' is not a grid; choose from science, science2, tiny"):
     gpu_grids.grid_named("huge")
 
 
@@ -87,6 +87,23 @@ def test_the_science_grid_is_the_issues_grid():
   assert so.min_steps >= 2 * 1200 and [e.start for e in grid.experiments if e.family == "so"] == ["start"]
   assert grid.caches[grid.family("xlm_align").cache].links and grid.caches[so.cache].links
   assert all(e.metrics for e in grid.experiments)
+
+
+def test_the_science2_grid_is_issue_49s_grid_v2():
+  grid = gpu_grids.SCIENCE_V2
+  mix = [(e.objective, e.seed) for e in grid.experiments if e.family == "xlm_align_mix"]
+  assert sorted(mix) == sorted((o, s) for o in ("mlm_tlm", "xlm_align_self") for s in (0, 1))
+  spec = grid.caches[grid.family("xlm_align_mix").cache]
+  assert spec.task == gpu_grids.BIBLE_MIX_TASK and spec.task.endswith("_grc_en_mlm_tlm")  # MLM rows are in it.
+  rows = {e.name: e for e in grid.experiments}
+  assert "DwaConfig.label_source = 'self'" in rows["xlm_align_self_s0"].bindings
+  assert rows["mlm_tlm_s1"].gin_files == ("objectives/mlm_tlm.gin",)  # The -DWA control: no DWA term.
+  debian = [(e.objective, e.seed) for e in grid.experiments if e.family == "debian"]
+  assert sorted(debian) == [("gc", 0), ("gc", 1), ("mlm", 0), ("mlm", 1)]  # The same seeds for both.
+  bible = [e for e in grid.experiments if e.family != "debian"]
+  assert all("word_alignment_modes" in e.metrics for e in bible) and "word_alignment_modes" in grid.metrics()
+  parts = gpu_grids.estimate_bytes(grid)
+  assert sum(parts.values()) <= 56 * builder.MIB, {k: round(v / builder.MIB, 1) for k, v in parts.items()}
 
 
 def test_the_size_limit_names_the_biggest_part(tmp_path):

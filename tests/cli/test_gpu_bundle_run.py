@@ -76,8 +76,8 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   assert check_results(results) == []
   assert results["alignment_peers"] == peers
   rows = {r["name"]: r for r in results["rows"]}
-  assert set(rows) == {"start", "warmup", "debian_tcs_s0", "xlm_align_union"}
-  for name in ("debian_tcs_s0", "xlm_align_union"):
+  assert set(rows) == {"start", "warmup", "debian_tcs_s0", "xlm_align_union", "xlm_align_self_s0"}
+  for name in ("debian_tcs_s0", "xlm_align_union", "xlm_align_self_s0"):
     assert rows[name]["steps_done"] == rows[name]["steps_planned"] == 3 and rows[name]["tokens_seen"] > 0
   assert rows["warmup"]["steps_done"] == 3
   debian, bible = rows["debian_tcs_s0"]["scores"], rows["xlm_align_union"]["scores"]
@@ -85,6 +85,11 @@ def test_the_tiny_bundle_runs_from_its_own_run_sh_without_tensorflow(tmp_path, b
   assert bible["metrics"] == ["word_alignment", "word_alignment_modes"]
   assert set(bible["word_alignment_modes"]) == {"separate/cosine", "joint/dot"}
   assert "sinkhorn_itermax" in bible["word_alignment_modes"]["joint/dot"]["test"]["by_method"]
+  mix = rows["xlm_align_self_s0"]["scores"]  # Trained on the Bible's MLM + TLM mixture: MLM had rows.
+  assert set(mix["word_alignment_modes"]) == {"separate/cosine", "joint/dot"}
+  logged = [json.loads(line) for line in
+            (host_work / "runs" / "xlm_align_self_s0" / "metrics.jsonl").read_text().splitlines()]
+  assert any(r.get("mlm", 0) > 0 for r in logged) and any(r.get("dwa", 0) > 0 for r in logged), logged
   assert len(debian["bli"]["de"]["test"]["per_layer"]["rsim"]) == 5  # The embedding layer and 4 layers.
   assert {"aer", "layer"} <= set(bible["word_alignment"]["test"]["by_method"]["argmax"])
   assert set(rows["start"]["scores"]["metrics"]) == {"bli", "retrieval", "mlm", "word_alignment",

@@ -305,7 +305,8 @@ def assemble(options: BuildOptions, grid: Grid, paths: BuildPaths, out: str, *, 
                               languages=languages, links=links, register_tasks=edge.register_tasks)
   budget.add("start")
   tasks_file = parts.tasks_gin(os.path.join(work, "tasks.gin"), debian_data=debian_data, languages=languages,
-                               links=links, vocabulary=os.path.join(host_start, "vocabulary.model"))
+                               links=links, vocabulary=os.path.join(host_start, "vocabulary.model"),
+                               bible_prefix=grids_lib.BIBLE_PREFIX)
   caches = write_caches(grid, out, tasks_file, edge.register_tasks)
   budget.add("caches")
   plan = plan_bundle(grid, start=start, caches=caches, work=host_work, languages=languages, host_start=host_start,

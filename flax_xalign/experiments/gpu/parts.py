@@ -75,17 +75,23 @@ def alignment_peers(links: str, *, verses: int | None = None) -> dict[str, Any]:
 
 def tasks_gin(path: str, *, debian_data: str, languages: Sequence[str], links: str, vocabulary: str,
               debian_prefix: str = "gpu_debian", bible_task: str = "gpu_bible_linked",
-              splits: Sequence[str] = ("train", "validation"), with_links: bool = True) -> str:
+              splits: Sequence[str] = ("train", "validation"), with_links: bool = True,
+              bible_prefix: str | None = None) -> str:
   """The gin file that registers the grid's tasks with `vocabulary` (the Debian help mixture, DebianTasks, and
   the Bible bitext of `links`' `splits`, BIBLE_TASK_GIN's TsvBitextTask with eflomal's links unless not
-  `with_links`): the values it is given, the recipe included."""
+  `with_links`; with `bible_prefix`, also the Bible's monolingual + bitext tasks and their MLM + TLM mixture
+  `{bible_prefix}_grc_en_mlm_tlm`, BibleTasks, train books only): the values it is given, the recipe included."""
   splits = [s for s in splits if os.path.isfile(os.path.join(links, f"{s}.tsv"))]
   files = {s: os.path.join(links, f"{s}.tsv") for s in splits}
   link_files = {s: os.path.join(links, f"{s}.links") for s in splits
                 if with_links and os.path.isfile(os.path.join(links, f"{s}.links"))}
+  bible = ([f"BibleTasks.prefix = {bible_prefix!r}", f"BibleTasks.vocabulary_path = {vocabulary!r}",
+            "BibleTasks.normalize = 'nfd_strip_marks'"] if bible_prefix else [])
   text = "\n".join([
       f"# Written by xalign gpu_bundle: the grid's tasks, tokenised with {vocabulary}.",
-      f"include '{BIBLE_TASK_GIN}'", "train.user_tasks = [@DebianTasks(), @TsvBitextTask()]",
+      f"include '{BIBLE_TASK_GIN}'",
+      f"train.user_tasks = [@DebianTasks(), @TsvBitextTask(){', @BibleTasks()' if bible_prefix else ''}]",
+      *bible,
       f"DebianTasks.data_dir = {debian_data!r}", f"DebianTasks.languages = {list(languages)!r}",
       f"DebianTasks.prefix = {debian_prefix!r}", f"DebianTasks.vocabulary_path = {vocabulary!r}",
       f"BIBLE_LINKED_TASK = {bible_task!r}", f"BIBLE_TSV_FILES = {files!r}", f"BIBLE_LINK_FILES = {link_files!r}",
