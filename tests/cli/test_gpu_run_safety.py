@@ -124,7 +124,7 @@ def test_an_edited_grid_names_bundle_jsons_field_not_a_flag(host, capsys):  # R0
   bundle, out, work = host
   _edit(grid="nosuch")(bundle)
   line = _refused(capsys, [bundle, f"--out={out}", f"--work={work}"])
-  assert "bundle.json's grid 'nosuch' is not a grid of this checkout (it has science, tiny)" in line
+  assert "bundle.json's grid 'nosuch' is not a grid of this checkout (it has science, science2, tiny)" in line
   assert "--grid" not in line.split(";")[0]
 
 
