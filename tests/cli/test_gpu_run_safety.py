@@ -307,6 +307,6 @@ def test_a_signal_to_the_driver_alone_stops_every_child(tmp_path, signum, ignore
   results = json.loads((tmp_path / "out" / "results.json").read_text())
   assert results["stopped_by"] == signal.Signals(signum).name
   rows = {r["name"]: r["scores"]["not_run"] for r in results["rows"]}
-  assert set(rows) == {"start", "warmup", "debian_tcs_s0", "xlm_align_union"}
+  assert set(rows) == {"start", "warmup", "debian_tcs_s0", "xlm_align_union", "xlm_align_self_s0"}
   assert rows["start"].startswith("not scored: stopped by") and "while it trained" in rows["warmup"]
-  assert "before it started" in rows["debian_tcs_s0"] and "before it started" in rows["xlm_align_union"]
+  assert all("before it started" in rows[name] for name in ("debian_tcs_s0", "xlm_align_union", "xlm_align_self_s0"))
