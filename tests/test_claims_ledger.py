@@ -180,3 +180,14 @@ def test_spearman_and_its_interval_match_scipy():
   assert ledger.spearman([1, 1, 1], [1, 2, 3]) == 0.0
   low, high = ledger.bootstrap_interval(x, y, draws=400)
   assert low <= ledger.spearman(x, y) <= high and ledger.bootstrap_interval(x, y, draws=400) == (low, high)
+
+
+def test_the_code_switch_seeds_page_table_is_what_its_raw_files_give():
+  """docs/results/code_switch_seeds.md carries tools/code_switch_seeds.py's table verbatim (from the raw files)."""
+  spec = importlib.util.spec_from_file_location("code_switch_seeds", REPO / "tools" / "code_switch_seeds.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  table = module.table(module.load())
+  assert table.count("\n") >= 14  # 3 seeds x 5 models, and the two header lines
+  page = (REPO / "docs" / "results" / "code_switch_seeds.md").read_text(encoding="utf-8")
+  assert table in page, "rerun python tools/code_switch_seeds.py and paste its table into the page"

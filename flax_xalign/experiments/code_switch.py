@@ -101,7 +101,8 @@ def synthetic_rows(trainer: harness.Trainer, settings: CodeSwitchSettings, objec
   setting_gin = "experiments/code_switch/synthetic.gin"
   data: dict = {}
   rows = []
-  print(f"\n=== synthetic: mono-mPLM (MLM, {settings.base_steps} steps) -> {base}", flush=True)
+  print(f"\n=== synthetic: the mono-mPLM {base} (given, not trained here)" if settings.base_dir else
+        f"\n=== synthetic: mono-mPLM (MLM, {settings.base_steps} steps) -> {base}", flush=True)
   base_seconds = 0.0 if settings.base_dir else harness.train(
       trainer, base, [setting_gin, "experiments/code_switch/mlm.gin"], settings.gin, settings.base_steps)
   runs = [("start", base, base_seconds)]
