@@ -23,12 +23,29 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 HEADLINE_RAW = "docs/results/demo_e5_aer.json"
 
 
-def _ledger_module():
-  spec = importlib.util.spec_from_file_location("claims_ledger", REPO / "tools" / "claims_ledger.py")
+def _tool(name: str):
+  """tools/NAME.py, a script rather than a package, loaded as the module NAME."""
+  spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
-  sys.modules.setdefault("claims_ledger", module)  # (dataclasses look their module up there)
-  spec.loader.exec_module(sys.modules["claims_ledger"])
-  return sys.modules["claims_ledger"]
+  sys.modules.setdefault(name, module)  # (dataclasses look their module up there)
+  spec.loader.exec_module(sys.modules[name])
+  return sys.modules[name]
+
+
+def _ledger_module():
+  return _tool("claims_ledger")
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+  """The stripped cells of each row of the markdown table whose header line starts with `header`."""
+  lines = text.splitlines()
+  start = next(i for i, line in enumerate(lines) if line.startswith(header))
+  rows = []
+  for line in lines[start + 2:]:
+    if not line.startswith("|"):
+      break
+    rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+  return rows
 
 
 def test_the_ledger_is_what_the_raw_files_give():
@@ -77,14 +94,8 @@ def _numbers(value, out: set[float]) -> set[float]:
 
 def headline_numbers(readme: str) -> list[float]:
   """The AER / precision / recall cells of the README's headline table (`| model | method | best layer | ...`)."""
-  lines = readme.splitlines()
-  start = next(i for i, line in enumerate(lines) if line.startswith("| model | method | best layer | AER"))
-  cells = []
-  for line in lines[start + 2:]:
-    if not line.startswith("|"):
-      break
-    cells += [float(c) for c in (c.strip() for c in line.strip("|").split("|")[3:]) if re.fullmatch(r"\d+\.\d", c)]
-  return cells
+  return [float(c) for row in _table_rows(readme, "| model | method | best layer | AER") for c in row[3:]
+          if re.fullmatch(r"\d+\.\d", c)]
 
 
 def unsourced(cells: list[float], raw) -> list[float]:
@@ -127,16 +138,8 @@ def _raw_numbers(path: str) -> set[float]:
 
 def results_rows(readme: str) -> list[tuple[str, list[float], list[str]]]:
   """(the result's name, the decimals of its `number` cell, the docs/results files its row links) per row."""
-  lines = readme.splitlines()
-  start = next(i for i, line in enumerate(lines) if line.startswith("| result | number |"))
-  rows = []
-  for line in lines[start + 2:]:
-    if not line.startswith("|"):
-      break
-    cells = [c.strip() for c in line.strip().strip("|").split("|")]
-    numbers = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", cells[1])]
-    rows.append((cells[0], numbers, re.findall(r"\((docs/results/[^)#]+)", cells[-1])))
-  return rows
+  return [(cells[0], [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", cells[1])],
+           re.findall(r"\((docs/results/[^)#]+)", cells[-1])) for cells in _table_rows(readme, "| result | number |")]
 
 
 def unsourced_results(rows) -> list[str]:
@@ -184,9 +187,7 @@ def test_spearman_and_its_interval_match_scipy():
 
 def test_the_code_switch_seeds_page_table_is_what_its_raw_files_give():
   """docs/results/code_switch_seeds.md carries tools/code_switch_seeds.py's table verbatim (from the raw files)."""
-  spec = importlib.util.spec_from_file_location("code_switch_seeds", REPO / "tools" / "code_switch_seeds.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = _tool("code_switch_seeds")
   table = module.table(module.load())
   assert table.count("\n") >= 14  # 3 seeds x 5 models, and the two header lines
   page = (REPO / "docs" / "results" / "code_switch_seeds.md").read_text(encoding="utf-8")

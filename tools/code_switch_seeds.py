@@ -35,12 +35,9 @@ def load(paths: Sequence[str] = RAW) -> list[dict[str, dict[str, Any]]]:
 
 
 def _upper(row: dict[str, Any], key: str) -> float | None:
-  curves = row["per_layer"]
-  if key not in curves:
-    return None
-  top = max(curves["layers"])
-  values = [v for layer, v in zip(curves["layers"], curves[key]) if layer > top / 2]
-  return statistics.fmean(values)
+  from flax_xalign.experiments.code_switch import top_half_mean
+
+  return top_half_mean(row["per_layer"], key) if key in row["per_layer"] else None
 
 
 def table(seeds: Sequence[dict[str, dict[str, Any]]]) -> str:

@@ -60,9 +60,10 @@ def _bli(run: Any, settings: CodeSwitchSettings, **options: Any) -> dict[str, An
                      **options)
 
 
-def _top_half_rsim(curves: dict[str, list]) -> float:
-  """Mean RSIM over the upper half of the encoder layers (layers > L/2, the embedding layer is 0)."""
-  layers, values = curves["layers"], curves["rsim"]
+def top_half_mean(curves: dict[str, list], key: str = "rsim") -> float:
+  """Mean of the per-layer curve `key` (RSIM by default) over the upper half of the encoder layers (layers > L/2,
+  the embedding layer is 0)."""
+  layers, values = curves["layers"], curves[key]
   top = max(layers)
   upper = [v for layer, v in zip(layers, values) if layer > top / 2]
   return float(sum(upper) / len(upper))
@@ -72,7 +73,7 @@ def _row(setting: str, objective: str, model_dir: str, result: dict[str, Any], s
   curves = result["per_layer"]
   return {"setting": setting, "objective": objective, "model_dir": model_dir, "seconds": seconds,
           "nn": result["nn"], "csls": result["csls"], "coverage": result["coverage"], "pairs": result["pairs"],
-          "vocab_sizes": result["vocab_sizes"], "per_layer": curves, "rsim_top_half": _top_half_rsim(curves),
+          "vocab_sizes": result["vocab_sizes"], "per_layer": curves, "rsim_top_half": top_half_mean(curves),
           "mlm_accuracy": harness.mlm_accuracy(model_dir)}
 
 

@@ -13,9 +13,9 @@ def _row(objective, rsim, pos=None):
 
 def test_top_half_rsim_averages_layers_above_half_the_depth():
   curves = {"layers": [0, 1, 2, 3, 4], "rsim": [0.9, 0.5, 0.4, 0.3, 0.1]}
-  assert code_switch._top_half_rsim(curves) == pytest.approx((0.3 + 0.1) / 2)  # layers 3 and 4 of 4
+  assert code_switch.top_half_mean(curves) == pytest.approx((0.3 + 0.1) / 2)  # layers 3 and 4 of 4
   odd = {"layers": [0, 1, 2, 3], "rsim": [1.0, 0.6, 0.2, 0.4]}
-  assert code_switch._top_half_rsim(odd) == pytest.approx((0.2 + 0.4) / 2)  # layers 2 and 3 of 3 (> 1.5)
+  assert code_switch.top_half_mean(odd) == pytest.approx((0.2 + 0.4) / 2)  # layers 2 and 3 of 3 (> 1.5)
 
 
 def test_table_has_one_row_per_model_in_percent():
