@@ -111,10 +111,25 @@ def test_word_alignment_modes_equal_the_evaluator_told_each_mode(run, suite):
            test["scores"][method][str(layer)], f"modes.{encoding}.test.{method}")
   one, other = (modes["word_alignment_modes"][f"{e}/{s}"]["validation"]["scores"] for e, s in ALIGNMENT_MODES)
   assert one != other  # The two modes are two computations, not one reported twice.
-  # Asked with the run's own mode, the mode it was scored in is that result, not a second computation.
-  both = score(run, suite["dir"], metrics=["word_alignment", "word_alignment_modes"], progress=lambda line: None)
+
+
+def test_word_alignment_modes_reuse_the_runs_own_mode(run, suite, monkeypatch):
+  """Asked with the run's own mode, the mode it was scored in is that result, not a second computation (the
+  sweeps themselves are the test above's; here each is a stand-in that records its call)."""
+  from flax_xalign.evaluation.offline import scoring
+
+  calls = []
+
+  def sweep(run, suite, log, *, encoding=None, similarity=None):
+    calls.append((encoding, similarity))
+    return {"encoding": encoding or "joint", "solver": {"similarity": similarity or "dot"}}
+
+  monkeypatch.setattr(scoring, "_word_alignment", sweep)
+  both = scoring.score(run, suite["dir"], metrics=["word_alignment", "word_alignment_modes"],
+                       progress=lambda line: None)
   own = both["word_alignment"]
   assert both["word_alignment_modes"][f"{own['encoding']}/{own['solver']['similarity']}"] is own
+  assert calls == [(None, None), ("separate", "cosine")]
 
 
 def test_a_run_with_another_vocabulary_is_refused(suite, run):
