@@ -6,7 +6,8 @@ Reads docs/results/code_switch_seed{0,1,2}.json (each `xalign code_switch --sett
 results.json, copied as it was written) and prints one row per seed and model: the Hit@1 of the dictionary
 the row switched with, layer-0 CSLS Hit@1, upper-half RSIM (with its mean-centred control), last-layer RSIM
 and zero-shot POS (SUP, ZS, Δ). The plot is ΔRSIM per layer against MLM of the same seed: one panel per
-objective, a thin line per seed and their mean in bold.
+objective, a thin line per seed and their mean in bold, with two references: MLM itself (zero) and the
+mono-mPLM before any continuation.
 """
 
 from __future__ import annotations
@@ -79,7 +80,11 @@ def plot(seeds: Sequence[dict[str, dict[str, Any]]], path: str) -> str:
               label=f"seed {seed}")
     mean = [statistics.fmean(column) for column in zip(*deltas)]
     ax.plot(layers, mean, color="tab:blue", lw=2.4, marker="o", label=f"mean of {len(deltas)} seeds")
-    ax.axhline(0.0, color="black", lw=0.8)
+    start = [statistics.fmean(a - b for a, b in zip(column_start, column_mlm)) for column_start, column_mlm in
+             zip(zip(*(rows["start"]["per_layer"]["rsim"] for rows in seeds)),
+                 zip(*(rows["mlm"]["per_layer"]["rsim"] for rows in seeds)))]
+    ax.plot(layers, start, color="grey", lw=1.4, ls="-.", label="the mono-mPLM, not continued (mean)")
+    ax.axhline(0.0, color="black", lw=0.8, label="MLM continued (the baseline)")
     ax.set_title(NAMES[objective].removeprefix("+ "), fontsize=10)
     ax.set_xlabel("layer (0 = embeddings)")
     ax.set_xticks(layers)
